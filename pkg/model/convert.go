@@ -1,0 +1,223 @@
+package model
+
+import (
+	"sort"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+)
+
+// Hostname is the DNS name of the Service ns/name.
+func Hostname(name, ns, domainSuffix string) string {
+	return name + "." + ns + ".svc." + domainSuffix
+}
+
+// AnnotationExportTo is Istio's annotation that limits where a Service is
+// visible.
+const AnnotationExportTo = "networking.istio.io/exportTo"
+
+// LabelServiceName is the EndpointSlice label naming its Service.
+const LabelServiceName = discoveryv1.LabelServiceName
+
+// LabelLocality is Istio's pod label that overrides a workload's locality,
+// as region.zone.subzone.
+const LabelLocality = "istio-locality"
+
+func convertService(s *corev1.Service, domainSuffix string) *Service {
+	out := &Service{
+		Name:      s.Name,
+		Namespace: s.Namespace,
+		Hostname:  Hostname(s.Name, s.Namespace, domainSuffix),
+		Labels:    s.Labels,
+		Selector:  s.Spec.Selector,
+		Headless:  s.Spec.ClusterIP == corev1.ClusterIPNone,
+	}
+	for _, ip := range s.Spec.ClusterIPs {
+		if ip != "" && ip != corev1.ClusterIPNone {
+			out.Addresses = append(out.Addresses, ip)
+		}
+	}
+	if len(out.Addresses) == 0 && s.Spec.ClusterIP != "" && s.Spec.ClusterIP != corev1.ClusterIPNone {
+		out.Addresses = []string{s.Spec.ClusterIP}
+	}
+	if v := s.Annotations[AnnotationExportTo]; v != "" {
+		for _, ns := range strings.Split(v, ",") {
+			if ns = strings.TrimSpace(ns); ns != "" {
+				out.ExportTo = append(out.ExportTo, ns)
+			}
+		}
+	}
+	for _, p := range s.Spec.Ports {
+		target := p.TargetPort.String()
+		if target == "0" || target == "" {
+			target = strconv.Itoa(int(p.Port))
+		}
+		out.Ports = append(out.Ports, Port{
+			Name:       p.Name,
+			Port:       p.Port,
+			TargetPort: target,
+			Protocol:   PortProtocol(p.Name, p.AppProtocol, p.Protocol),
+		})
+	}
+	return out
+}
+
+// PortProtocol decides a port's protocol as Istio does: the Kubernetes
+// protocol UDP first, then appProtocol, then the port name's prefix before
+// the first dash; anything else is TCP.
+func PortProtocol(name string, appProtocol *string, proto corev1.Protocol) Protocol {
+	if proto == corev1.ProtocolUDP {
+		return ProtocolUDP
+	}
+	if appProtocol != nil {
+		if p := protocolFromName(*appProtocol); p != ProtocolUnknown {
+			return p
+		}
+	}
+	prefix := strings.ToLower(name)
+	if i := strings.IndexByte(prefix, '-'); i >= 0 {
+		prefix = prefix[:i]
+	}
+	if p := protocolFromName(prefix); p != ProtocolUnknown {
+		return p
+	}
+	return ProtocolTCP
+}
+
+func protocolFromName(s string) Protocol {
+	switch strings.ToLower(s) {
+	case "http", "http1", "kubernetes.io/h1":
+		return ProtocolHTTP
+	case "http2", "h2c", "kubernetes.io/h2c":
+		return ProtocolHTTP2
+	case "grpc", "grpc-web":
+		return ProtocolGRPC
+	case "https":
+		return ProtocolHTTPS
+	case "tls":
+		return ProtocolTLS
+	case "tcp":
+		return ProtocolTCP
+	case "mongo":
+		return ProtocolMongo
+	case "redis":
+		return ProtocolRedis
+	case "mysql":
+		return ProtocolMySQL
+	}
+	return ProtocolUnknown
+}
+
+func convertPod(p *corev1.Pod) *Pod {
+	out := &Pod{
+		Name:           p.Name,
+		Namespace:      p.Namespace,
+		Labels:         p.Labels,
+		ServiceAccount: p.Spec.ServiceAccountName,
+		Node:           p.Spec.NodeName,
+	}
+	for _, ip := range p.Status.PodIPs {
+		out.IPs = append(out.IPs, ip.IP)
+	}
+	if len(out.IPs) == 0 && p.Status.PodIP != "" {
+		out.IPs = []string{p.Status.PodIP}
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			out.Ready = c.Status == corev1.ConditionTrue
+		}
+	}
+	for _, c := range p.Spec.Containers {
+		for _, cp := range c.Ports {
+			if cp.Name != "" {
+				if out.ContainerPorts == nil {
+					out.ContainerPorts = map[string]int32{}
+				}
+				out.ContainerPorts[cp.Name] = cp.ContainerPort
+			}
+		}
+	}
+	return out
+}
+
+func convertNamespace(n *corev1.Namespace) *Namespace {
+	return &Namespace{Name: n.Name, Labels: n.Labels}
+}
+
+// sliceEndpoints turns one EndpointSlice into endpoints, joined with the
+// Pods they point at (pods may be nil when not known yet).
+func sliceEndpoints(es *discoveryv1.EndpointSlice, pod func(ns, name string) *Pod) []*Endpoint {
+	ports := make([]EndpointPort, 0, len(es.Ports))
+	for _, p := range es.Ports {
+		ep := EndpointPort{}
+		if p.Name != nil {
+			ep.Name = *p.Name
+		}
+		if p.Port != nil {
+			ep.Port = *p.Port
+		}
+		if p.Protocol != nil {
+			ep.Protocol = string(*p.Protocol)
+		}
+		ports = append(ports, ep)
+	}
+	var out []*Endpoint
+	for i := range es.Endpoints {
+		e := &es.Endpoints[i]
+		// The API says a nil ready condition means ready.
+		ready := e.Conditions.Ready == nil || *e.Conditions.Ready
+		var loc Locality
+		if e.Zone != nil {
+			loc.Zone = *e.Zone
+		}
+		var p *Pod
+		if e.TargetRef != nil && e.TargetRef.Kind == "Pod" {
+			ns := e.TargetRef.Namespace
+			if ns == "" {
+				ns = es.Namespace
+			}
+			p = pod(ns, e.TargetRef.Name)
+		}
+		for _, addr := range e.Addresses {
+			ep := &Endpoint{Address: addr, Ports: ports, Ready: ready, Locality: loc, Slice: es.Name}
+			if e.NodeName != nil {
+				ep.Node = *e.NodeName
+			}
+			if p != nil {
+				ep.Pod = p.Name
+				ep.ServiceAccount = p.ServiceAccount
+				ep.Labels = p.Labels
+				if v := p.Labels[LabelLocality]; v != "" {
+					ep.Locality = parseLocality(v, ep.Locality)
+				}
+			}
+			out = append(out, ep)
+		}
+	}
+	return out
+}
+
+func parseLocality(v string, fallback Locality) Locality {
+	parts := strings.SplitN(v, ".", 3)
+	loc := Locality{Region: parts[0]}
+	if len(parts) > 1 {
+		loc.Zone = parts[1]
+	} else {
+		loc.Zone = fallback.Zone
+	}
+	if len(parts) > 2 {
+		loc.Subzone = parts[2]
+	}
+	return loc
+}
+
+func sortEndpoints(eps []*Endpoint) {
+	sort.SliceStable(eps, func(i, j int) bool {
+		if eps[i].Slice != eps[j].Slice {
+			return eps[i].Slice < eps[j].Slice
+		}
+		return eps[i].Address < eps[j].Address
+	})
+}

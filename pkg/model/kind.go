@@ -1,0 +1,171 @@
+package model
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// Kind names a type of object the World holds.
+type Kind string
+
+// Kinds read from Kubernetes or a config directory.
+const (
+	KindService               Kind = "Service"
+	KindEndpointSlice         Kind = "EndpointSlice"
+	KindPod                   Kind = "Pod"
+	KindNamespace             Kind = "Namespace"
+	KindVirtualService        Kind = "VirtualService"
+	KindDestinationRule       Kind = "DestinationRule"
+	KindGateway               Kind = "Gateway"
+	KindServiceEntry          Kind = "ServiceEntry"
+	KindSidecar               Kind = "Sidecar"
+	KindWorkloadEntry         Kind = "WorkloadEntry"
+	KindPeerAuthentication    Kind = "PeerAuthentication"
+	KindAuthorizationPolicy   Kind = "AuthorizationPolicy"
+	KindRequestAuthentication Kind = "RequestAuthentication"
+)
+
+// KindEndpoints is derived, never read: a Change of this kind, named after a
+// Service, says that the Service's endpoint set changed (through its
+// EndpointSlices or the Pods behind them).
+const KindEndpoints Kind = "Endpoints"
+
+// Group names of Istio's APIs.
+const (
+	GroupNetworking = "networking.istio.io"
+	GroupSecurity   = "security.istio.io"
+)
+
+// kindInfo describes where a Kind lives in the Kubernetes API.
+type kindInfo struct {
+	group    string
+	version  string // the version discovery watches and stores
+	resource string // plural, as in the REST path
+	// older lists further versions accepted from files, converted on read.
+	older []string
+}
+
+var kindInfos = map[Kind]kindInfo{
+	KindService:               {"", "v1", "services", nil},
+	KindEndpointSlice:         {"discovery.k8s.io", "v1", "endpointslices", nil},
+	KindPod:                   {"", "v1", "pods", nil},
+	KindNamespace:             {"", "v1", "namespaces", nil},
+	KindVirtualService:        {GroupNetworking, "v1", "virtualservices", []string{"v1beta1", "v1alpha3"}},
+	KindDestinationRule:       {GroupNetworking, "v1", "destinationrules", []string{"v1beta1", "v1alpha3"}},
+	KindGateway:               {GroupNetworking, "v1", "gateways", []string{"v1beta1", "v1alpha3"}},
+	KindServiceEntry:          {GroupNetworking, "v1", "serviceentries", []string{"v1beta1", "v1alpha3"}},
+	KindSidecar:               {GroupNetworking, "v1", "sidecars", []string{"v1beta1", "v1alpha3"}},
+	KindWorkloadEntry:         {GroupNetworking, "v1", "workloadentries", []string{"v1beta1", "v1alpha3"}},
+	KindPeerAuthentication:    {GroupSecurity, "v1", "peerauthentications", []string{"v1beta1"}},
+	KindAuthorizationPolicy:   {GroupSecurity, "v1", "authorizationpolicies", []string{"v1beta1"}},
+	KindRequestAuthentication: {GroupSecurity, "v1", "requestauthentications", []string{"v1beta1"}},
+}
+
+// IstioKinds lists the Istio configuration kinds, in a fixed order.
+var IstioKinds = []Kind{
+	KindVirtualService, KindDestinationRule, KindGateway, KindServiceEntry, KindSidecar,
+	KindWorkloadEntry, KindPeerAuthentication, KindAuthorizationPolicy, KindRequestAuthentication,
+}
+
+// KubeKinds lists the core Kubernetes kinds, in a fixed order.
+var KubeKinds = []Kind{KindService, KindEndpointSlice, KindPod, KindNamespace}
+
+// IsIstio reports whether k is one of Istio's configuration kinds.
+func (k Kind) IsIstio() bool {
+	info, ok := kindInfos[k]
+	return ok && (info.group == GroupNetworking || info.group == GroupSecurity)
+}
+
+// GroupVersionKind is the version of k that discovery watches.
+func (k Kind) GroupVersionKind() schema.GroupVersionKind {
+	info := kindInfos[k]
+	return schema.GroupVersionKind{Group: info.group, Version: info.version, Kind: string(k)}
+}
+
+// GroupVersionResource is the REST resource of k that discovery watches.
+func (k Kind) GroupVersionResource() schema.GroupVersionResource {
+	info := kindInfos[k]
+	return schema.GroupVersionResource{Group: info.group, Version: info.version, Resource: info.resource}
+}
+
+// Namespaced reports whether objects of k live in a namespace.
+func (k Kind) Namespaced() bool { return k != KindNamespace }
+
+// KindFor maps an apiVersion's group and version plus a kind to a Kind
+// discovery reads. Older Istio versions (v1beta1, v1alpha3) are accepted.
+func KindFor(gvk schema.GroupVersionKind) (Kind, error) {
+	k := Kind(gvk.Kind)
+	info, ok := kindInfos[k]
+	if !ok || info.group != gvk.Group {
+		return "", fmt.Errorf("%s is not a kind discovery reads (known: %v)", gvk.GroupKind(), knownKinds())
+	}
+	if gvk.Version == info.version {
+		return k, nil
+	}
+	for _, v := range info.older {
+		if gvk.Version == v {
+			return k, nil
+		}
+	}
+	return "", fmt.Errorf("%s: version %q is not served (use %s)", gvk.GroupKind(), gvk.Version, info.version)
+}
+
+func knownKinds() []string {
+	out := make([]string, 0, len(KubeKinds)+len(IstioKinds))
+	for _, k := range append(append([]Kind{}, KubeKinds...), IstioKinds...) {
+		gvk := k.GroupVersionKind()
+		out = append(out, gvk.GroupVersion().String()+"/"+gvk.Kind)
+	}
+	return out
+}
+
+// Op says whether an Event adds or changes an object, or removes it.
+type Op uint8
+
+// Event operations.
+const (
+	OpUpsert Op = iota
+	OpDelete
+)
+
+func (o Op) String() string {
+	if o == OpDelete {
+		return "delete"
+	}
+	return "upsert"
+}
+
+// Key names one object.
+type Key struct {
+	Kind      Kind
+	Namespace string
+	Name      string
+}
+
+func (k Key) String() string {
+	if k.Namespace == "" {
+		return string(k.Kind) + "/" + k.Name
+	}
+	return string(k.Kind) + "/" + k.Namespace + "/" + k.Name
+}
+
+// NamespacedName names an object within its kind.
+type NamespacedName struct {
+	Namespace string
+	Name      string
+}
+
+func (n NamespacedName) String() string { return n.Namespace + "/" + n.Name }
+
+// Event is one change reported by a source. Object is the typed object for
+// OpUpsert, as client-go and istio.io/client-go define it (for Istio kinds,
+// always the v1 type): *corev1.Service, *discoveryv1.EndpointSlice,
+// *corev1.Pod, *corev1.Namespace, *networkingv1.VirtualService, ... It is
+// nil for OpDelete. Objects handed to the Store must not be changed after.
+type Event struct {
+	Op     Op
+	Key    Key
+	Object runtime.Object
+}
