@@ -1,0 +1,141 @@
+package kube
+
+import (
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextinformers "k8s.io/apiextensions-apiserver/pkg/client/informers/externalversions/apiextensions/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/meshplane/discovery/pkg/model"
+)
+
+// Why a CRD informer rather than polling discovery: the informer learns of
+// a CRD within one watch event, not one poll period later; it sees the
+// Established condition and the served versions, which discovery shows
+// only indirectly; it reports deletions (and relists after an outage) with
+// the same machinery as every other kind; and one watch costs the API
+// server less than a discovery poll every few seconds. The price is that
+// discovery must be allowed to list and watch
+// customresourcedefinitions.apiextensions.k8s.io, as istiod is.
+
+// crdKindLabel labels the CRD informer in logs and metrics.
+const crdKindLabel = "CustomResourceDefinition"
+
+// CRDName is the name of the CustomResourceDefinition that defines kind,
+// as <plural>.<group>.
+func CRDName(kind model.Kind) string {
+	gvr := kind.GroupVersionResource()
+	return gvr.Resource + "." + gvr.Group
+}
+
+// crdKinds maps CRD names to the Istio kinds they define.
+func crdKinds() map[string]model.Kind {
+	m := make(map[string]model.Kind, len(model.IstioKinds))
+	for _, k := range model.IstioKinds {
+		m[CRDName(k)] = k
+	}
+	return m
+}
+
+// crdServes reports whether crd lets kind be watched: it is not being
+// deleted, is Established, and serves the version discovery reads. If not,
+// reason says why.
+func crdServes(crd *apiextv1.CustomResourceDefinition, kind model.Kind) (ok bool, reason string) {
+	if crd.DeletionTimestamp != nil {
+		return false, "being deleted"
+	}
+	established := false
+	for _, c := range crd.Status.Conditions {
+		if c.Type == apiextv1.Established && c.Status == apiextv1.ConditionTrue {
+			established = true
+		}
+	}
+	if !established {
+		return false, "not established"
+	}
+	gvr := kind.GroupVersionResource()
+	if crd.Spec.Group != gvr.Group || crd.Spec.Names.Plural != gvr.Resource {
+		return false, "defines another resource"
+	}
+	for _, v := range crd.Spec.Versions {
+		if v.Name == gvr.Version && v.Served {
+			return true, ""
+		}
+	}
+	return false, "does not serve " + gvr.Version
+}
+
+func (s *Source) newCRDInformer() (cache.SharedIndexInformer, cache.ResourceEventHandlerRegistration, error) {
+	inf := apiextinformers.NewCustomResourceDefinitionInformer(s.clients.CRDs, s.opts.ResyncPeriod, cache.Indexers{})
+	interesting := func(name string) bool { _, ok := s.crdKinds[name]; return ok }
+	if err := inf.SetTransform(stripCRD(interesting)); err != nil {
+		return nil, nil, err
+	}
+	log := s.log.With("kind", crdKindLabel)
+	if err := inf.SetWatchErrorHandlerWithContext(watchErrorHandler(log, s.metrics, crdKindLabel)); err != nil {
+		return nil, nil, err
+	}
+	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    s.onCRD,
+		UpdateFunc: func(_, obj any) { s.onCRD(obj) },
+		DeleteFunc: s.onCRDDelete,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return inf, reg, nil
+}
+
+func (s *Source) onCRD(obj any) {
+	crd, ok := obj.(*apiextv1.CustomResourceDefinition)
+	if !ok {
+		return
+	}
+	kind, ok := s.crdKinds[crd.Name]
+	if !ok {
+		return
+	}
+	serves, reason := crdServes(crd, kind)
+	s.setWatched(kind, crd.Name, serves, reason)
+}
+
+func (s *Source) onCRDDelete(obj any) {
+	name := ""
+	switch o := obj.(type) {
+	case *apiextv1.CustomResourceDefinition:
+		name = o.Name
+	case cache.DeletedFinalStateUnknown:
+		name = o.Key // cluster-scoped: the key is the name
+	}
+	if kind, ok := s.crdKinds[name]; ok {
+		s.setWatched(kind, name, false, "deleted")
+	}
+}
+
+// setWatched starts or stops the watcher of an Istio kind as its CRD
+// comes and goes.
+func (s *Source) setWatched(kind model.Kind, crd string, want bool, reason string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := s.watchers[kind]
+	switch {
+	case want && w == nil:
+		if s.ctx.Err() != nil {
+			return
+		}
+		s.log.Info("CRD found", "crd", crd, "kind", string(kind))
+		nw, err := newWatcher(s, kind)
+		if err != nil {
+			s.log.Error("cannot watch kind", "kind", string(kind), "err", err)
+			return
+		}
+		s.watchers[kind] = nw
+		nw.start(s.ctx, &s.wg)
+	case !want && w != nil:
+		delete(s.watchers, kind)
+		n := w.stop()
+		s.log.Info("CRD gone; stopped watching its kind and removed its objects",
+			"crd", crd, "kind", string(kind), "reason", reason, "removed", n)
+	case !want:
+		s.log.Debug("CRD not usable yet", "crd", crd, "kind", string(kind), "reason", reason)
+	}
+}

@@ -1,0 +1,249 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	istioclient "istio.io/client-go/pkg/clientset/versioned"
+	istionetinformers "istio.io/client-go/pkg/informers/externalversions/networking/v1"
+	istiosecinformers "istio.io/client-go/pkg/informers/externalversions/security/v1"
+	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	discoveryinformers "k8s.io/client-go/informers/discovery/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/meshplane/discovery/pkg/model"
+)
+
+// Clients are the API clients the source reads through.
+type Clients struct {
+	Kube  kubernetes.Interface
+	Istio istioclient.Interface
+	CRDs  apiextclient.Interface
+}
+
+type newInformerFunc func(c Clients, resync time.Duration) cache.SharedIndexInformer
+
+const all = metav1.NamespaceAll
+
+// informers builds, for every kind the source reads, an informer across all
+// namespaces.
+var informers = map[model.Kind]newInformerFunc{
+	model.KindService: func(c Clients, r time.Duration) cache.SharedIndexInformer {
+		return coreinformers.NewServiceInformer(c.Kube, all, r, cache.Indexers{})
+	},
+	model.KindEndpointSlice: func(c Clients, r time.Duration) cache.SharedIndexInformer {
+		return discoveryinformers.NewEndpointSliceInformer(c.Kube, all, r, cache.Indexers{})
+	},
+	model.KindPod: func(c Clients, r time.Duration) cache.SharedIndexInformer {
+		return coreinformers.NewPodInformer(c.Kube, all, r, cache.Indexers{})
+	},
+	model.KindNamespace: func(c Clients, r time.Duration) cache.SharedIndexInformer {
+		return coreinformers.NewNamespaceInformer(c.Kube, r, cache.Indexers{})
+	},
+	model.KindVirtualService: func(c Clients, r time.Duration) cache.SharedIndexInformer {
+		return istionetinformers.NewVirtualServiceInformer(c.Istio, all, r, cache.Indexers{})
+	},
+	model.KindDestinationRule: func(c Clients, r time.Duration) cache.SharedIndexInformer {
+		return istionetinformers.NewDestinationRuleInformer(c.Istio, all, r, cache.Indexers{})
+	},
+	model.KindGateway: func(c Clients, r time.Duration) cache.SharedIndexInformer {
+		return istionetinformers.NewGatewayInformer(c.Istio, all, r, cache.Indexers{})
+	},
+	model.KindServiceEntry: func(c Clients, r time.Duration) cache.SharedIndexInformer {
+		return istionetinformers.NewServiceEntryInformer(c.Istio, all, r, cache.Indexers{})
+	},
+	model.KindSidecar: func(c Clients, r time.Duration) cache.SharedIndexInformer {
+		return istionetinformers.NewSidecarInformer(c.Istio, all, r, cache.Indexers{})
+	},
+	model.KindWorkloadEntry: func(c Clients, r time.Duration) cache.SharedIndexInformer {
+		return istionetinformers.NewWorkloadEntryInformer(c.Istio, all, r, cache.Indexers{})
+	},
+	model.KindPeerAuthentication: func(c Clients, r time.Duration) cache.SharedIndexInformer {
+		return istiosecinformers.NewPeerAuthenticationInformer(c.Istio, all, r, cache.Indexers{})
+	},
+	model.KindAuthorizationPolicy: func(c Clients, r time.Duration) cache.SharedIndexInformer {
+		return istiosecinformers.NewAuthorizationPolicyInformer(c.Istio, all, r, cache.Indexers{})
+	},
+	model.KindRequestAuthentication: func(c Clients, r time.Duration) cache.SharedIndexInformer {
+		return istiosecinformers.NewRequestAuthenticationInformer(c.Istio, all, r, cache.Indexers{})
+	},
+}
+
+// watcher runs one kind's informer and turns its notifications into
+// events. An Istio kind's watcher remembers the objects it reported, so
+// that when the kind's CRD goes away it can delete exactly those.
+type watcher struct {
+	kind     model.Kind
+	log      *slog.Logger
+	queue    *batchQueue
+	metrics  *metrics
+	informer cache.SharedIndexInformer
+	reg      cache.ResourceEventHandlerRegistration
+	cancel   context.CancelFunc
+
+	mu      sync.Mutex
+	stopped bool
+	keys    map[model.NamespacedName]struct{} // nil unless the kind can go away
+}
+
+var _ cache.ResourceEventHandler = (*watcher)(nil)
+
+func newWatcher(s *Source, kind model.Kind) (*watcher, error) {
+	w := &watcher{
+		kind:     kind,
+		log:      s.log.With("kind", string(kind)),
+		queue:    s.queue,
+		metrics:  s.metrics,
+		informer: informers[kind](s.clients, s.opts.ResyncPeriod),
+	}
+	if kind.IsIstio() {
+		w.keys = map[model.NamespacedName]struct{}{}
+	}
+	if err := w.informer.SetTransform(stripObject); err != nil {
+		return nil, err
+	}
+	if err := w.informer.SetWatchErrorHandlerWithContext(watchErrorHandler(w.log, w.metrics, string(kind))); err != nil {
+		return nil, err
+	}
+	reg, err := w.informer.AddEventHandler(w)
+	if err != nil {
+		return nil, err
+	}
+	w.reg = reg
+	return w, nil
+}
+
+// start runs the informer until ctx ends or stop is called.
+func (w *watcher) start(ctx context.Context, wg *sync.WaitGroup) {
+	ctx, w.cancel = context.WithCancel(ctx)
+	wg.Go(func() { w.informer.RunWithContext(ctx) })
+	w.metrics.watched.WithLabelValues(string(w.kind)).Set(1)
+	w.log.Info("watching kind", "resource", w.kind.GroupVersionResource().String())
+}
+
+// stop ends the informer and reports every object it had reported as
+// deleted. Notifications still in flight are dropped, so nothing it
+// reported survives the stop. It returns how many objects were deleted.
+func (w *watcher) stop() int {
+	w.mu.Lock()
+	w.stopped = true
+	events := make([]model.Event, 0, len(w.keys))
+	for nn := range w.keys {
+		events = append(events, model.Event{Op: model.OpDelete, Key: w.key(nn.Namespace, nn.Name)})
+	}
+	w.keys = nil
+	w.queue.push(events...)
+	w.metrics.events.WithLabelValues(string(w.kind), model.OpDelete.String()).Add(float64(len(events)))
+	w.mu.Unlock()
+	if w.cancel != nil {
+		w.cancel()
+	}
+	w.metrics.watched.WithLabelValues(string(w.kind)).Set(0)
+	return len(events)
+}
+
+func (w *watcher) hasSynced() bool { return w.reg.HasSynced() }
+
+func (w *watcher) key(ns, name string) model.Key {
+	return model.Key{Kind: w.kind, Namespace: ns, Name: name}
+}
+
+// OnAdd reports an object the informer saw for the first time.
+func (w *watcher) OnAdd(obj any, _ bool) { w.upsert(obj) }
+
+// OnUpdate reports a changed object. A resync, or a relist after an
+// outage, hands over objects whose resourceVersion did not change: those
+// are skipped here.
+func (w *watcher) OnUpdate(oldObj, newObj any) {
+	o, err1 := meta.Accessor(oldObj)
+	n, err2 := meta.Accessor(newObj)
+	if err1 == nil && err2 == nil && n.GetResourceVersion() != "" && o.GetResourceVersion() == n.GetResourceVersion() {
+		return
+	}
+	w.upsert(newObj)
+}
+
+// OnDelete reports a deleted object; obj may be a tombstone
+// (cache.DeletedFinalStateUnknown) when the informer missed the delete
+// itself and learned of it from a relist.
+func (w *watcher) OnDelete(obj any) {
+	var ns, name string
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		var err error
+		if ns, name, err = cache.SplitMetaNamespaceKey(tomb.Key); err != nil {
+			w.log.Error("tombstone with a bad key", "key", tomb.Key, "err", err)
+			return
+		}
+	} else {
+		acc, err := meta.Accessor(obj)
+		if err != nil {
+			w.log.Error("deleted object without metadata", "type", typeName(obj), "err", err)
+			return
+		}
+		ns, name = acc.GetNamespace(), acc.GetName()
+	}
+	w.emit(model.Event{Op: model.OpDelete, Key: w.key(ns, name)})
+}
+
+func (w *watcher) upsert(obj any) {
+	ro, ok := obj.(runtime.Object)
+	if !ok {
+		w.log.Error("informer handed over a non-object", "type", typeName(obj))
+		return
+	}
+	acc, err := meta.Accessor(ro)
+	if err != nil {
+		w.log.Error("object without metadata", "type", typeName(obj), "err", err)
+		return
+	}
+	w.emit(model.Event{Op: model.OpUpsert, Key: w.key(acc.GetNamespace(), acc.GetName()), Object: ro})
+}
+
+func typeName(obj any) string { return fmt.Sprintf("%T", obj) }
+
+func (w *watcher) emit(ev model.Event) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopped {
+		return
+	}
+	if w.keys != nil {
+		nn := model.NamespacedName{Namespace: ev.Key.Namespace, Name: ev.Key.Name}
+		if ev.Op == model.OpDelete {
+			delete(w.keys, nn)
+		} else {
+			w.keys[nn] = struct{}{}
+		}
+	}
+	w.queue.push(ev)
+	w.metrics.events.WithLabelValues(string(w.kind), ev.Op.String()).Inc()
+}
+
+// watchErrorHandler replaces client-go's default handler so that list and
+// watch failures are logged through our logger, with the kind, and
+// counted. The informer retries with back-off after each.
+func watchErrorHandler(log *slog.Logger, m *metrics, kind string) cache.WatchErrorHandlerWithContext {
+	return func(ctx context.Context, _ *cache.Reflector, err error) {
+		if ctx.Err() != nil {
+			return
+		}
+		m.watchErrors.WithLabelValues(kind).Inc()
+		switch {
+		case errors.Is(err, io.EOF), apierrors.IsResourceExpired(err), apierrors.IsGone(err):
+			log.Debug("watch closed; resuming", "err", err)
+		default:
+			log.Warn("list/watch failed; retrying", "err", err)
+		}
+	}
+}
