@@ -1,0 +1,38 @@
+package file
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	errors  prometheus.Gauge
+	objects prometheus.Gauge
+	reloads *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		errors: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "discovery_config_file_errors",
+			Help: "Documents of the config directory that are not loaded (bad documents, duplicates, unreadable files).",
+		}),
+		objects: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "discovery_config_file_objects",
+			Help: "Objects in force from the config directory.",
+		}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "discovery_config_file_reloads_total",
+			Help: "Reads of the config directory, by result: ok, errors (some documents failed), failed (the directory could not be read).",
+		}, []string{"result"}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	var errs []error
+	for _, c := range []prometheus.Collector{m.errors, m.objects, m.reloads} {
+		errs = append(errs, reg.Register(c))
+	}
+	return m, errors.Join(errs...)
+}

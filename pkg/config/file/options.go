@@ -1,0 +1,54 @@
+package file
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+// Options configure the config-directory source.
+type Options struct {
+	// Dir is the directory to serve; empty turns the source off.
+	Dir string
+	// Debounce is how long the directory must stay quiet after a change
+	// before it is read again. Changes that keep coming are read at the
+	// latest ten Debounce periods after the first.
+	Debounce time.Duration
+}
+
+// DefaultOptions returns the defaults: no directory, a 100 ms debounce.
+func DefaultOptions() Options {
+	return Options{Debounce: 100 * time.Millisecond}
+}
+
+// AddFlags registers the options' flags on fs.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Dir, "config-dir", o.Dir,
+		"serve the mesh from the Kubernetes-style YAML files in this directory (recursively), watched for changes")
+	fs.DurationVar(&o.Debounce, "config-dir-debounce", o.Debounce,
+		"how long --config-dir must stay quiet after a change before it is read again")
+}
+
+// Enabled reports whether a directory is configured.
+func (o *Options) Enabled() bool { return o.Dir != "" }
+
+// Validate checks the options. Without a Dir there is nothing to check.
+func (o *Options) Validate() error {
+	if !o.Enabled() {
+		return nil
+	}
+	if o.Debounce <= 0 || o.Debounce > time.Minute {
+		return fmt.Errorf("--config-dir-debounce %s: must be more than 0 and at most 1m", o.Debounce)
+	}
+	fi, err := os.Stat(o.Dir)
+	if err != nil {
+		return fmt.Errorf("--config-dir: %w", err)
+	}
+	if !fi.IsDir() {
+		return errors.New("--config-dir " + o.Dir + ": not a directory")
+	}
+	return nil
+}
