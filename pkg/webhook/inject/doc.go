@@ -1,0 +1,13 @@
+// Package inject adds Istio's sidecar (or gateway, or proxyless gRPC agent)
+// to Pods as they are created.
+//
+// In: a Pod from an AdmissionReview (Pod CREATE), its Namespace, and the
+// injection configuration of the istio-sidecar-injector ConfigMap (key
+// "config": policy, selectors and Go templates; key "values": Helm-style
+// values).
+//
+// Out: the decision (inject or skip, with the reason) and, when injecting,
+// the injected Pod, plus an RFC 6902 JSON patch that only adds to what the
+// user wrote. Inject is a pure function; Handler wraps it for /inject and
+// Watcher keeps the configuration current from the ConfigMap.
+package inject
