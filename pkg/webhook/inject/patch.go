@@ -2,6 +2,7 @@ package inject
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"sort"
@@ -40,6 +41,12 @@ func CreatePatch(original, injected []byte) ([]PatchOp, error) {
 	}
 	if err := json.Unmarshal(injected, &b); err != nil {
 		return nil, fmt.Errorf("injected object: %w", err)
+	}
+	if _, ok := a.(map[string]any); !ok {
+		return nil, errors.New("original object: not a JSON object")
+	}
+	if _, ok := b.(map[string]any); !ok {
+		return nil, errors.New("injected object: not a JSON object")
 	}
 	ops := []PatchOp{}
 	if err := diff("", a, b, &ops); err != nil {
