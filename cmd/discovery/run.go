@@ -1,0 +1,142 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/meshplane/discovery/pkg/ca"
+	"github.com/meshplane/discovery/pkg/config"
+	"github.com/meshplane/discovery/pkg/leader"
+	"github.com/meshplane/discovery/pkg/model"
+	"github.com/meshplane/discovery/pkg/monitor"
+)
+
+// run wires the parts together and serves until ctx ends.
+func (o *serveOptions) run(ctx context.Context) error {
+	log := o.logger()
+	reg := prometheus.NewRegistry()
+	cfg, err := o.restConfig()
+	if err != nil {
+		return err
+	}
+	client, err := newKubeClient(cfg)
+	if err != nil {
+		return err
+	}
+	if client == nil && o.ca.Dir == "" {
+		if o.ca.Dir, err = defaultCADir(); err != nil {
+			return err
+		}
+		log.Info("file mode: keeping the CA in the default directory", "dir", o.ca.Dir)
+	}
+	if cfg != nil {
+		log.Info("reading the cluster", "host", cfg.Host, "namespace", o.namespace)
+	}
+
+	store := model.NewStore(model.StoreOptions{DomainSuffix: o.domainSuffix})
+	sources, fileSource, err := o.sources(cfg, log, reg)
+	if err != nil {
+		return err
+	}
+	mon := monitor.New(o.monitor, reg, log)
+	mon.HandleDebug("registryz", monitor.RegistryzHandler(store.World))
+	mon.HandleDebug("configz", monitor.ConfigzHandler(store.World))
+	if fileSource != nil {
+		fileSource.RegisterDebug(mon.Mux())
+	}
+
+	authority, err := ca.New(ctx, o.ca, client, log, reg)
+	if err != nil {
+		return fmt.Errorf("start CA: %w", err)
+	}
+
+	plain, secure := o.grpcServers(authority.ServerTLSConfig())
+	authority.Register(secure)
+
+	runner := leader.NewRunner(o.leader, client, o.namespace, leader.LeaseName(o.revision), identity(), log.With("component", "leader"))
+	runner.Add("monitor", false, mon.Start)
+	for _, src := range sources {
+		mon.AddReadyCheck("source "+src.Name(), synced(src))
+		runner.Add("source "+src.Name(), false, func(ctx context.Context) error { return src.Start(ctx, store) })
+	}
+	runner.Add("ca", false, authority.Start)
+	if client != nil {
+		publisher, err := authority.NewRootPublisher()
+		if err != nil {
+			return err
+		}
+		runner.Add("root-cert publisher", true, publisher.Start)
+	}
+	if plain != nil {
+		runner.Add("grpc", false, serveGRPC("grpc", o.grpcAddr, plain, log))
+	}
+	runner.Add("secure grpc", false, serveGRPC("secure grpc", o.secureAddr, secure, log))
+
+	log.Info("discovery starting", "version", currentVersion().Version, "revision", o.revision, "trustDomain", o.trustDomain)
+	err = runner.Start(ctx)
+	log.Info("discovery stopped", "err", err)
+	return err
+}
+
+func synced(src config.Source) func() error {
+	return func() error {
+		if !src.HasSynced() {
+			return errors.New("not synced yet")
+		}
+		return nil
+	}
+}
+
+// grpcServers builds the plaintext server (nil when turned off) and the TLS
+// server. The TLS server asks for a client certificate but does not require
+// one: callers authenticate by certificate or by token.
+func (o *serveOptions) grpcServers(tlsCfg *tls.Config) (plain, secure *grpc.Server) {
+	common := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(4 << 20),
+		grpc.MaxConcurrentStreams(1 << 16),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 15 * time.Second, PermitWithoutStream: true}),
+	}
+	if o.grpcAddr != "" {
+		plain = grpc.NewServer(common...)
+	}
+	secure = grpc.NewServer(append(common, grpc.Creds(credentials.NewTLS(tlsCfg)))...)
+	return plain, secure
+}
+
+// serveGRPC serves s on addr until ctx ends, then stops it gracefully:
+// streams get a few seconds to finish before they are cut.
+func serveGRPC(name, addr string, s *grpc.Server, log *slog.Logger) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("%s server: %w", name, err)
+		}
+		log.Info(name+" server listening", "addr", l.Addr().String())
+		errc := make(chan error, 1)
+		go func() { errc <- s.Serve(l) }()
+		select {
+		case err := <-errc:
+			return err
+		case <-ctx.Done():
+		}
+		stopped := make(chan struct{})
+		go func() { s.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(5 * time.Second):
+			s.Stop()
+		}
+		return nil
+	}
+}
