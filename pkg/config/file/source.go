@@ -86,6 +86,9 @@ func (s *Source) Status() Status {
 // directory cannot be read or watched at the start; later failures are
 // logged and the objects in force stay in force. A Source starts once.
 func (s *Source) Start(ctx context.Context, sink config.Sink) error {
+	if sink == nil {
+		return errors.New("config directory source: no sink")
+	}
 	if !s.started.CompareAndSwap(false, true) {
 		return errors.New("config directory source: already started")
 	}
