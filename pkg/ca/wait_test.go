@@ -2,6 +2,7 @@ package ca
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 )
@@ -21,3 +22,5 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 func contextWithCancel(t testing.TB) (context.Context, context.CancelFunc) {
 	return context.WithCancel(t.Context())
 }
+
+func containsString(s, sub string) bool { return sub != "" && strings.Contains(s, sub) }

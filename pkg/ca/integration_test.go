@@ -1,0 +1,273 @@
+package ca
+
+import (
+	"context"
+	"crypto"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/meshplane/discovery/internal/testenv"
+	pb "github.com/meshplane/discovery/proto/istio/v1/auth"
+)
+
+// runInBackground runs f until the test ends and waits for it to return.
+func runInBackground(t *testing.T, f func(context.Context) error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("background component: %v", err)
+		}
+	})
+}
+
+func createNamespace(t *testing.T, client kubernetes.Interface, name string) {
+	t.Helper()
+	_, err := client.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+}
+
+func serviceAccountToken(t *testing.T, client kubernetes.Interface, ns, sa, audience string) string {
+	t.Helper()
+	_, err := client.CoreV1().ServiceAccounts(ns).Create(t.Context(), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	tr, err := client.CoreV1().ServiceAccounts(ns).CreateToken(t.Context(), sa, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{Audiences: []string{audience}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr.Status.Token
+}
+
+func TestOnAPIServer(t *testing.T) {
+	env := testenv.Start(t)
+	t.Run("a service account's token buys a certificate that verifies against the published root", func(t *testing.T) {
+		testIssueOnAPIServer(t, env.Client)
+	})
+	t.Run("two replicas started together end with one and the same root", func(t *testing.T) {
+		testReplicasShareRoot(t, env.Client)
+	})
+	t.Run("plugged-in cacerts chain leaf to intermediate to root and a change is picked up", func(t *testing.T) {
+		testPluggedIn(t, env.Client)
+	})
+}
+
+func testIssueOnAPIServer(t *testing.T, client kubernetes.Interface) {
+	createNamespace(t, client, "istio-system")
+	createNamespace(t, client, "app")
+	createNamespace(t, client, "kube-system")
+	logs := &logBuffer{}
+	o := DefaultOptions()
+	c, err := New(t.Context(), o, client, newLogger(logs), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runInBackground(t, c.Start)
+	pub, err := c.NewRootPublisher()
+	if err != nil {
+		t.Fatal(err)
+	}
+	runInBackground(t, pub.Start)
+
+	cms := client.CoreV1().ConfigMaps("app")
+	var root []byte
+	waitFor(t, 30*time.Second, "istio-ca-root-cert in namespace app", func() bool {
+		cm, err := cms.Get(t.Context(), RootConfigMap, metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		root = []byte(cm.Data[RootConfigMapKey])
+		return true
+	})
+	roots, err := parseCerts(root)
+	if err != nil || len(roots) != 1 {
+		t.Fatalf("published root: %d certificates, %v", len(roots), err)
+	}
+
+	token := serviceAccountToken(t, client, "app", "sleep", "istio-ca")
+	id := "spiffe://cluster.local/ns/app/sa/sleep"
+	pc := dial(t, serve(t, c), root, "istio-system", nil)
+	resp, err := pc.CreateCertificate(ctxWithToken(t.Context(), token), &pb.IstioCertificateRequest{
+		Csr: string(makeCSR(t, ecKey(t), csrSpec{uris: []string{id}})), ValidityDuration: 86400,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	verifyLeaf(t, parseChain(t, resp.CertChain), roots[0], id, 24*time.Hour)
+
+	other := serviceAccountToken(t, client, "app", "sleep", "vault")
+	_, err = pc.CreateCertificate(ctxWithToken(t.Context(), other), &pb.IstioCertificateRequest{
+		Csr: string(makeCSR(t, ecKey(t), csrSpec{uris: []string{id}})),
+	})
+	if status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("token for audience vault: %v, want Unauthenticated", err)
+	}
+	for _, tok := range []string{token, other} {
+		if containsString(logs.String(), tok) {
+			t.Fatal("a token reached the log")
+		}
+	}
+
+	if err := cms.Delete(t.Context(), RootConfigMap, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "istio-ca-root-cert recreated after deletion", func() bool {
+		cm, err := cms.Get(t.Context(), RootConfigMap, metav1.GetOptions{})
+		return err == nil && cm.Data[RootConfigMapKey] == string(root)
+	})
+	if _, err := client.CoreV1().ConfigMaps("kube-system").Get(t.Context(), RootConfigMap, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("kube-system got the root ConfigMap: %v", err)
+	}
+}
+
+func testReplicasShareRoot(t *testing.T, client kubernetes.Interface) {
+	createNamespace(t, client, "race")
+	o := DefaultOptions()
+	o.Namespace = "race"
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	cas := make([]*CA, 2)
+	errs := make([]error, 2)
+	for i := range cas {
+		wg.Go(func() {
+			<-start
+			cas[i], errs[i] = New(t.Context(), o, client, newLogger(&logBuffer{}), nil)
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("replica %d: %v", i, err)
+		}
+	}
+	r0, r1 := cas[0].authority.Bundle().Root, cas[1].authority.Bundle().Root
+	if !r0.Equal(r1) {
+		t.Fatalf("replicas have different roots: %x and %x", r0.SerialNumber, r1.SerialNumber)
+	}
+	s, err := client.CoreV1().Secrets("race").Get(t.Context(), SecretSelfSigned, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, err := ParseBundle(s.Data)
+	if err != nil || !stored.Root.Equal(r0) {
+		t.Fatalf("istio-ca-secret holds another root (%v)", err)
+	}
+	// A restart reads the same root again.
+	again, err := New(t.Context(), o, client, newLogger(&logBuffer{}), nil)
+	if err != nil || !again.authority.Bundle().Root.Equal(r0) {
+		t.Fatalf("restarted replica: %v, same root %v", err, err == nil && again.authority.Bundle().Root.Equal(r0))
+	}
+}
+
+func testPluggedIn(t *testing.T, client kubernetes.Interface) {
+	createNamespace(t, client, "plugged")
+	secrets := client.CoreV1().Secrets("plugged")
+	root, data := pluggedInCA(t, "first")
+	if _, err := secrets.Create(t.Context(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: SecretPluggedIn}, Data: data}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	o := DefaultOptions()
+	o.Namespace = "plugged"
+	c, err := New(t.Context(), o, client, newLogger(&logBuffer{}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runInBackground(t, c.Start)
+	key := ecKey(t)
+	chain, _, err := c.authority.SignWorkload(key.Public(), Identity{"cluster.local", "app", "a"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certs := parseChain(t, chain)
+	if len(certs) != 3 || certs[1].Subject.CommonName != "first intermediate" {
+		t.Fatalf("chain of %d certificates, want leaf, intermediate, root", len(certs))
+	}
+	verifyLeaf(t, certs, root, idA, time.Hour)
+
+	// Over TLS: the serving certificate chains through the intermediate too.
+	pc := dial(t, serve(t, c), c.RootPEM(), "plugged", nil)
+	if _, err := pc.CreateCertificate(t.Context(), &pb.IstioCertificateRequest{Csr: string(makeCSR(t, key, csrSpec{uris: []string{idA}}))}); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("no credential: %v", err)
+	}
+
+	newRoot, newData := pluggedInCA(t, "second")
+	s, err := secrets.Get(t.Context(), SecretPluggedIn, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Data = newData
+	if _, err := secrets.Update(t.Context(), s, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the CA to pick up the changed cacerts", func() bool {
+		return c.authority.Bundle().Root.Equal(newRoot)
+	})
+	waitFor(t, 30*time.Second, "a serving certificate from the new CA", func() bool {
+		cur, _ := c.serving.getCertificate(nil)
+		return cur.Leaf.CheckSignatureFrom(c.authority.Bundle().Cert) == nil
+	})
+}
+
+// pluggedInCA makes a root and an intermediate as an operator would and
+// returns the root and the cacerts data.
+func pluggedInCA(t *testing.T, name string) (*x509.Certificate, map[string][]byte) {
+	t.Helper()
+	rootKey, interKey := ecKey(t), ecKey(t)
+	root := caCert(t, name+" root", nil, nil, rootKey)
+	inter := caCert(t, name+" intermediate", root, rootKey, interKey)
+	der, err := x509.MarshalPKCS8PrivateKey(interKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := func(c *x509.Certificate) []byte { return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw}) }
+	return root, map[string][]byte{
+		KeyCACert:    p(inter),
+		KeyCAKey:     pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}),
+		KeyCertChain: append(p(inter), p(root)...),
+		KeyRootCert:  p(root),
+	}
+}
+
+func caCert(t *testing.T, cn string, parent *x509.Certificate, parentKey, key crypto.Signer) *x509.Certificate {
+	t.Helper()
+	serial, _ := newSerial()
+	tmpl := &x509.Certificate{
+		SerialNumber: serial, Subject: pkix.Name{CommonName: cn},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(365 * 24 * time.Hour),
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign, BasicConstraintsValid: true, IsCA: true,
+	}
+	if parent == nil {
+		parent, parentKey = tmpl, key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, key.Public(), parentKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
