@@ -241,7 +241,9 @@ func pluggedInCA(t *testing.T, name string) (*x509.Certificate, map[string][]byt
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := func(c *x509.Certificate) []byte { return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw}) }
+	p := func(c *x509.Certificate) []byte {
+		return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})
+	}
 	return root, map[string][]byte{
 		KeyCACert:    p(inter),
 		KeyCAKey:     pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}),

@@ -21,9 +21,9 @@ import (
 
 // fakeTokens is what the fake API server's TokenReview knows.
 var fakeTokens = map[string]authenticationv1.TokenReviewStatus{
-	"token-a":    {Authenticated: true, User: authenticationv1.UserInfo{Username: "system:serviceaccount:app:a"}, Audiences: []string{"istio-ca"}},
-	"token-b":    {Authenticated: true, User: authenticationv1.UserInfo{Username: "system:serviceaccount:app:b"}, Audiences: []string{"istio-ca"}},
-	"token-node": {Authenticated: true, User: authenticationv1.UserInfo{Username: "system:serviceaccount:istio-system:ztunnel"}, Audiences: []string{"istio-ca"}},
+	"token-a":              {Authenticated: true, User: authenticationv1.UserInfo{Username: "system:serviceaccount:app:a"}, Audiences: []string{"istio-ca"}},
+	"token-b":              {Authenticated: true, User: authenticationv1.UserInfo{Username: "system:serviceaccount:app:b"}, Audiences: []string{"istio-ca"}},
+	"token-node":           {Authenticated: true, User: authenticationv1.UserInfo{Username: "system:serviceaccount:istio-system:ztunnel"}, Audiences: []string{"istio-ca"}},
 	"token-other-audience": {Error: `token audiences ["vault"] is invalid for the target audiences ["istio-ca"]`},
 	"token-audiences-unchecked": {Authenticated: true, User: authenticationv1.UserInfo{Username: "system:serviceaccount:app:a"},
 		Audiences: []string{"vault"}},
