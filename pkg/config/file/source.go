@@ -160,6 +160,7 @@ func (s *Source) reload(sink config.Sink, w *fsnotify.Watcher) error {
 	desired, dups := s.resolve()
 	events := diff(s.served, desired)
 	s.served = desired
+	before := len(s.Errors())
 	errs := s.publishStatus(dirErrs, dups)
 	if len(events) > 0 {
 		if _, err := sink.Apply(events...); err != nil {
@@ -173,8 +174,12 @@ func (s *Source) reload(sink config.Sink, w *fsnotify.Watcher) error {
 	s.metrics.reloads.WithLabelValues(result).Inc()
 	s.metrics.objects.Set(float64(len(desired)))
 	s.metrics.errors.Set(float64(len(errs)))
-	s.log.Info("config directory read", "files", len(s.files), "objects", len(desired),
-		"changes", len(events), "errors", len(errs))
+	level := slog.LevelDebug // a reload that changed nothing, as after a chmod
+	if len(events) > 0 || len(errs) != before {
+		level = slog.LevelInfo
+	}
+	s.log.Log(context.Background(), level, "config directory read", "files", len(s.files),
+		"objects", len(desired), "changes", len(events), "errors", len(errs))
 	return nil
 }
 
