@@ -1,0 +1,308 @@
+package gen
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/meshplane/discovery/pkg/model"
+)
+
+// Generator builds configuration for proxy classes and proxies. It keeps no
+// state between calls except a record of the warnings it has logged.
+type Generator struct {
+	log    *slog.Logger
+	warned sync.Map // VirtualService key@version -> true
+}
+
+// New returns a Generator that logs to log.
+func New(log *slog.Logger) *Generator { return &Generator{log: log} }
+
+// ClassConfig is the configuration shared by every proxy of one class for
+// one World: outbound clusters, endpoints, listeners and routes.
+type ClassConfig struct {
+	Class        string
+	WorldVersion uint64
+	// Sets holds one Set per type URL.
+	Sets map[string]*Set
+	// EndpointsOf lists the EDS resource names of each visible service.
+	EndpointsOf map[model.NamespacedName][]string
+	scope       *Scope
+	units       map[model.NamespacedName]*unit
+}
+
+// Scope returns what the class sees of its World.
+func (c *ClassConfig) Scope() *Scope { return c.scope }
+
+// unit is everything generated for one service; it is reused by the next
+// generation of the class when none of its inputs changed.
+type unit struct {
+	key                                    string
+	clusters, endpoints, listeners, routes []*Resource
+	edsRefs, routeRefs                     []string
+	svc                                    *model.Service
+}
+
+// ErrInconsistent is wrapped by errors about resources that reference
+// resources the configuration does not contain, or the reverse.
+var ErrInconsistent = errors.New("inconsistent configuration")
+
+// Class generates the configuration for the class of p. prev, the class's
+// previous configuration or nil, lets unchanged services reuse their
+// resources. Resources that fail validation are logged and left out; if the
+// result is not consistent, Class returns prev (the last good
+// configuration) and the error.
+func (g *Generator) Class(w *model.World, p *model.Proxy, prev *ClassConfig) (*ClassConfig, error) {
+	sc := NewScope(w, p)
+	cc := &ClassConfig{
+		Class: p.Class(), WorldVersion: w.Version, scope: sc,
+		EndpointsOf: map[model.NamespacedName][]string{}, units: map[model.NamespacedName]*unit{},
+	}
+	bs := map[string]*builder{}
+	for _, t := range TypeURLs {
+		bs[t] = newBuilder(t)
+	}
+	var edsRefs, routeRefs []string
+	for _, svc := range sc.Services {
+		u := g.serviceUnit(sc, svc, prev)
+		cc.units[svc.Key()] = u
+		for _, r := range u.endpoints {
+			cc.EndpointsOf[svc.Key()] = append(cc.EndpointsOf[svc.Key()], r.Name)
+		}
+		for t, rs := range map[string][]*Resource{ClusterType: u.clusters, EndpointType: u.endpoints, ListenerType: u.listeners, RouteType: u.routes} {
+			for _, r := range rs {
+				bs[t].reuse(r)
+			}
+		}
+		edsRefs = append(edsRefs, u.edsRefs...)
+		routeRefs = append(routeRefs, u.routeRefs...)
+	}
+	switch {
+	case p.IsGRPC():
+		// Proxyless gRPC: the per-service API listeners are all it needs.
+	case p.Type == model.ProxyRouter:
+		routeRefs = append(routeRefs, g.gateway(sc, bs)...)
+		g.fixed(bs)
+	default:
+		routeRefs = append(routeRefs, g.sidecarOutbound(sc, bs)...)
+		g.fixed(bs)
+	}
+	var errs []error
+	cc.Sets = map[string]*Set{}
+	for t, b := range bs {
+		errs = append(errs, b.errs...)
+		cc.Sets[t] = b.set()
+	}
+	for _, err := range errs {
+		g.log.Error("generated resource left out", "class", cc.Class, "error", err)
+	}
+	if err := consistent(cc.Sets, edsRefs, routeRefs); err != nil {
+		g.log.Error("configuration not published", "class", cc.Class, "world", w.Version, "error", err)
+		return prev, fmt.Errorf("class %s: %w", cc.Class, err)
+	}
+	return cc, nil
+}
+
+func (g *Generator) fixed(bs map[string]*builder) {
+	for _, c := range fixedClusters() {
+		bs[ClusterType].add(c.Name, c)
+	}
+}
+
+// sidecarOutbound adds the outbound listeners and the per-port routes for
+// hosts without an address; it returns the route names the listeners use.
+func (g *Generator) sidecarOutbound(sc *Scope, bs map[string]*builder) []string {
+	bs[ListenerType].add(VirtualOutbound, virtualOutbound())
+	ls, addressless := g.outboundListeners(sc)
+	var refs []string
+	for _, l := range ls {
+		bs[ListenerType].add(l.Name, l)
+		refs = append(refs, listenerRouteRefs(l)...)
+	}
+	for port, svcs := range addressless {
+		rc := g.portRoute(sc, port, svcs)
+		bs[RouteType].add(rc.Name, rc)
+	}
+	return refs
+}
+
+// serviceUnit generates, or reuses from prev, the resources of one service.
+func (g *Generator) serviceUnit(sc *Scope, svc *model.Service, prev *ClassConfig) *unit {
+	eps := sc.World.Endpoints(svc.Namespace, svc.Name)
+	hasVS := len(sc.vs[svc.Hostname]) > 0
+	key := ""
+	if !hasVS {
+		// A VirtualService may name other services; its routes are always
+		// rebuilt. Everything else depends on these objects only, and the
+		// World replaces an object when it changes.
+		key = fmt.Sprintf("%p|%p|%p", svc, eps, sc.destinationRuleConfig(svc.Hostname))
+	}
+	if prev != nil && key != "" {
+		if u := prev.units[svc.Key()]; u != nil && u.key == key {
+			return u
+		}
+	}
+	u := &unit{key: key, svc: svc}
+	grpc := sc.Proxy.IsGRPC()
+	subsets := sc.subsets(svc.Hostname)
+	for _, port := range svc.Ports {
+		if port.Protocol == model.ProtocolUDP {
+			continue
+		}
+		for _, ss := range subsets {
+			name := ClusterName(port.Port, ss.Name, svc.Hostname)
+			g.addTo(&u.clusters, name, ClusterType, edsCluster(name, port.Protocol, !grpc))
+			g.addTo(&u.endpoints, name, EndpointType, loadAssignment(name, port, eps, ss.Labels))
+			u.edsRefs = append(u.edsRefs, name)
+		}
+		if grpc {
+			name := RouteName(svc.Hostname, port.Port)
+			g.addTo(&u.listeners, name, ListenerType, apiListener(name))
+			g.addTo(&u.routes, name, RouteType, g.serviceRoute(sc, svc, port))
+			u.routeRefs = append(u.routeRefs, name)
+		} else if sc.Proxy.Type == model.ProxySidecar && port.Protocol.IsHTTP() && len(svc.Addresses) > 0 {
+			rc := g.serviceRoute(sc, svc, port, "*")
+			g.addTo(&u.routes, rc.Name, RouteType, rc)
+		}
+	}
+	return u
+}
+
+func (g *Generator) addTo(dst *[]*Resource, name, typeURL string, m proto.Message) {
+	r, err := NewResource(name, typeURL, m)
+	if err != nil {
+		g.log.Error("generated resource left out", "resource", name, "error", err)
+		return
+	}
+	*dst = append(*dst, r)
+}
+
+// UpdateEndpoints returns prev with the endpoints of services regenerated
+// from w, and the names of the EDS resources that changed. Everything else
+// is shared with prev.
+func (g *Generator) UpdateEndpoints(prev *ClassConfig, w *model.World, services []model.NamespacedName) (*ClassConfig, []string) {
+	eds := prev.Sets[EndpointType]
+	next := make(map[string]*Resource, len(eds.Resources))
+	for n, r := range eds.Resources {
+		next[n] = r
+	}
+	cc := *prev
+	cc.WorldVersion = w.Version
+	cc.units = make(map[model.NamespacedName]*unit, len(prev.units))
+	for k, u := range prev.units {
+		cc.units[k] = u
+	}
+	var changed []string
+	for _, nn := range services {
+		u := prev.units[nn]
+		if u == nil {
+			continue
+		}
+		svc := u.svc
+		eps := w.Endpoints(nn.Namespace, nn.Name)
+		nu := *u
+		nu.endpoints = nil
+		nu.key = ""
+		subsets := prev.scope.subsets(svc.Hostname)
+		for _, port := range svc.Ports {
+			if port.Protocol == model.ProtocolUDP {
+				continue
+			}
+			for _, ss := range subsets {
+				name := ClusterName(port.Port, ss.Name, svc.Hostname)
+				g.addTo(&nu.endpoints, name, EndpointType, loadAssignment(name, port, eps, ss.Labels))
+			}
+		}
+		for _, r := range nu.endpoints {
+			if old := next[r.Name]; old == nil || old.Hash != r.Hash {
+				next[r.Name] = r
+				changed = append(changed, r.Name)
+			}
+		}
+		cc.units[nn] = &nu
+	}
+	sets := make(map[string]*Set, len(prev.Sets))
+	for t, s := range prev.Sets {
+		sets[t] = s
+	}
+	if len(changed) > 0 {
+		sets[EndpointType] = NewSet(EndpointType, next)
+	}
+	cc.Sets = sets
+	sort.Strings(changed)
+	return &cc, changed
+}
+
+// listenerRouteRefs lists the RouteConfiguration names a listener uses.
+func listenerRouteRefs(l *listenerv3.Listener) []string {
+	var out []string
+	chains := append([]*listenerv3.FilterChain{}, l.GetFilterChains()...)
+	if l.GetDefaultFilterChain() != nil {
+		chains = append(chains, l.GetDefaultFilterChain())
+	}
+	for _, fc := range chains {
+		for _, f := range fc.GetFilters() {
+			if n := rdsName(f.GetTypedConfig()); n != "" {
+				out = append(out, n)
+			}
+		}
+	}
+	if n := rdsName(l.GetApiListener().GetApiListener()); n != "" {
+		out = append(out, n)
+	}
+	return out
+}
+
+// consistent checks that the EDS and RDS resources are exactly those the
+// clusters and listeners reference (go-control-plane's Snapshot.Consistent
+// rule, extended to API listeners).
+func consistent(sets map[string]*Set, edsRefs, routeRefs []string) error {
+	check := func(typeURL string, refs []string) error {
+		want := map[string]bool{}
+		for _, r := range refs {
+			want[r] = true
+		}
+		var missing, unused []string
+		for r := range want {
+			if sets[typeURL].Get(r) == nil {
+				missing = append(missing, r)
+			}
+		}
+		for _, n := range sets[typeURL].Names {
+			if !want[n] {
+				unused = append(unused, n)
+			}
+		}
+		if len(missing)+len(unused) == 0 {
+			return nil
+		}
+		sort.Strings(missing)
+		sort.Strings(unused)
+		return fmt.Errorf("%w: %s referenced but missing [%s], present but unreferenced [%s]",
+			ErrInconsistent, ShortType(typeURL), strings.Join(missing, " "), strings.Join(unused, " "))
+	}
+	return errors.Join(check(EndpointType, edsRefs), check(RouteType, routeRefs))
+}
+
+// rdsName returns the RDS route name of an HttpConnectionManager config, or
+// "" for anything else.
+func rdsName(a *anypb.Any) string {
+	if a == nil || a.GetTypeUrl() != hcmTypeURL {
+		return ""
+	}
+	var m hcmv3.HttpConnectionManager
+	if err := a.UnmarshalTo(&m); err != nil {
+		return ""
+	}
+	return m.GetRds().GetRouteConfigName()
+}
+
+var hcmTypeURL = "type.googleapis.com/" + string((&hcmv3.HttpConnectionManager{}).ProtoReflect().Descriptor().FullName())

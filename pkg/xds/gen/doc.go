@@ -1,0 +1,29 @@
+// Package gen turns a World into Envoy configuration.
+//
+// In: a *model.World and a *model.Proxy (its class: type, namespace,
+// generator, version).
+//
+// Out: validated, marshaled xDS resources (clusters, endpoints, listeners,
+// routes) grouped in Sets by type URL. Generation is a pure function of its
+// inputs. What depends only on a proxy's class (ClassConfig) is built once
+// per class and shared by every proxy of that class; the per-proxy part
+// (ProxyConfig: inbound clusters and the virtualInbound listener) is small.
+//
+// Names follow Istio's conventions: clusters outbound|PORT|SUBSET|HOST and
+// inbound|PORT||, BlackHoleCluster, PassthroughCluster,
+// InboundPassthroughCluster; listeners virtualOutbound (15001),
+// virtualInbound (15006) and 0.0.0.0_PORT; proxyless gRPC API listeners
+// HOST:PORT.
+//
+// Route shape: one RouteConfiguration per service port, named HOST:PORT,
+// selected by the service's address in the port's outbound listener (a
+// filter chain per address), plus one RouteConfiguration per port, named
+// PORT, for the hosts that have no address (headless services). Istio puts
+// every virtual host of a port into one RouteConfiguration named after the
+// port, so one VirtualService edit re-sends every visible service's routes
+// (about 1 MB per proxy at 1,000 services). Here the edit re-sends one small
+// RouteConfiguration. The proxy pays with one filter chain and one
+// HttpConnectionManager per service address on the port's listener and one
+// RDS subscription per service port; a service added or removed re-sends
+// the port's listener (LDS is state of the world either way).
+package gen

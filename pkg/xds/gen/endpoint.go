@@ -1,0 +1,85 @@
+package gen
+
+import (
+	"sort"
+	"strconv"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/meshplane/discovery/pkg/model"
+)
+
+// loadAssignment builds the ClusterLoadAssignment of one service port and
+// subset: endpoints grouped by locality (every group with a Locality and a
+// weight, as grpc-go requires), health from readiness, weight 1 each.
+func loadAssignment(name string, port model.Port, eps *model.ServiceEndpoints, subset map[string]string) *endpointv3.ClusterLoadAssignment {
+	cla := &endpointv3.ClusterLoadAssignment{ClusterName: name}
+	if eps == nil {
+		return cla
+	}
+	groups := map[model.Locality][]*endpointv3.LbEndpoint{}
+	for _, ep := range eps.Endpoints {
+		if !matchLabels(subset, ep.Labels) {
+			continue
+		}
+		target, ok := endpointPort(ep, port)
+		if !ok {
+			continue
+		}
+		health := corev3.HealthStatus_HEALTHY
+		if !ep.Ready {
+			health = corev3.HealthStatus_UNHEALTHY
+		}
+		groups[ep.Locality] = append(groups[ep.Locality], &endpointv3.LbEndpoint{
+			HostIdentifier:      &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{Address: socketAddress(ep.Address, target)}},
+			HealthStatus:        health,
+			LoadBalancingWeight: wrapperspb.UInt32(1),
+		})
+	}
+	locs := make([]model.Locality, 0, len(groups))
+	for l := range groups {
+		locs = append(locs, l)
+	}
+	sort.Slice(locs, func(i, j int) bool {
+		a, b := locs[i], locs[j]
+		if a.Region != b.Region {
+			return a.Region < b.Region
+		}
+		if a.Zone != b.Zone {
+			return a.Zone < b.Zone
+		}
+		return a.Subzone < b.Subzone
+	})
+	for _, l := range locs {
+		lbs := groups[l]
+		cla.Endpoints = append(cla.Endpoints, &endpointv3.LocalityLbEndpoints{
+			Locality:            &corev3.Locality{Region: l.Region, Zone: l.Zone, SubZone: l.Subzone},
+			LbEndpoints:         lbs,
+			LoadBalancingWeight: wrapperspb.UInt32(uint32(len(lbs))),
+		})
+	}
+	return cla
+}
+
+// endpointPort finds the port an endpoint serves for a service port: the
+// EndpointSlice port of the same name, else a numeric targetPort.
+func endpointPort(ep *model.Endpoint, port model.Port) (int32, bool) {
+	if p, ok := ep.PortFor(port.Name); ok {
+		return p, true
+	}
+	if n, err := strconv.Atoi(port.TargetPort); err == nil && n > 0 {
+		return int32(n), true
+	}
+	return 0, false
+}
+
+func matchLabels(selector, labels map[string]string) bool {
+	for k, v := range selector {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
+}

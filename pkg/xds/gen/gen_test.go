@@ -1,0 +1,143 @@
+package gen
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	networking "istio.io/api/networking/v1alpha3"
+	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/meshplane/discovery/pkg/model"
+	"github.com/meshplane/discovery/pkg/xds/internal/worldtest"
+)
+
+func sidecar(t testing.TB, ns string) *model.Proxy {
+	t.Helper()
+	p, err := model.ParseProxy("sidecar~10.9.0.1~client."+ns+"~"+ns+".svc.cluster.local", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func vsEvent(ns, name, host, rv string, weights ...int32) model.Event {
+	vs := &networkingv1.VirtualService{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, ResourceVersion: rv}}
+	vs.Spec.Hosts = []string{host}
+	hr := &networking.HTTPRoute{}
+	for i, w := range weights {
+		hr.Route = append(hr.Route, &networking.HTTPRouteDestination{
+			Destination: &networking.Destination{Host: host, Subset: []string{"a", "b"}[i%2]}, Weight: w,
+		})
+	}
+	vs.Spec.Http = []*networking.HTTPRoute{hr}
+	return model.Event{Op: model.OpUpsert, Key: model.Key{Kind: model.KindVirtualService, Namespace: ns, Name: name}, Object: vs}
+}
+
+// changed lists the names whose resource differs between two sets.
+func changed(a, b *Set) []string {
+	var out []string
+	for _, n := range b.Names {
+		if r := a.Get(n); r == nil || r.Hash != b.Get(n).Hash {
+			out = append(out, n)
+		}
+	}
+	for _, n := range a.Names {
+		if b.Get(n) == nil {
+			out = append(out, "-"+n)
+		}
+	}
+	return out
+}
+
+func TestIncrementalGeneration(t *testing.T) {
+	store := model.NewStore(model.StoreOptions{})
+	if _, err := store.Apply(worldtest.Mesh(50, 5, 3)...); err != nil {
+		t.Fatal(err)
+	}
+	g := New(quietLog())
+	p := sidecar(t, "ns-0")
+	before, err := g.Class(store.World(), p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("a VirtualService edit changes only that host's route", func(t *testing.T) {
+		if _, err := store.Apply(vsEvent("ns-3", "svc-3", "svc-3", "1", 90, 10)); err != nil {
+			t.Fatal(err)
+		}
+		after, err := g.Class(store.World(), p, before)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, typeURL := range []string{ClusterType, EndpointType, ListenerType} {
+			if c := changed(before.Sets[typeURL], after.Sets[typeURL]); len(c) != 0 {
+				t.Errorf("%s changed: %v", ShortType(typeURL), c)
+			}
+		}
+		got := changed(before.Sets[RouteType], after.Sets[RouteType])
+		// The VirtualService has no port match: it routes both HTTP ports.
+		want := "svc-3.ns-3.svc.cluster.local:7070,svc-3.ns-3.svc.cluster.local:80"
+		if strings.Join(got, ",") != want {
+			t.Errorf("routes changed: %v, want only %s", got, want)
+		}
+		before = after
+	})
+
+	t.Run("an endpoint change regenerates only that service's endpoints", func(t *testing.T) {
+		u, err := store.Apply(worldtest.Slice("ns-2", "svc-7", "10.200.0.1"))
+		if err != nil || u == nil {
+			t.Fatalf("apply: %v %v", u, err)
+		}
+		after, names := g.UpdateEndpoints(before, store.World(), []model.NamespacedName{{Namespace: "ns-2", Name: "svc-7"}})
+		want := "outbound|7070||svc-7.ns-2.svc.cluster.local,outbound|80||svc-7.ns-2.svc.cluster.local"
+		if strings.Join(names, ",") != want {
+			t.Errorf("changed EDS %v, want %s", names, want)
+		}
+		if c := changed(before.Sets[EndpointType], after.Sets[EndpointType]); strings.Join(c, ",") != want {
+			t.Errorf("EDS set changed %v, want %s", c, want)
+		}
+		for _, typeURL := range []string{ClusterType, ListenerType, RouteType} {
+			if after.Sets[typeURL] != before.Sets[typeURL] {
+				t.Errorf("%s set was rebuilt by an endpoint change", ShortType(typeURL))
+			}
+		}
+		full, err := g.Class(store.World(), p, after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := changed(after.Sets[EndpointType], full.Sets[EndpointType]); len(c) != 0 {
+			t.Errorf("incremental EDS differs from a full generation: %v", c)
+		}
+	})
+}
+
+func TestInvalidResourceIsNeverPublished(t *testing.T) {
+	store := model.NewStore(model.StoreOptions{})
+	if _, err := store.Apply(worldtest.Mesh(3, 1, 1)...); err != nil {
+		t.Fatal(err)
+	}
+	g := New(quietLog())
+	p := sidecar(t, "ns-0")
+	good, err := g.Class(store.World(), p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A regex Envoy's validation rejects (empty) in a header match makes
+	// the route invalid: it is left out, its listener's reference dangles,
+	// and the last good configuration stays.
+	ev := vsEvent("ns-0", "bad", "svc-0", "1", 100)
+	vs := ev.Object.(*networkingv1.VirtualService)
+	vs.Spec.Http[0].Match = []*networking.HTTPMatchRequest{{Uri: &networking.StringMatch{MatchType: &networking.StringMatch_Regex{Regex: ""}}}}
+	if _, err := store.Apply(ev); err != nil {
+		t.Fatal(err)
+	}
+	got, err := g.Class(store.World(), p, good)
+	if !errors.Is(err, ErrInconsistent) {
+		t.Fatalf("error %v, want ErrInconsistent", err)
+	}
+	if got != good {
+		t.Errorf("an inconsistent generation replaced the last good configuration")
+	}
+}

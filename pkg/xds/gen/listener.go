@@ -1,0 +1,240 @@
+package gen
+
+import (
+	"net/netip"
+	"sort"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	origdstv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/original_dst/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tcpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/meshplane/discovery/pkg/model"
+)
+
+// Listener names and ports of a sidecar.
+const (
+	VirtualOutbound     = "virtualOutbound"
+	VirtualInbound      = "virtualInbound"
+	VirtualOutboundPort = 15001
+	VirtualInboundPort  = 15006
+)
+
+func mustAny(m proto.Message) *anypb.Any {
+	a, err := anypb.New(m)
+	if err != nil {
+		// anypb.New fails only for a message without a registered type,
+		// which the generated Envoy types always have.
+		panic(err)
+	}
+	return a
+}
+
+func routerFilter() *hcmv3.HttpFilter {
+	return &hcmv3.HttpFilter{
+		Name:       "envoy.filters.http.router",
+		ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(&routerv3.Router{})},
+	}
+}
+
+// rdsManager is an HttpConnectionManager that fetches routeName over ADS and
+// ends its filters with the router, as grpc-go requires.
+func rdsManager(statPrefix, routeName string) *hcmv3.HttpConnectionManager {
+	return &hcmv3.HttpConnectionManager{
+		StatPrefix: statPrefix,
+		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{
+			ConfigSource: adsSource(), RouteConfigName: routeName,
+		}},
+		HttpFilters: []*hcmv3.HttpFilter{routerFilter()},
+	}
+}
+
+func inlineManager(statPrefix string, rc *routev3.RouteConfiguration) *hcmv3.HttpConnectionManager {
+	return &hcmv3.HttpConnectionManager{
+		StatPrefix:     statPrefix,
+		RouteSpecifier: &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: rc},
+		HttpFilters:    []*hcmv3.HttpFilter{routerFilter()},
+	}
+}
+
+func hcmFilter(m *hcmv3.HttpConnectionManager) *listenerv3.Filter {
+	return &listenerv3.Filter{
+		Name:       "envoy.filters.network.http_connection_manager",
+		ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: mustAny(m)},
+	}
+}
+
+func tcpFilter(statPrefix, cluster string) *listenerv3.Filter {
+	return &listenerv3.Filter{
+		Name: "envoy.filters.network.tcp_proxy",
+		ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: mustAny(&tcpv3.TcpProxy{
+			StatPrefix: statPrefix, ClusterSpecifier: &tcpv3.TcpProxy_Cluster{Cluster: cluster},
+		})},
+	}
+}
+
+// virtualOutbound captures outbound traffic on 15001 and hands each
+// connection to the listener of its original destination port; what no
+// listener claims passes through.
+func virtualOutbound() *listenerv3.Listener {
+	return &listenerv3.Listener{
+		Name:             VirtualOutbound,
+		Address:          socketAddress("0.0.0.0", VirtualOutboundPort),
+		UseOriginalDst:   wrapperspb.Bool(true),
+		TrafficDirection: corev3.TrafficDirection_OUTBOUND,
+		FilterChains: []*listenerv3.FilterChain{{
+			Name:    "PassthroughFilterChain",
+			Filters: []*listenerv3.Filter{tcpFilter(PassthroughCluster, PassthroughCluster)},
+		}},
+	}
+}
+
+// outboundListeners builds one listener per service port number, named
+// 0.0.0.0_PORT and not bound (virtualOutbound hands connections over). Each
+// service address on the port has its own filter chain: HTTP ports use RDS
+// with the service port's own RouteConfiguration (HOST:PORT), other ports
+// a TCP proxy to the service's cluster. Hosts without an address share the
+// default chain, which uses the RouteConfiguration named PORT.
+func (g *Generator) outboundListeners(sc *Scope) ([]*listenerv3.Listener, map[int32][]*model.Service) {
+	byPort := map[int32][]*model.Service{}
+	for _, svc := range sc.Services {
+		for _, p := range svc.Ports {
+			if p.Protocol != model.ProtocolUDP {
+				byPort[p.Port] = append(byPort[p.Port], svc)
+			}
+		}
+	}
+	ports := make([]int32, 0, len(byPort))
+	for p := range byPort {
+		ports = append(ports, p)
+	}
+	sort.Slice(ports, func(i, j int) bool { return ports[i] < ports[j] })
+	addressless := map[int32][]*model.Service{}
+	var out []*listenerv3.Listener
+	for _, port := range ports {
+		l := &listenerv3.Listener{
+			Name:             "0.0.0.0_" + itoa(port),
+			Address:          socketAddress("0.0.0.0", port),
+			BindToPort:       wrapperspb.Bool(false),
+			TrafficDirection: corev3.TrafficDirection_OUTBOUND,
+		}
+		seen := map[netip.Prefix]bool{}
+		for _, svc := range byPort[port] {
+			p, _ := svc.PortByNumber(port)
+			if len(svc.Addresses) == 0 {
+				if p.Protocol.IsHTTP() {
+					addressless[port] = append(addressless[port], svc)
+				}
+				continue
+			}
+			fc := serviceChain(svc, p, seen)
+			if fc != nil {
+				l.FilterChains = append(l.FilterChains, fc)
+			}
+		}
+		if len(addressless[port]) > 0 {
+			l.DefaultFilterChain = &listenerv3.FilterChain{
+				Name:    "addressless",
+				Filters: []*listenerv3.Filter{hcmFilter(rdsManager("outbound_0.0.0.0_"+itoa(port), itoa(port)))},
+			}
+		} else {
+			l.DefaultFilterChain = &listenerv3.FilterChain{
+				Name:    "PassthroughFilterChain",
+				Filters: []*listenerv3.Filter{tcpFilter(PassthroughCluster, PassthroughCluster)},
+			}
+		}
+		out = append(out, l)
+	}
+	return out, addressless
+}
+
+func serviceChain(svc *model.Service, p model.Port, seen map[netip.Prefix]bool) *listenerv3.FilterChain {
+	match := &listenerv3.FilterChainMatch{}
+	for _, a := range svc.Addresses {
+		ip, err := netip.ParseAddr(a)
+		if err != nil {
+			continue
+		}
+		pfx := netip.PrefixFrom(ip, ip.BitLen())
+		if seen[pfx] {
+			continue
+		}
+		seen[pfx] = true
+		match.PrefixRanges = append(match.PrefixRanges, &corev3.CidrRange{
+			AddressPrefix: ip.String(), PrefixLen: wrapperspb.UInt32(uint32(ip.BitLen())),
+		})
+	}
+	if len(match.PrefixRanges) == 0 {
+		return nil
+	}
+	name := RouteName(svc.Hostname, p.Port)
+	fc := &listenerv3.FilterChain{Name: name, FilterChainMatch: match}
+	if p.Protocol.IsHTTP() {
+		fc.Filters = []*listenerv3.Filter{hcmFilter(rdsManager("outbound_"+name, name))}
+	} else {
+		cluster := ClusterName(p.Port, "", svc.Hostname)
+		fc.Filters = []*listenerv3.Filter{tcpFilter(cluster, cluster)}
+	}
+	return fc
+}
+
+// InboundPort is one port of the proxy's own workload.
+type InboundPort struct {
+	Port     int32
+	Protocol model.Protocol
+}
+
+// virtualInbound accepts inbound traffic on 15006 with a filter chain per
+// pod port, to that port's inbound cluster; other ports pass through.
+func virtualInbound(ports []InboundPort) *listenerv3.Listener {
+	l := &listenerv3.Listener{
+		Name:             VirtualInbound,
+		Address:          socketAddress("0.0.0.0", VirtualInboundPort),
+		TrafficDirection: corev3.TrafficDirection_INBOUND,
+		ListenerFilters: []*listenerv3.ListenerFilter{{
+			Name:       "envoy.filters.listener.original_dst",
+			ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: mustAny(&origdstv3.OriginalDst{})},
+		}},
+		DefaultFilterChain: &listenerv3.FilterChain{
+			Name:    "InboundPassthroughFilterChain",
+			Filters: []*listenerv3.Filter{tcpFilter(InboundPassthroughCluster, InboundPassthroughCluster)},
+		},
+	}
+	for _, p := range ports {
+		cluster := InboundClusterName(p.Port)
+		fc := &listenerv3.FilterChain{
+			Name:             cluster,
+			FilterChainMatch: &listenerv3.FilterChainMatch{DestinationPort: wrapperspb.UInt32(uint32(p.Port))},
+		}
+		if p.Protocol.IsHTTP() {
+			rc := &routev3.RouteConfiguration{
+				Name: cluster,
+				VirtualHosts: []*routev3.VirtualHost{{
+					Name: "inbound|http|" + itoa(p.Port), Domains: []string{"*"},
+					Routes: []*routev3.Route{defaultRoute(cluster)},
+				}},
+			}
+			fc.Filters = []*listenerv3.Filter{hcmFilter(inlineManager(cluster, rc))}
+		} else {
+			fc.Filters = []*listenerv3.Filter{tcpFilter(cluster, cluster)}
+		}
+		l.FilterChains = append(l.FilterChains, fc)
+	}
+	return l
+}
+
+// apiListener is the Listener a proxyless gRPC client asks for when it dials
+// xds:///HOST:PORT: an API listener whose HttpConnectionManager fetches the
+// RouteConfiguration of the same name.
+func apiListener(name string) *listenerv3.Listener {
+	return &listenerv3.Listener{
+		Name:        name,
+		ApiListener: &listenerv3.ApiListener{ApiListener: mustAny(rdsManager("outbound_"+name, name))},
+	}
+}

@@ -1,0 +1,109 @@
+package gen
+
+import (
+	"sort"
+	"strconv"
+
+	"github.com/meshplane/discovery/pkg/model"
+)
+
+// ProxyConfig is everything one proxy is sent: its class's configuration
+// plus its own (inbound clusters and the virtualInbound listener), which
+// never share names with the class's.
+type ProxyConfig struct {
+	Class *ClassConfig
+	// Own holds the proxy's own resources per type URL (nil when none).
+	Own map[string]*Set
+	// InboundPorts are the pod ports the proxy receives traffic on.
+	InboundPorts []InboundPort
+}
+
+// Get returns the resource of typeURL named name, or nil.
+func (c *ProxyConfig) Get(typeURL, name string) *Resource {
+	if r := c.Own[typeURL].Get(name); r != nil {
+		return r
+	}
+	return c.Class.Sets[typeURL].Get(name)
+}
+
+// Version changes whenever any resource of typeURL changes.
+func (c *ProxyConfig) Version(typeURL string) string {
+	v := c.Class.Sets[typeURL].Version
+	if own := c.Own[typeURL]; own.Len() > 0 {
+		v += "-" + own.Version
+	}
+	return v
+}
+
+// Names returns every resource name of typeURL, the class's first.
+func (c *ProxyConfig) Names(typeURL string) []string {
+	cls := c.Class.Sets[typeURL]
+	own := c.Own[typeURL]
+	if own.Len() == 0 {
+		return cls.Names
+	}
+	out := make([]string, 0, cls.Len()+own.Len())
+	return append(append(out, cls.Names...), own.Names...)
+}
+
+// Len is the number of resources of typeURL.
+func (c *ProxyConfig) Len(typeURL string) int {
+	return c.Class.Sets[typeURL].Len() + c.Own[typeURL].Len()
+}
+
+// Proxy adds p's own configuration to its class's. Proxyless gRPC clients
+// and gateways have none; a sidecar gets an inbound cluster and a
+// virtualInbound filter chain for each port of the services that select
+// its labels.
+func (g *Generator) Proxy(w *model.World, p *model.Proxy, cls *ClassConfig) *ProxyConfig {
+	pc := &ProxyConfig{Class: cls, Own: map[string]*Set{}}
+	if p.IsGRPC() || p.Type != model.ProxySidecar {
+		return pc
+	}
+	pc.InboundPorts = inboundPorts(w, p)
+	clusters, listeners := newBuilder(ClusterType), newBuilder(ListenerType)
+	for _, ip := range pc.InboundPorts {
+		c := inboundCluster(ip.Port)
+		clusters.add(c.Name, c)
+	}
+	listeners.add(VirtualInbound, virtualInbound(pc.InboundPorts))
+	for _, err := range append(clusters.errs, listeners.errs...) {
+		g.log.Error("generated resource left out", "proxy", p.ID, "error", err)
+	}
+	pc.Own[ClusterType] = clusters.set()
+	pc.Own[ListenerType] = listeners.set()
+	return pc
+}
+
+// inboundPorts are the target ports of the services in p's namespace that
+// select p's labels; a named targetPort is looked up in the pod's
+// container ports.
+func inboundPorts(w *model.World, p *model.Proxy) []InboundPort {
+	if len(p.Labels()) == 0 {
+		return nil
+	}
+	pod := w.Pod(p.Namespace, p.PodName)
+	seen := map[int32]bool{}
+	var out []InboundPort
+	for _, svc := range w.ServicesSelecting(p.Namespace, p.Labels()) {
+		for _, sp := range svc.Ports {
+			if sp.Protocol == model.ProtocolUDP {
+				continue
+			}
+			port, err := strconv.Atoi(sp.TargetPort)
+			if err != nil {
+				if pod == nil || pod.ContainerPorts[sp.TargetPort] == 0 {
+					continue
+				}
+				port = int(pod.ContainerPorts[sp.TargetPort])
+			}
+			if port <= 0 || seen[int32(port)] {
+				continue
+			}
+			seen[int32(port)] = true
+			out = append(out, InboundPort{Port: int32(port), Protocol: sp.Protocol})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Port < out[j].Port })
+	return out
+}

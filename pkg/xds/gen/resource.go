@@ -1,0 +1,152 @@
+package gen
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"sort"
+
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+// Type URLs of the resources generated here.
+const (
+	ClusterType  = resourcev3.ClusterType
+	EndpointType = resourcev3.EndpointType
+	ListenerType = resourcev3.ListenerType
+	RouteType    = resourcev3.RouteType
+)
+
+// TypeURLs lists the generated types in the order ADS sends them.
+var TypeURLs = []string{ClusterType, EndpointType, ListenerType, RouteType}
+
+// ShortType is the short name of a type URL used in metrics: cds, eds, lds
+// or rds ("other" for anything else).
+func ShortType(typeURL string) string {
+	switch typeURL {
+	case ClusterType:
+		return "cds"
+	case EndpointType:
+		return "eds"
+	case ListenerType:
+		return "lds"
+	case RouteType:
+		return "rds"
+	}
+	return "other"
+}
+
+// Resource is one validated resource, marshaled once and shared.
+type Resource struct {
+	Name string
+	Any  *anypb.Any
+	// Hash identifies the content; it is the resource's version in delta xDS.
+	Hash string
+}
+
+// Size is the resource's marshaled size in bytes.
+func (r *Resource) Size() int { return len(r.Any.GetValue()) }
+
+type validator interface{ ValidateAll() error }
+
+var marshalOpts = proto.MarshalOptions{Deterministic: true}
+
+// NewResource validates m with Envoy's field constraints and marshals it.
+func NewResource(name, typeURL string, m proto.Message) (*Resource, error) {
+	if v, ok := m.(validator); ok {
+		if err := v.ValidateAll(); err != nil {
+			return nil, fmt.Errorf("validate %s %q: %w", ShortType(typeURL), name, err)
+		}
+	}
+	b, err := marshalOpts.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("marshal %s %q: %w", ShortType(typeURL), name, err)
+	}
+	sum := sha256.Sum256(b)
+	return &Resource{Name: name, Any: &anypb.Any{TypeUrl: typeURL, Value: b}, Hash: hex.EncodeToString(sum[:12])}, nil
+}
+
+// Set is every resource of one type, by name. A Set is never changed once
+// built.
+type Set struct {
+	TypeURL string
+	// Version changes whenever any resource of the set changes.
+	Version   string
+	Resources map[string]*Resource
+	// Names are the resource names, sorted.
+	Names []string
+}
+
+// NewSet builds a Set from resources (names must be unique).
+func NewSet(typeURL string, rs map[string]*Resource) *Set {
+	s := &Set{TypeURL: typeURL, Resources: rs, Names: make([]string, 0, len(rs))}
+	for n := range rs {
+		s.Names = append(s.Names, n)
+	}
+	sort.Strings(s.Names)
+	h := sha256.New()
+	for _, n := range s.Names {
+		h.Write([]byte(n))
+		h.Write([]byte{0})
+		h.Write([]byte(rs[n].Hash))
+		h.Write([]byte{0})
+	}
+	s.Version = hex.EncodeToString(h.Sum(nil)[:8])
+	return s
+}
+
+// Get returns the resource named name, or nil.
+func (s *Set) Get(name string) *Resource {
+	if s == nil {
+		return nil
+	}
+	return s.Resources[name]
+}
+
+// Len is the number of resources.
+func (s *Set) Len() int {
+	if s == nil {
+		return 0
+	}
+	return len(s.Resources)
+}
+
+// Bytes is the total marshaled size of the set.
+func (s *Set) Bytes() int {
+	n := 0
+	for _, r := range s.Resources {
+		n += r.Size()
+	}
+	return n
+}
+
+// builder collects resources of one type, validating each; a resource
+// that fails validation is reported and left out.
+type builder struct {
+	typeURL string
+	out     map[string]*Resource
+	errs    []error
+}
+
+func newBuilder(typeURL string) *builder {
+	return &builder{typeURL: typeURL, out: map[string]*Resource{}}
+}
+
+func (b *builder) add(name string, m proto.Message) {
+	if _, dup := b.out[name]; dup {
+		b.errs = append(b.errs, fmt.Errorf("duplicate %s %q", ShortType(b.typeURL), name))
+		return
+	}
+	r, err := NewResource(name, b.typeURL, m)
+	if err != nil {
+		b.errs = append(b.errs, err)
+		return
+	}
+	b.out[name] = r
+}
+
+func (b *builder) reuse(r *Resource) { b.out[r.Name] = r }
+
+func (b *builder) set() *Set { return NewSet(b.typeURL, b.out) }

@@ -1,0 +1,152 @@
+package gen
+
+import (
+	"sort"
+	"strings"
+
+	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
+
+	"github.com/meshplane/discovery/pkg/model"
+)
+
+// Scope is what one proxy class sees of a World: the visible services and
+// the Istio configuration that applies to them. It is built once per class
+// and generation and only read after.
+type Scope struct {
+	World *model.World
+	Proxy *model.Proxy
+	// Services are the visible services, sorted by namespace and name.
+	Services []*model.Service
+	visible  map[model.NamespacedName]bool
+	// vs maps a host to the VirtualServices that route it, in precedence
+	// order (the proxy's namespace first, then by namespace and name).
+	vs map[string][]*model.Config
+	// dr maps a host to its DestinationRule.
+	dr map[string]*model.Config
+}
+
+// NewScope computes what proxies of p's class see of w.
+func NewScope(w *model.World, p *model.Proxy) *Scope {
+	sc := &Scope{World: w, Proxy: p, visible: map[model.NamespacedName]bool{}, vs: map[string][]*model.Config{}, dr: map[string]*model.Config{}}
+	for _, s := range w.Services() {
+		if exportedTo(s.ExportTo, s.Namespace, p.Namespace) {
+			sc.Services = append(sc.Services, s)
+			sc.visible[s.Key()] = true
+		}
+	}
+	var vss []*model.Config
+	for _, c := range w.Configs(model.KindVirtualService) {
+		vs, ok := c.Object.(*networkingv1.VirtualService)
+		if ok && exportedTo(vs.Spec.GetExportTo(), c.Key.Namespace, p.Namespace) {
+			vss = append(vss, c)
+		}
+	}
+	// The proxy's own namespace takes precedence, as in Istio.
+	sort.SliceStable(vss, func(i, j int) bool {
+		return vss[i].Key.Namespace == p.Namespace && vss[j].Key.Namespace != p.Namespace
+	})
+	for _, c := range vss {
+		vs := c.Object.(*networkingv1.VirtualService)
+		for _, h := range vs.Spec.GetHosts() {
+			host := ResolveHost(h, c.Key.Namespace, w.DomainSuffix)
+			sc.vs[host] = append(sc.vs[host], c)
+		}
+	}
+	for _, c := range w.Configs(model.KindDestinationRule) {
+		dr, ok := c.Object.(*networkingv1.DestinationRule)
+		if !ok || !exportedTo(dr.Spec.GetExportTo(), c.Key.Namespace, p.Namespace) {
+			continue
+		}
+		host := ResolveHost(dr.Spec.GetHost(), c.Key.Namespace, w.DomainSuffix)
+		if prev, ok := sc.dr[host]; !ok || (c.Key.Namespace == p.Namespace && prev.Key.Namespace != p.Namespace) {
+			sc.dr[host] = c
+		}
+	}
+	return sc
+}
+
+// Visible reports whether the service ns/name is visible to the class.
+func (sc *Scope) Visible(nn model.NamespacedName) bool { return sc.visible[nn] }
+
+// VirtualServices returns the VirtualServices for host that apply to the
+// gateway or, for "mesh", to sidecars, in precedence order.
+func (sc *Scope) VirtualServices(host, gateway string) []*model.Config {
+	var out []*model.Config
+	for _, c := range sc.vs[host] {
+		if appliesTo(c, gateway) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// DestinationRule returns the DestinationRule for host, or nil.
+func (sc *Scope) DestinationRule(host string) *networkingv1.DestinationRule {
+	if c := sc.dr[host]; c != nil {
+		return c.Object.(*networkingv1.DestinationRule)
+	}
+	return nil
+}
+
+func (sc *Scope) destinationRuleConfig(host string) *model.Config { return sc.dr[host] }
+
+func appliesTo(c *model.Config, gateway string) bool {
+	vs := c.Object.(*networkingv1.VirtualService)
+	gws := vs.Spec.GetGateways()
+	if len(gws) == 0 {
+		return gateway == "mesh"
+	}
+	for _, g := range gws {
+		if g == gateway {
+			return true
+		}
+		// A gateway named without a namespace lives in the VirtualService's.
+		if !strings.Contains(g, "/") && g != "mesh" && c.Key.Namespace+"/"+g == gateway {
+			return true
+		}
+	}
+	return false
+}
+
+// exportedTo applies Istio's exportTo: empty or "*" is everywhere, "." the
+// object's own namespace, anything else a namespace name.
+func exportedTo(exportTo []string, ownNS, toNS string) bool {
+	if len(exportTo) == 0 {
+		return true
+	}
+	for _, e := range exportTo {
+		switch e {
+		case "*":
+			return true
+		case ".":
+			if ownNS == toNS {
+				return true
+			}
+		default:
+			if e == toNS {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// ResolveHost turns a host as written in an Istio config of namespace ns into
+// a FQDN: a short name (no dot) is a service of ns.
+func ResolveHost(h, ns, domainSuffix string) string {
+	if strings.Contains(h, ".") || h == "*" {
+		return h
+	}
+	return model.Hostname(h, ns, domainSuffix)
+}
+
+// ClusterName is Istio's name for an outbound cluster.
+func ClusterName(port int32, subset, host string) string {
+	return "outbound|" + itoa(port) + "|" + subset + "|" + host
+}
+
+// InboundClusterName is Istio's name for the cluster to a local port.
+func InboundClusterName(port int32) string { return "inbound|" + itoa(port) + "||" }
+
+// RouteName names the RouteConfiguration of one service port.
+func RouteName(host string, port int32) string { return host + ":" + itoa(port) }
