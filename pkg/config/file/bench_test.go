@@ -77,7 +77,7 @@ func BenchmarkInitialLoad(b *testing.B) {
 		src, w, _ := benchSource(b, 1000)
 		store := model.NewStore(model.StoreOptions{})
 		b.StartTimer()
-		if err := src.reload(store, w); err != nil {
+		if err := src.reload(b.Context(), store, w); err != nil {
 			b.Fatal(err)
 		}
 		if store.World().ServiceCount() != 1000 {
@@ -91,7 +91,7 @@ func BenchmarkInitialLoad(b *testing.B) {
 func BenchmarkReloadOneEdit(b *testing.B) {
 	src, w, dir := benchSource(b, 1000)
 	store := model.NewStore(model.StoreOptions{})
-	if err := src.reload(store, w); err != nil {
+	if err := src.reload(b.Context(), store, w); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
@@ -102,7 +102,7 @@ func BenchmarkReloadOneEdit(b *testing.B) {
 			b.Fatal(err)
 		}
 		before := store.World().Version
-		if err := src.reload(store, w); err != nil {
+		if err := src.reload(b.Context(), store, w); err != nil {
 			b.Fatal(err)
 		}
 		if store.World().Version != before+1 {

@@ -250,7 +250,7 @@ func (s *Source) buildStatus(dirErrs, dups []*DocError) Status {
 		perFile[d.File]++
 	}
 	st.Errors = append(st.Errors, dups...)
-	slices.SortFunc(st.Errors, lessDocError)
+	slices.SortFunc(st.Errors, compareDocErrors)
 	for _, rel := range slices.Sorted(maps.Keys(s.files)) {
 		fs := s.files[rel]
 		st.Files = append(st.Files, FileStatus{

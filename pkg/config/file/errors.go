@@ -61,8 +61,8 @@ func (e *DuplicateError) Error() string {
 		e.Key, e.FirstFile, e.FirstLine, e.FirstDoc)
 }
 
-// lessDocError orders errors by file, document, then item.
-func lessDocError(a, b *DocError) int {
+// compareDocErrors orders errors by file, document, item, then message.
+func compareDocErrors(a, b *DocError) int {
 	if c := strings.Compare(a.File, b.File); c != 0 {
 		return c
 	}

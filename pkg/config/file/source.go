@@ -101,7 +101,7 @@ func (s *Source) Start(ctx context.Context, sink config.Sink) error {
 			s.log.Warn("closing the directory watcher", "error", err)
 		}
 	}()
-	if err := s.reload(sink, w); err != nil {
+	if err := s.reload(ctx, sink, w); err != nil {
 		return err
 	}
 	s.synced.Store(true)
@@ -142,7 +142,7 @@ func (s *Source) watch(ctx context.Context, sink config.Sink, w *fsnotify.Watche
 			schedule()
 		case <-timer.C:
 			first = time.Time{}
-			if err := s.reload(sink, w); err != nil {
+			if err := s.reload(ctx, sink, w); err != nil {
 				s.log.Error("config directory not read; the objects in force stay in force", "error", err)
 			}
 		}
@@ -150,7 +150,7 @@ func (s *Source) watch(ctx context.Context, sink config.Sink, w *fsnotify.Watche
 }
 
 // reload reads the directory, works out what changed and applies it.
-func (s *Source) reload(sink config.Sink, w *fsnotify.Watcher) error {
+func (s *Source) reload(ctx context.Context, sink config.Sink, w *fsnotify.Watcher) error {
 	found, dirErrs, err := s.walk(w)
 	if err != nil {
 		s.metrics.reloads.WithLabelValues("failed").Inc()
@@ -178,7 +178,7 @@ func (s *Source) reload(sink config.Sink, w *fsnotify.Watcher) error {
 	if len(events) > 0 || len(errs) != before {
 		level = slog.LevelInfo
 	}
-	s.log.Log(context.Background(), level, "config directory read", "files", len(s.files),
+	s.log.Log(ctx, level, "config directory read", "files", len(s.files),
 		"objects", len(desired), "changes", len(events), "errors", len(errs))
 	return nil
 }
