@@ -1,0 +1,141 @@
+package push
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/meshplane/discovery/pkg/model"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func update(v uint64, kind model.Kind, name string) *model.Update {
+	return &model.Update{World: &model.World{Version: v}, Changes: []model.Change{{Key: model.Key{Kind: kind, Namespace: "ns", Name: name}}}}
+}
+
+func TestDebouncer(t *testing.T) {
+	tests := map[string]struct {
+		quiet, max time.Duration
+		updates    int
+		gap        time.Duration
+		wantMin    int // fewest pushes expected
+		wantMax    int
+	}{
+		"merges a burst into one push once the World is quiet": {quiet: 50 * time.Millisecond, max: 10 * time.Second, updates: 20, gap: time.Millisecond, wantMin: 1, wantMax: 1},
+		"pushes at the maximum delay while updates keep coming": {quiet: 200 * time.Millisecond, max: 100 * time.Millisecond, updates: 60, gap: 5 * time.Millisecond, wantMin: 2, wantMax: 30},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var mu sync.Mutex
+			var got []*Request
+			d := NewDebouncer(tc.quiet, tc.max, func(_ context.Context, r *Request) {
+				mu.Lock()
+				got = append(got, r)
+				mu.Unlock()
+			})
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error)
+			go func() { done <- d.Start(ctx) }()
+			for i := 0; i < tc.updates; i++ {
+				d.Enqueue(update(uint64(i+1), model.KindService, "s"+string(rune('a'+i%26))))
+				time.Sleep(tc.gap)
+			}
+			waitFor(t, "every update to be pushed", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				n := 0
+				for _, r := range got {
+					n += r.Updates
+				}
+				return n == tc.updates
+			})
+			cancel()
+			<-done
+			if len(got) < tc.wantMin || len(got) > tc.wantMax {
+				t.Errorf("%d pushes, want %d to %d", len(got), tc.wantMin, tc.wantMax)
+			}
+			if last := got[len(got)-1]; last.World.Version != uint64(tc.updates) {
+				t.Errorf("last push has World %d, want the newest %d", last.World.Version, tc.updates)
+			}
+		})
+	}
+}
+
+func TestRequestEndpointsOnly(t *testing.T) {
+	r := &Request{Changes: map[model.Key]model.Op{{Kind: model.KindEndpoints, Name: "a"}: model.OpUpsert}}
+	if !r.EndpointsOnly() {
+		t.Error("an endpoints change is not EndpointsOnly")
+	}
+	r.Changes[model.Key{Kind: model.KindVirtualService, Name: "v"}] = model.OpUpsert
+	if r.EndpointsOnly() {
+		t.Error("a VirtualService change is EndpointsOnly")
+	}
+}
+
+func TestQueueMergesAndBoundsConcurrency(t *testing.T) {
+	var running, peak, handled atomic.Int32
+	release := make(chan struct{})
+	var mu sync.Mutex
+	seen := map[int]int{}
+	q := NewQueue(3, func(a, b int) int { return a + b }, func(_ context.Context, k, v int) {
+		n := running.Add(1)
+		for {
+			p := peak.Load()
+			if n <= p || peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		<-release
+		mu.Lock()
+		seen[k] += v
+		mu.Unlock()
+		running.Add(-1)
+		handled.Add(1)
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- q.Start(ctx) }()
+	for k := 0; k < 10; k++ {
+		q.Push(k, 1)
+	}
+	waitFor(t, "three workers to start", func() bool { return running.Load() == 3 })
+	// Keys waiting merge; the ones being handled are queued again.
+	for k := 0; k < 10; k++ {
+		q.Push(k, 10)
+	}
+	close(release)
+	waitFor(t, "every key to be handled", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for k := 0; k < 10; k++ {
+			if seen[k] != 11 {
+				return false
+			}
+		}
+		return true
+	})
+	cancel()
+	<-done
+	if peak.Load() > 3 {
+		t.Errorf("%d handlers ran at once, want at most 3", peak.Load())
+	}
+	if h := handled.Load(); h > 13 {
+		t.Errorf("%d handler calls for 10 keys pushed twice: pushes did not merge", h)
+	}
+}
