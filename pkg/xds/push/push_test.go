@@ -37,7 +37,7 @@ func TestDebouncer(t *testing.T) {
 		wantMin    int // fewest pushes expected
 		wantMax    int
 	}{
-		"merges a burst into one push once the World is quiet": {quiet: 50 * time.Millisecond, max: 10 * time.Second, updates: 20, gap: time.Millisecond, wantMin: 1, wantMax: 1},
+		"merges a burst into one push once the World is quiet":  {quiet: 50 * time.Millisecond, max: 10 * time.Second, updates: 20, gap: time.Millisecond, wantMin: 1, wantMax: 1},
 		"pushes at the maximum delay while updates keep coming": {quiet: 200 * time.Millisecond, max: 100 * time.Millisecond, updates: 60, gap: 5 * time.Millisecond, wantMin: 2, wantMax: 30},
 	}
 	for name, tc := range tests {

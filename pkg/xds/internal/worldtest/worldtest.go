@@ -126,4 +126,3 @@ func Mesh(n, namespaces, endpointsPer int) []model.Event {
 }
 
 func ptr[T any](v T) *T { return &v }
-
