@@ -239,7 +239,7 @@ func compareEvents(a, b model.Event) int {
 }
 
 func (s *Source) buildStatus(dirErrs, dups []*DocError) Status {
-	st := Status{Dir: s.opts.Dir, Errors: append([]*DocError(nil), dirErrs...)}
+	st := Status{Dir: s.opts.Dir, Files: []FileStatus{}, Errors: append([]*DocError{}, dirErrs...)}
 	perFile := map[string]int{}
 	for _, rel := range slices.Sorted(maps.Keys(s.files)) {
 		fs := s.files[rel]

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -76,8 +77,8 @@ func (s *Source) Status() Status {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.status
-	st.Files = append([]FileStatus(nil), st.Files...)
-	st.Errors = append([]*DocError(nil), st.Errors...)
+	st.Files = slices.Clone(st.Files)
+	st.Errors = slices.Clone(st.Errors)
 	return st
 }
 
