@@ -73,6 +73,9 @@ func (s *Source) rel(abs string) string {
 // are returned as errors; only an unreadable Dir fails the walk.
 func (s *Source) walk(w *fsnotify.Watcher) ([]string, []*DocError, error) {
 	root := s.opts.Dir
+	if fi, err := os.Lstat(root); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+		root += string(filepath.Separator) // walk where the symlink points
+	}
 	var files []string
 	var dirErrs []*DocError
 	dirs := map[string]bool{}

@@ -183,7 +183,9 @@ func (p *parser) object(doc, item, line int, js []byte) {
 	hash := hex.EncodeToString(sum[:12])
 	// The Store tells Istio config revisions apart by resourceVersion: the
 	// content hash changes exactly when the content does.
-	obj.(metav1.Object).SetResourceVersion(hash)
+	if m, err := meta.Accessor(obj); err == nil {
+		m.SetResourceVersion(hash)
+	}
 	p.objs = append(p.objs, Object{Key: key, Object: obj, Doc: doc, Item: item, Line: line, Hash: hash})
 }
 

@@ -310,3 +310,21 @@ func TestDuplicateDefinitionsKeepTheFirstFile(t *testing.T) {
 		t.Errorf("errors = %v", errs)
 	}
 }
+
+func TestADirectoryGivenAsASymlinkIsFollowed(t *testing.T) {
+	base := t.TempDir()
+	writeFile(t, filepath.Join(base, "real/sub/a.yaml"), service("reviews", 9080))
+	link := filepath.Join(base, "config")
+	if err := os.Symlink("real", link); err != nil {
+		t.Fatal(err)
+	}
+	h := start(t, link)
+	if got := port(h.world(), "reviews"); got != 9080 {
+		t.Fatalf("port = %d, want 9080", got)
+	}
+	writeFile(t, filepath.Join(base, "real/sub/a.yaml"), service("reviews", 1234))
+	h.waitFor(t, "reviews on 1234", func() bool { return port(h.world(), "reviews") == 1234 })
+	if st := h.src.Status(); len(st.Files) != 1 || st.Files[0].Path != filepath.Join(link, "sub/a.yaml") {
+		t.Errorf("files = %+v", st.Files)
+	}
+}
