@@ -133,3 +133,24 @@ func TestDebugShowsFilesAndErrors(t *testing.T) {
 		t.Errorf("errors = %+v", got.Errors)
 	}
 }
+
+func TestDebounceWait(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	ms := time.Millisecond
+	tests := map[string]struct {
+		now  time.Time
+		want time.Duration
+	}{
+		"waits a full period after the first change":          {now: t0, want: 100 * ms},
+		"waits a full period after a change that follows":     {now: t0.Add(500 * ms), want: 100 * ms},
+		"waits no later than ten periods after the first":     {now: t0.Add(950 * ms), want: 50 * ms},
+		"reads at once when changes kept coming for too long": {now: t0.Add(2 * time.Second), want: 0},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := debounceWait(t0, tc.now, 100*ms); got != tc.want {
+				t.Errorf("wait = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

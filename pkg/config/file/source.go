@@ -121,8 +121,7 @@ func (s *Source) watch(ctx context.Context, sink config.Sink, w *fsnotify.Watche
 		if first.IsZero() {
 			first = now
 		}
-		wait := min(s.opts.Debounce, first.Add(10*s.opts.Debounce).Sub(now))
-		timer.Reset(max(wait, 0))
+		timer.Reset(debounceWait(first, now, s.opts.Debounce))
 	}
 	for {
 		select {
@@ -148,6 +147,13 @@ func (s *Source) watch(ctx context.Context, sink config.Sink, w *fsnotify.Watche
 			}
 		}
 	}
+}
+
+// debounceWait is how long to wait after a change at now, the first change
+// not yet read having come at first: quiet for debounce, but no later than
+// ten debounce periods after first.
+func debounceWait(first, now time.Time, debounce time.Duration) time.Duration {
+	return max(min(debounce, first.Add(10*debounce).Sub(now)), 0)
 }
 
 // reload reads the directory, works out what changed and applies it.
