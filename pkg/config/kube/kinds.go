@@ -9,14 +9,15 @@ import (
 	"sync"
 	"time"
 
+	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
+	securityv1 "istio.io/client-go/pkg/apis/security/v1"
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
-	istionetinformers "istio.io/client-go/pkg/informers/externalversions/networking/v1"
-	istiosecinformers "istio.io/client-go/pkg/informers/externalversions/security/v1"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	discoveryinformers "k8s.io/client-go/informers/discovery/v1"
 	"k8s.io/client-go/kubernetes"
@@ -52,32 +53,58 @@ var informers = map[model.Kind]newInformerFunc{
 		return coreinformers.NewNamespaceInformer(c.Kube, r, cache.Indexers{})
 	},
 	model.KindVirtualService: func(c Clients, r time.Duration) cache.SharedIndexInformer {
-		return istionetinformers.NewVirtualServiceInformer(c.Istio, all, r, cache.Indexers{})
+		return istioInformer[*networkingv1.VirtualServiceList](c.Istio, c.Istio.NetworkingV1().VirtualServices(all), &networkingv1.VirtualService{}, r)
 	},
 	model.KindDestinationRule: func(c Clients, r time.Duration) cache.SharedIndexInformer {
-		return istionetinformers.NewDestinationRuleInformer(c.Istio, all, r, cache.Indexers{})
+		return istioInformer[*networkingv1.DestinationRuleList](c.Istio, c.Istio.NetworkingV1().DestinationRules(all), &networkingv1.DestinationRule{}, r)
 	},
 	model.KindGateway: func(c Clients, r time.Duration) cache.SharedIndexInformer {
-		return istionetinformers.NewGatewayInformer(c.Istio, all, r, cache.Indexers{})
+		return istioInformer[*networkingv1.GatewayList](c.Istio, c.Istio.NetworkingV1().Gateways(all), &networkingv1.Gateway{}, r)
 	},
 	model.KindServiceEntry: func(c Clients, r time.Duration) cache.SharedIndexInformer {
-		return istionetinformers.NewServiceEntryInformer(c.Istio, all, r, cache.Indexers{})
+		return istioInformer[*networkingv1.ServiceEntryList](c.Istio, c.Istio.NetworkingV1().ServiceEntries(all), &networkingv1.ServiceEntry{}, r)
 	},
 	model.KindSidecar: func(c Clients, r time.Duration) cache.SharedIndexInformer {
-		return istionetinformers.NewSidecarInformer(c.Istio, all, r, cache.Indexers{})
+		return istioInformer[*networkingv1.SidecarList](c.Istio, c.Istio.NetworkingV1().Sidecars(all), &networkingv1.Sidecar{}, r)
 	},
 	model.KindWorkloadEntry: func(c Clients, r time.Duration) cache.SharedIndexInformer {
-		return istionetinformers.NewWorkloadEntryInformer(c.Istio, all, r, cache.Indexers{})
+		return istioInformer[*networkingv1.WorkloadEntryList](c.Istio, c.Istio.NetworkingV1().WorkloadEntries(all), &networkingv1.WorkloadEntry{}, r)
 	},
 	model.KindPeerAuthentication: func(c Clients, r time.Duration) cache.SharedIndexInformer {
-		return istiosecinformers.NewPeerAuthenticationInformer(c.Istio, all, r, cache.Indexers{})
+		return istioInformer[*securityv1.PeerAuthenticationList](c.Istio, c.Istio.SecurityV1().PeerAuthentications(all), &securityv1.PeerAuthentication{}, r)
 	},
 	model.KindAuthorizationPolicy: func(c Clients, r time.Duration) cache.SharedIndexInformer {
-		return istiosecinformers.NewAuthorizationPolicyInformer(c.Istio, all, r, cache.Indexers{})
+		return istioInformer[*securityv1.AuthorizationPolicyList](c.Istio, c.Istio.SecurityV1().AuthorizationPolicies(all), &securityv1.AuthorizationPolicy{}, r)
 	},
 	model.KindRequestAuthentication: func(c Clients, r time.Duration) cache.SharedIndexInformer {
-		return istiosecinformers.NewRequestAuthenticationInformer(c.Istio, all, r, cache.Indexers{})
+		return istioInformer[*securityv1.RequestAuthenticationList](c.Istio, c.Istio.SecurityV1().RequestAuthentications(all), &securityv1.RequestAuthentication{}, r)
 	},
+}
+
+// listerWatcher is what every typed Istio client offers.
+type listerWatcher[L runtime.Object] interface {
+	List(ctx context.Context, opts metav1.ListOptions) (L, error)
+	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
+}
+
+// istioInformer builds an informer for one Istio kind. istio.io/client-go's
+// generated informers list and watch with context.TODO() and do not tell
+// the reflector whether the client supports streaming lists; this one
+// passes the informer's context through, so stopping a kind (its CRD went
+// away) also cancels a list in flight, and lets a fake client opt out of
+// streaming lists as client-go's own fakes do.
+func istioInformer[L runtime.Object](client any, lw listerWatcher[L], example runtime.Object, resync time.Duration) cache.SharedIndexInformer {
+	return cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			return lw.List(ctx, opts)
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			return lw.Watch(ctx, opts)
+		},
+	}, client), example, cache.SharedIndexInformerOptions{
+		ResyncPeriod:      resync,
+		ObjectDescription: fmt.Sprintf("%T", example),
+	})
 }
 
 // watcher runs one kind's informer and turns its notifications into
@@ -129,7 +156,8 @@ func (w *watcher) start(ctx context.Context, wg *sync.WaitGroup) {
 	ctx, w.cancel = context.WithCancel(ctx)
 	wg.Go(func() { w.informer.RunWithContext(ctx) })
 	w.metrics.watched.WithLabelValues(string(w.kind)).Set(1)
-	w.log.Info("watching kind", "resource", w.kind.GroupVersionResource().String())
+	gvr := w.kind.GroupVersionResource()
+	w.log.Info("watching kind", "resource", gvr.GroupVersion().String()+"/"+gvr.Resource)
 }
 
 // stop ends the informer and reports every object it had reported as
