@@ -192,7 +192,9 @@ func TestCRDServes(t *testing.T) {
 		serves bool
 	}{
 		"serves an Established CRD with v1 served": {
-			crd:    func() *apiextv1.CustomResourceDefinition { return kubetest.MarkEstablished(kubetest.CRD(model.KindGateway)) },
+			crd: func() *apiextv1.CustomResourceDefinition {
+				return kubetest.MarkEstablished(kubetest.CRD(model.KindGateway))
+			},
 			serves: true,
 		},
 		"waits for a CRD that is not Established": {
