@@ -1,0 +1,19 @@
+{{- define "discovery.name" -}}discovery{{ .Values.suffix }}{{- end }}
+{{- define "discovery.istiod" -}}istiod{{ .Values.suffix }}{{- end }}
+{{- define "discovery.selector" -}}
+app: discovery
+istio.io/rev: {{ .Values.revisionName }}
+{{- end }}
+{{- define "discovery.labels" -}}
+{{ include "discovery.selector" . }}
+istio: pilot
+app.kubernetes.io/name: discovery
+app.kubernetes.io/part-of: discovery
+{{- end }}
+{{- define "discovery.host" -}}
+{{- if .Values.remote -}}
+{{ .Values.spec.values.global.remotePilotAddress }}
+{{- else -}}
+{{ include "discovery.istiod" . }}.{{ .Values.namespace }}.svc:15012
+{{- end -}}
+{{- end }}
