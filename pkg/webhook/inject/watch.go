@@ -1,0 +1,71 @@
+package inject
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Start watches the injection ConfigMap (and, unless SetNamespaceLister
+// was called, the namespaces) until ctx ends. Each change of the ConfigMap
+// is loaded as Load describes; deleting it keeps the configuration in
+// force. It returns nil when ctx ends.
+func (i *Injector) Start(ctx context.Context) error {
+	if i.client == nil {
+		i.synced.Store(true)
+		<-ctx.Done()
+		return nil
+	}
+	name := i.opts.ConfigMapName()
+	cmFactory := informers.NewSharedInformerFactoryWithOptions(i.client, 0,
+		informers.WithNamespace(i.opts.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
+		}))
+	defer cmFactory.Shutdown()
+	cmInformer := cmFactory.Core().V1().ConfigMaps().Informer()
+	if _, err := cmInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { i.onConfigMap(obj) },
+		UpdateFunc: func(_, obj any) { i.onConfigMap(obj) },
+		DeleteFunc: func(any) {
+			i.log.Warn("injection ConfigMap deleted; the config in force stays", "configmap", i.opts.Namespace+"/"+name)
+		},
+	}); err != nil {
+		return fmt.Errorf("watch injection ConfigMap: %w", err)
+	}
+	syncs := []cache.InformerSynced{cmInformer.HasSynced}
+	if i.namespaces.Load() == nil {
+		nsFactory := informers.NewSharedInformerFactory(i.client, 0)
+		defer nsFactory.Shutdown()
+		nsInformer := nsFactory.Core().V1().Namespaces()
+		syncs = append(syncs, nsInformer.Informer().HasSynced)
+		nsFactory.Start(ctx.Done())
+		// Until the informer has synced, a miss falls back to a GET.
+		lister := nsInformer.Lister()
+		i.namespaces.Store(&lister)
+	}
+	cmFactory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), syncs...) {
+		return nil // ctx ended first
+	}
+	i.synced.Store(true)
+	if len(cmInformer.GetStore().List()) == 0 {
+		i.log.Warn("injection ConfigMap not found; using the built-in config until it appears", "configmap", i.opts.Namespace+"/"+name)
+	}
+	<-ctx.Done()
+	return nil
+}
+
+func (i *Injector) onConfigMap(obj any) {
+	cm, ok := obj.(*corev1.ConfigMap)
+	if !ok || cm.Name != i.opts.ConfigMapName() {
+		return // the field selector should make this impossible; be sure
+	}
+	// Load logs and records a refused config; nothing more to do here.
+	_ = i.Load(cm)
+}
