@@ -1,0 +1,87 @@
+package server
+
+import (
+	"context"
+	"errors"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// watcher is the cache behind go-control-plane's server: it finds the
+// stream's conn (OnStreamRequest registered the request just before) and
+// lets the conn answer or park the watch.
+type watcher struct{ s *Server }
+
+var _ cachev3.Cache = watcher{}
+
+// CreateWatch answers or parks a state-of-the-world watch.
+func (wt watcher) CreateWatch(req *cachev3.Request, sub cachev3.Subscription, ch chan cachev3.Response) (func(), error) {
+	v, ok := wt.s.reqs.LoadAndDelete(req)
+	if !ok {
+		return nil, status.Error(codes.Internal, "request from an unknown stream")
+	}
+	c := v.(*conn)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := req.GetTypeUrl()
+	if c.reqs[t] == req {
+		delete(c.reqs, t)
+	}
+	c.observe(t, req.GetResponseNonce(), req.GetVersionInfo(), req.GetErrorDetail())
+	w := &sotwWatch{req: req, sub: sub, ch: ch, prevSubs: c.subs[t]}
+	subs := make(map[string]struct{}, len(sub.SubscribedResources()))
+	for n := range sub.SubscribedResources() {
+		subs[n] = struct{}{}
+	}
+	c.subs[t] = subs
+	if c.respondSotw(w, nil) {
+		return func() {}, nil
+	}
+	c.sotw[t] = w
+	return func() {
+		c.mu.Lock()
+		if c.sotw[t] == w {
+			delete(c.sotw, t)
+		}
+		c.mu.Unlock()
+	}, nil
+}
+
+// CreateDeltaWatch answers or parks a delta watch.
+func (wt watcher) CreateDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Subscription, ch chan cachev3.DeltaResponse) (func(), error) {
+	v, ok := wt.s.reqs.LoadAndDelete(req)
+	if !ok {
+		return nil, status.Error(codes.Internal, "request from an unknown stream")
+	}
+	c := v.(*conn)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := req.GetTypeUrl()
+	if c.reqs[t] == req {
+		delete(c.reqs, t)
+	}
+	c.observe(t, req.GetResponseNonce(), "", req.GetErrorDetail())
+	w := &deltaWatch{req: req, sub: sub, ch: ch}
+	if c.respondDelta(w, nil) {
+		return func() {}, nil
+	}
+	c.delta[t] = w
+	return func() {
+		c.mu.Lock()
+		if c.delta[t] == w {
+			delete(c.delta, t)
+		}
+		c.mu.Unlock()
+	}, nil
+}
+
+// errNoFetch is returned for REST polling, which proxies here do not use.
+var errNoFetch = errors.New("fetching configuration without a stream is not supported; use ADS")
+
+// Fetch refuses REST polling.
+func (watcher) Fetch(context.Context, *discovery.DiscoveryRequest) (cachev3.Response, error) {
+	return nil, status.Error(codes.Unimplemented, errNoFetch.Error())
+}

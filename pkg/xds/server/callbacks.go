@@ -1,0 +1,144 @@
+package server
+
+import (
+	"context"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/meshplane/discovery/pkg/model"
+	"github.com/meshplane/discovery/pkg/xds/gen"
+)
+
+// callbacks observe go-control-plane's streams: they register conns,
+// identify proxies, and record what was sent.
+type callbacks struct{ s *Server }
+
+var _ serverv3.Callbacks = callbacks{}
+
+func (cb callbacks) open(ctx context.Context, key streamKey) error {
+	ctl, _ := ctx.Value(ctlKey{}).(*streamCtl)
+	if ctl == nil {
+		ctl = newStreamCtl()
+	}
+	cb.s.conns.Store(key, newConn(cb.s, key, ctl))
+	return nil
+}
+
+func (cb callbacks) closed(key streamKey) {
+	v, ok := cb.s.conns.LoadAndDelete(key)
+	if !ok {
+		return
+	}
+	c := v.(*conn)
+	cb.s.queue.Remove(c)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	for _, r := range c.reqs {
+		cb.s.reqs.Delete(r)
+	}
+	if c.proxy != nil {
+		cb.s.m.proxies.Dec()
+		c.logger().Info("proxy disconnected", "connected", time.Since(c.connected).Round(time.Millisecond).String())
+	}
+}
+
+// request identifies the proxy on its first request and registers the
+// request for the CreateWatch call that follows.
+func (cb callbacks) request(key streamKey, typeURL string, node *corev3.Node, req any) error {
+	v, ok := cb.s.conns.Load(key)
+	if !ok {
+		return status.Error(codes.Internal, "request on an unknown stream")
+	}
+	c := v.(*conn)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.proxy == nil {
+		p, err := parseNode(node)
+		if err != nil {
+			cb.s.log.Warn("refused xDS stream", "error", err)
+			return status.Error(codes.InvalidArgument, err.Error())
+		}
+		c.proxy = p
+		cb.s.m.proxies.Inc()
+		c.logger().Info("proxy connected", "class", p.Class(), "delta", key.delta)
+		cb.s.enqueueInitial(c)
+	}
+	if old := c.reqs[typeURL]; old != nil {
+		cb.s.reqs.Delete(old)
+	}
+	c.reqs[typeURL] = req
+	cb.s.reqs.Store(req, c)
+	return nil
+}
+
+func parseNode(node *corev3.Node) (*model.Proxy, error) {
+	if node.GetId() == "" {
+		return nil, &model.NodeError{Field: "id", Reason: "the first request carries no node ID; expected " + model.NodeIDForm}
+	}
+	return model.ParseProxy(node.GetId(), node.GetMetadata().AsMap())
+}
+
+func (cb callbacks) sent(key streamKey, typeURL, version, nonce string) {
+	v, ok := cb.s.conns.Load(key)
+	if !ok {
+		return
+	}
+	c := v.(*conn)
+	c.mu.Lock()
+	st := c.typeStatus(typeURL)
+	st.SentVersion, st.SentNonce, st.Sent = version, nonce, time.Now()
+	c.mu.Unlock()
+	cb.s.m.pushes.WithLabelValues(gen.ShortType(typeURL)).Inc()
+}
+
+// OnStreamOpen registers a state-of-the-world stream.
+func (cb callbacks) OnStreamOpen(ctx context.Context, id int64, _ string) error {
+	return cb.open(ctx, streamKey{id: id})
+}
+
+// OnStreamClosed forgets a state-of-the-world stream.
+func (cb callbacks) OnStreamClosed(id int64, _ *corev3.Node) { cb.closed(streamKey{id: id}) }
+
+// OnDeltaStreamOpen registers a delta stream.
+func (cb callbacks) OnDeltaStreamOpen(ctx context.Context, id int64, _ string) error {
+	return cb.open(ctx, streamKey{delta: true, id: id})
+}
+
+// OnDeltaStreamClosed forgets a delta stream.
+func (cb callbacks) OnDeltaStreamClosed(id int64, _ *corev3.Node) {
+	cb.closed(streamKey{delta: true, id: id})
+}
+
+// OnStreamRequest handles a state-of-the-world request.
+func (cb callbacks) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) error {
+	return cb.request(streamKey{id: id}, req.GetTypeUrl(), req.GetNode(), req)
+}
+
+// OnStreamDeltaRequest handles a delta request.
+func (cb callbacks) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRequest) error {
+	return cb.request(streamKey{delta: true, id: id}, req.GetTypeUrl(), req.GetNode(), req)
+}
+
+// OnStreamResponse records a sent state-of-the-world response.
+func (cb callbacks) OnStreamResponse(_ context.Context, id int64, _ *discovery.DiscoveryRequest, resp *discovery.DiscoveryResponse) {
+	cb.sent(streamKey{id: id}, resp.GetTypeUrl(), resp.GetVersionInfo(), resp.GetNonce())
+}
+
+// OnStreamDeltaResponse records a sent delta response.
+func (cb callbacks) OnStreamDeltaResponse(id int64, _ *discovery.DeltaDiscoveryRequest, resp *discovery.DeltaDiscoveryResponse) {
+	cb.sent(streamKey{delta: true, id: id}, resp.GetTypeUrl(), resp.GetSystemVersionInfo(), resp.GetNonce())
+}
+
+// OnFetchRequest refuses REST polling.
+func (callbacks) OnFetchRequest(context.Context, *discovery.DiscoveryRequest) error {
+	return status.Error(codes.Unimplemented, errNoFetch.Error())
+}
+
+// OnFetchResponse is not called: fetching is refused.
+func (callbacks) OnFetchResponse(*discovery.DiscoveryRequest, *discovery.DiscoveryResponse) {}

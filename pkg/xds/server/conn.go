@@ -1,0 +1,410 @@
+package server
+
+import (
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/meshplane/discovery/pkg/model"
+	"github.com/meshplane/discovery/pkg/xds/gen"
+)
+
+// streamKey names a stream: go-control-plane numbers state-of-the-world
+// and delta streams separately.
+type streamKey struct {
+	delta bool
+	id    int64
+}
+
+// typeStatus is what /debug/syncz shows of one type on one stream.
+type typeStatus struct {
+	SentVersion  string    `json:"sentVersion,omitempty"`
+	SentNonce    string    `json:"sentNonce,omitempty"`
+	Sent         time.Time `json:"sent,omitzero"`
+	AckedVersion string    `json:"ackedVersion,omitempty"`
+	Acked        time.Time `json:"acked,omitzero"`
+	NACKs        int       `json:"nacks,omitempty"`
+	LastNACK     *nack     `json:"lastNack,omitempty"`
+	// pending is set while a response awaits the proxy's answer.
+	pending bool
+}
+
+type nack struct {
+	Version string    `json:"version"`
+	Nonce   string    `json:"nonce"`
+	Message string    `json:"message"`
+	Time    time.Time `json:"time"`
+}
+
+type sotwWatch struct {
+	req      *discovery.DiscoveryRequest
+	sub      cachev3.Subscription
+	ch       chan cachev3.Response
+	prevSubs map[string]struct{} // names subscribed before this request
+}
+
+type deltaWatch struct {
+	req *discovery.DeltaDiscoveryRequest
+	sub cachev3.Subscription
+	ch  chan cachev3.DeltaResponse
+}
+
+// conn is one xDS stream and the proxy on it. It is the cache behind
+// go-control-plane's server for that stream: a watch is answered with the
+// difference between the proxy's configuration and what the stream has
+// already returned, so a rejected response is never sent again unchanged.
+type conn struct {
+	s         *Server
+	key       streamKey
+	ctl       *streamCtl
+	connected time.Time
+
+	mu         sync.Mutex
+	proxy      *model.Proxy
+	cfg        *gen.ProxyConfig
+	sotw       map[string]*sotwWatch
+	delta      map[string]*deltaWatch
+	subs       map[string]map[string]struct{} // sotw names subscribed, by type
+	reqs       map[string]any                 // outstanding request pointers, by type
+	status     map[string]*typeStatus
+	unanswered int       // pushes with no open watch to answer
+	pushFirst  time.Time // first change of the push being delivered
+	closed     bool
+}
+
+func newConn(s *Server, key streamKey, ctl *streamCtl) *conn {
+	return &conn{
+		s: s, key: key, ctl: ctl, connected: time.Now(),
+		sotw: map[string]*sotwWatch{}, delta: map[string]*deltaWatch{},
+		subs: map[string]map[string]struct{}{}, reqs: map[string]any{}, status: map[string]*typeStatus{},
+	}
+}
+
+func (c *conn) logger() *slog.Logger {
+	if c.proxy == nil {
+		return c.s.log
+	}
+	return c.s.log.With("proxy", c.proxy.ID)
+}
+
+func (c *conn) typeStatus(t string) *typeStatus {
+	st := c.status[t]
+	if st == nil {
+		st = &typeStatus{}
+		c.status[t] = st
+	}
+	return st
+}
+
+// observe records what a request answers: an ACK or a NACK of the last
+// response of its type. Called with c.mu held.
+func (c *conn) observe(t, nonce, version string, errDetail *status.Status) {
+	st := c.typeStatus(t)
+	st.pending = false
+	c.unanswered = 0
+	if nonce == "" {
+		return
+	}
+	if errDetail != nil {
+		st.NACKs++
+		st.LastNACK = &nack{Version: st.SentVersion, Nonce: nonce, Message: errDetail.GetMessage(), Time: time.Now()}
+		c.s.m.reject(gen.ShortType(t))
+		c.logger().Warn("proxy rejected configuration; it keeps its last accepted version",
+			"type", gen.ShortType(t), "rejected", st.SentVersion, "kept", version, "nonce", nonce, "error", errDetail.GetMessage())
+		return
+	}
+	if nonce == st.SentNonce {
+		if version == "" { // delta requests carry no version
+			version = st.SentVersion
+		}
+		st.AckedVersion = version
+		st.Acked = time.Now()
+	}
+}
+
+func knownType(t string) bool {
+	for _, k := range gen.TypeURLs {
+		if k == t {
+			return true
+		}
+	}
+	return false
+}
+
+// respondSotw answers w if the stream lacks something of the proxy's
+// configuration, or if w is the first request of its type. Listener and
+// Cluster responses carry every subscribed resource; Route and Endpoint
+// responses carry only what changed or was newly subscribed. dirty, when
+// not nil, limits the Route and Endpoint names to look at. Called with c.mu
+// held; reports whether a response was handed over.
+func (c *conn) respondSotw(w *sotwWatch, dirty []string) bool {
+	if c.cfg == nil {
+		return false
+	}
+	t := w.req.GetTypeUrl()
+	initial := w.req.GetResponseNonce() == ""
+	if !knownType(t) {
+		if !initial {
+			return false
+		}
+		c.logger().Warn("request for a type this server does not serve; answered with no resources", "type", t)
+		return c.deliverSotw(w, &discovery.DiscoveryResponse{TypeUrl: t}, map[string]string{})
+	}
+	returned := w.sub.ReturnedResources()
+	wildcard := w.sub.IsWildcard()
+	subscribed := w.sub.SubscribedResources()
+	isNew := func(n string) bool {
+		if wildcard {
+			return false
+		}
+		_, was := w.prevSubs[n]
+		return !was
+	}
+	var names []string
+	if wildcard {
+		names = c.cfg.Names(t)
+	} else {
+		names = sortedKeys(subscribed)
+	}
+	var send []*gen.Resource
+	next := map[string]string{}
+	if t == gen.ListenerType || t == gen.ClusterType {
+		changed := initial
+		for _, n := range names {
+			r := c.cfg.Get(t, n)
+			if r == nil {
+				continue
+			}
+			send = append(send, r)
+			next[n] = r.Hash
+			changed = changed || returned[n] != r.Hash || isNew(n)
+		}
+		if !changed && len(next) == len(returned) {
+			return false
+		}
+	} else {
+		for n, h := range returned {
+			if _, ok := subscribed[n]; ok || wildcard {
+				next[n] = h
+			}
+		}
+		if dirty != nil {
+			names = dirty
+		}
+		for _, n := range names {
+			if _, ok := subscribed[n]; !ok && !wildcard {
+				continue
+			}
+			r := c.cfg.Get(t, n)
+			if r == nil || (returned[n] == r.Hash && !isNew(n)) {
+				continue
+			}
+			send = append(send, r)
+			next[n] = r.Hash
+		}
+		if len(send) == 0 && !initial {
+			return false
+		}
+	}
+	resp := &discovery.DiscoveryResponse{VersionInfo: c.cfg.Version(t), TypeUrl: t, Resources: anys(send)}
+	return c.deliverSotw(w, resp, next)
+}
+
+func (c *conn) deliverSotw(w *sotwWatch, resp *discovery.DiscoveryResponse, next map[string]string) bool {
+	select {
+	case w.ch <- &cachev3.PassthroughResponse{Request: w.req, DiscoveryResponse: resp, ReturnedResources: next}:
+	default:
+		// Each watch is answered at most once and the server's channel
+		// holds one response per type, so this does not happen.
+		c.logger().Error("xDS response channel full; response dropped", "type", resp.GetTypeUrl())
+		return false
+	}
+	c.delivered(resp.GetTypeUrl(), resp.GetResources())
+	return true
+}
+
+// respondDelta answers w with the resources whose version the stream does
+// not have and the names that no longer exist. Called with c.mu held.
+func (c *conn) respondDelta(w *deltaWatch, dirty []string) bool {
+	if c.cfg == nil {
+		return false
+	}
+	t := w.req.GetTypeUrl()
+	initial := w.req.GetResponseNonce() == ""
+	if !knownType(t) {
+		if !initial {
+			return false
+		}
+		c.logger().Warn("request for a type this server does not serve; answered with no resources", "type", t)
+		return c.deliverDelta(w, &discovery.DeltaDiscoveryResponse{TypeUrl: t}, map[string]string{})
+	}
+	returned := w.sub.ReturnedResources()
+	wildcard := w.sub.IsWildcard()
+	next := make(map[string]string, len(returned))
+	for n, v := range returned {
+		next[n] = v
+	}
+	var names []string
+	switch {
+	case dirty != nil:
+		names = dirty
+	case wildcard:
+		names = append(append([]string{}, c.cfg.Names(t)...), sortedKeys(w.sub.SubscribedResources())...)
+	default:
+		names = sortedKeys(w.sub.SubscribedResources())
+	}
+	var send []*discovery.Resource
+	var removed []string
+	seen := map[string]bool{}
+	for _, n := range names {
+		if seen[n] {
+			continue
+		}
+		seen[n] = true
+		if _, ok := w.sub.SubscribedResources()[n]; !ok && !wildcard {
+			continue
+		}
+		r := c.cfg.Get(t, n)
+		if r == nil {
+			if _, had := returned[n]; had {
+				removed = append(removed, n)
+				delete(next, n)
+			}
+			continue
+		}
+		if returned[n] != r.Hash {
+			send = append(send, &discovery.Resource{Name: n, Version: r.Hash, Resource: r.Any})
+			next[n] = r.Hash
+		}
+	}
+	if wildcard && dirty == nil {
+		for n := range returned {
+			if !seen[n] && c.cfg.Get(t, n) == nil {
+				removed = append(removed, n)
+				delete(next, n)
+			}
+		}
+	}
+	if len(send) == 0 && len(removed) == 0 && !initial {
+		return false
+	}
+	sort.Strings(removed)
+	resp := &discovery.DeltaDiscoveryResponse{SystemVersionInfo: c.cfg.Version(t), TypeUrl: t, Resources: send, RemovedResources: removed}
+	return c.deliverDelta(w, resp, next)
+}
+
+func (c *conn) deliverDelta(w *deltaWatch, resp *discovery.DeltaDiscoveryResponse, next map[string]string) bool {
+	select {
+	case w.ch <- &cachev3.DeltaPassthroughResponse{DeltaRequest: w.req, DeltaDiscoveryResponse: resp, NextVersionMap: next}:
+	default:
+		c.logger().Error("xDS response channel full; response dropped", "type", resp.GetTypeUrl())
+		return false
+	}
+	size := 0
+	for _, r := range resp.GetResources() {
+		size += len(r.GetResource().GetValue())
+	}
+	c.deliveredSize(resp.GetTypeUrl(), size)
+	return true
+}
+
+func (c *conn) delivered(t string, rs []*anypb.Any) {
+	size := 0
+	for _, a := range rs {
+		size += len(a.GetValue())
+	}
+	c.deliveredSize(t, size)
+}
+
+func (c *conn) deliveredSize(t string, size int) {
+	c.typeStatus(t).pending = true
+	c.s.m.configSize.WithLabelValues(gen.ShortType(t)).Observe(float64(size))
+	if !c.pushFirst.IsZero() {
+		c.s.m.convergence.Observe(time.Since(c.pushFirst).Seconds())
+		c.pushFirst = time.Time{}
+	}
+}
+
+// setConfig installs a new configuration and answers the open watches of
+// the types in dirty (every type when dirty is nil; a nil name list means
+// every name of that type). A type changed while the proxy has not
+// answered its last response counts against MaxUnackedPushes.
+func (c *conn) setConfig(cfg *gen.ProxyConfig, dirty map[string][]string, first time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return
+	}
+	c.cfg = cfg
+	if !first.IsZero() {
+		c.pushFirst = first
+	}
+	types := gen.TypeURLs
+	if dirty != nil {
+		types = sortedKeys(dirty)
+	}
+	if dirty == nil {
+		// Unknown types wait for the first configuration like the others.
+		for t := range c.sotw {
+			if !knownType(t) {
+				types = append(types, t)
+			}
+		}
+		for t := range c.delta {
+			if !knownType(t) {
+				types = append(types, t)
+			}
+		}
+	}
+	stalled := false
+	for _, t := range types {
+		names := dirty[t]
+		if w := c.sotw[t]; w != nil {
+			if c.respondSotw(w, names) {
+				delete(c.sotw, t)
+			}
+			continue
+		}
+		if w := c.delta[t]; w != nil {
+			if c.respondDelta(w, names) {
+				delete(c.delta, t)
+			}
+			continue
+		}
+		if st := c.status[t]; st != nil && st.pending {
+			stalled = true
+		}
+	}
+	if stalled {
+		c.unanswered++
+		if c.unanswered > c.s.opts.MaxUnackedPushes {
+			c.logger().Warn("closing xDS stream: the proxy has not answered its last response through many pushes",
+				"pushes", c.unanswered, "limit", c.s.opts.MaxUnackedPushes)
+			c.s.m.streamsClosed.WithLabelValues("unacked").Inc()
+			c.ctl.kill("the proxy did not acknowledge configuration in time")
+		}
+	}
+}
+
+func anys(rs []*gen.Resource) []*anypb.Any {
+	out := make([]*anypb.Any, len(rs))
+	for i, r := range rs {
+		out[i] = r.Any
+	}
+	return out
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,236 @@
+package server
+
+import (
+	"encoding/json"
+	"net/http"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	adminv3 "github.com/envoyproxy/go-control-plane/envoy/admin/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/meshplane/discovery/pkg/xds/gen"
+	"github.com/meshplane/discovery/pkg/xds/push"
+)
+
+// RegisterDebug serves /debug/syncz, /debug/config_dump?proxyID=ID and
+// /debug/push_status on mux.
+func (s *Server) RegisterDebug(mux *http.ServeMux) {
+	mux.HandleFunc("/debug/syncz", s.syncz)
+	mux.HandleFunc("/debug/config_dump", s.configDump)
+	mux.HandleFunc("/debug/push_status", s.pushStatus)
+}
+
+// SyncStatus is one stream's row in /debug/syncz.
+type SyncStatus struct {
+	ProxyID   string                 `json:"proxy"`
+	Class     string                 `json:"class"`
+	Delta     bool                   `json:"delta"`
+	Connected time.Time              `json:"connected"`
+	Types     map[string]*typeStatus `json:"types"`
+}
+
+// Syncz returns every identified stream's status, sorted by proxy ID.
+func (s *Server) Syncz() []SyncStatus {
+	var out []SyncStatus
+	s.conns.Range(func(_, v any) bool {
+		c := v.(*conn)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.proxy == nil {
+			return true
+		}
+		row := SyncStatus{ProxyID: c.proxy.ID, Class: c.proxy.Class(), Delta: c.key.delta, Connected: c.connected, Types: map[string]*typeStatus{}}
+		for t, st := range c.status {
+			cp := *st
+			row.Types[gen.ShortType(t)] = &cp
+		}
+		out = append(out, row)
+		return true
+	})
+	sort.Slice(out, func(i, j int) bool { return out[i].ProxyID < out[j].ProxyID })
+	return out
+}
+
+func (s *Server) syncz(w http.ResponseWriter, _ *http.Request) { writeJSON(w, s.Syncz()) }
+
+// configDump answers with what the proxy is sent, in the shape of Envoy's
+// /config_dump.
+func (s *Server) configDump(w http.ResponseWriter, r *http.Request) {
+	id := r.URL.Query().Get("proxyID")
+	if id == "" {
+		http.Error(w, "missing proxyID query parameter", http.StatusBadRequest)
+		return
+	}
+	var found *conn
+	s.conns.Range(func(_, v any) bool {
+		c := v.(*conn)
+		c.mu.Lock()
+		match := c.proxy != nil && c.proxy.ID == id && c.cfg != nil
+		c.mu.Unlock()
+		if match {
+			found = c
+		}
+		return !match
+	})
+	if found == nil {
+		http.Error(w, "no connected proxy with that ID", http.StatusNotFound)
+		return
+	}
+	dump, err := found.configDump()
+	if err != nil {
+		s.log.Error("config dump", "proxy", id, "error", err)
+		http.Error(w, "cannot render the configuration", http.StatusInternalServerError)
+		return
+	}
+	b, err := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(dump)
+	if err != nil {
+		http.Error(w, "cannot render the configuration", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(b)
+}
+
+func (c *conn) configDump() (*adminv3.ConfigDump, error) {
+	c.mu.Lock()
+	cfg := c.cfg
+	versions := map[string]string{}
+	for t, st := range c.status {
+		versions[t] = st.SentVersion
+	}
+	c.mu.Unlock()
+	each := func(t string, fn func(name string, m *anypb.Any)) {
+		for _, n := range cfg.Names(t) {
+			fn(n, cfg.Get(t, n).Any)
+		}
+	}
+	clusters := &adminv3.ClustersConfigDump{VersionInfo: versions[gen.ClusterType]}
+	each(gen.ClusterType, func(_ string, a *anypb.Any) {
+		clusters.DynamicActiveClusters = append(clusters.DynamicActiveClusters, &adminv3.ClustersConfigDump_DynamicCluster{VersionInfo: versions[gen.ClusterType], Cluster: a})
+	})
+	listeners := &adminv3.ListenersConfigDump{VersionInfo: versions[gen.ListenerType]}
+	each(gen.ListenerType, func(n string, a *anypb.Any) {
+		listeners.DynamicListeners = append(listeners.DynamicListeners, &adminv3.ListenersConfigDump_DynamicListener{
+			Name: n, ActiveState: &adminv3.ListenersConfigDump_DynamicListenerState{VersionInfo: versions[gen.ListenerType], Listener: a},
+		})
+	})
+	routes := &adminv3.RoutesConfigDump{}
+	each(gen.RouteType, func(_ string, a *anypb.Any) {
+		routes.DynamicRouteConfigs = append(routes.DynamicRouteConfigs, &adminv3.RoutesConfigDump_DynamicRouteConfig{VersionInfo: versions[gen.RouteType], RouteConfig: a})
+	})
+	endpoints := &adminv3.EndpointsConfigDump{}
+	each(gen.EndpointType, func(_ string, a *anypb.Any) {
+		endpoints.DynamicEndpointConfigs = append(endpoints.DynamicEndpointConfigs, &adminv3.EndpointsConfigDump_DynamicEndpointConfig{VersionInfo: versions[gen.EndpointType], EndpointConfig: a})
+	})
+	out := &adminv3.ConfigDump{}
+	for _, m := range []proto.Message{clusters, listeners, routes, endpoints} {
+		a, err := anypb.New(m)
+		if err != nil {
+			return nil, err
+		}
+		out.Configs = append(out.Configs, a)
+	}
+	return out, nil
+}
+
+// record is one push in /debug/push_status.
+type record struct {
+	Version  uint64         `json:"world"`
+	Start    time.Time      `json:"start"`
+	Reasons  map[string]int `json:"reasons"`
+	Full     int            `json:"fullPushes"`
+	EDS      int            `json:"edsPushes"`
+	Duration string         `json:"duration,omitempty"`
+
+	mu      sync.Mutex
+	pending atomic.Int64
+	sealed  atomic.Bool
+}
+
+func (r *record) enqueue(full bool) {
+	r.mu.Lock()
+	if full {
+		r.Full++
+	} else {
+		r.EDS++
+	}
+	r.mu.Unlock()
+	r.pending.Add(1)
+}
+
+// enqueued marks the end of enqueueing; the push is done when every
+// proxy has been handled.
+func (r *record) enqueued() {
+	r.sealed.Store(true)
+	if r.pending.Load() == 0 {
+		r.finish()
+	}
+}
+
+func (r *record) done() {
+	if r.pending.Add(-1) == 0 && r.sealed.Load() {
+		r.finish()
+	}
+}
+
+func (r *record) finish() {
+	r.mu.Lock()
+	if r.Duration == "" {
+		r.Duration = time.Since(r.Start).Round(time.Microsecond).String()
+	}
+	r.mu.Unlock()
+}
+
+// history keeps the last pushes.
+type history struct {
+	mu   sync.Mutex
+	size int
+	recs []*record
+}
+
+func newHistory(size int) *history { return &history{size: size} }
+
+func (h *history) begin(req *push.Request, reasons map[string]int) *record {
+	r := &record{Version: req.World.Version, Start: time.Now(), Reasons: reasons}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.recs = append(h.recs, r)
+	if len(h.recs) > h.size {
+		h.recs = h.recs[len(h.recs)-h.size:]
+	}
+	return r
+}
+
+func (s *Server) pushStatus(w http.ResponseWriter, _ *http.Request) {
+	s.history.mu.Lock()
+	recs := append([]*record{}, s.history.recs...)
+	s.history.mu.Unlock()
+	type row struct {
+		Version  uint64         `json:"world"`
+		Start    time.Time      `json:"start"`
+		Reasons  map[string]int `json:"reasons"`
+		Full     int            `json:"fullPushes"`
+		EDS      int            `json:"edsPushes"`
+		Duration string         `json:"duration,omitempty"`
+	}
+	out := make([]row, 0, len(recs))
+	for i := len(recs) - 1; i >= 0; i-- {
+		r := recs[i]
+		r.mu.Lock()
+		out = append(out, row{r.Version, r.Start, r.Reasons, r.Full, r.EDS, r.Duration})
+		r.mu.Unlock()
+	}
+	writeJSON(w, out)
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}

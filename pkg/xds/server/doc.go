@@ -1,0 +1,18 @@
+// Package server delivers generated configuration to proxies over xDS.
+//
+// In: a model.Store (the current World and its Updates), proxies'
+// discovery requests over gRPC.
+//
+// Out: the AggregatedDiscoveryService (state of the world and delta,
+// ordered ADS) and the per-type CDS, EDS, LDS and RDS services, all built on
+// go-control-plane's server/v3 with this package's own cache behind it (see
+// conn.go). Updates go through push.Debouncer; each proxy for which a change
+// matters gets one merged item in a push.Queue; configuration is generated
+// once per proxy class (gen.ClassConfig) and sent as the difference from
+// what the proxy already has. A rejected response (NACK) is counted and
+// logged; the proxy keeps its last good configuration and is sent nothing
+// more for that type until the configuration changes.
+//
+// Debug handlers: /debug/syncz, /debug/config_dump?proxyID=ID and
+// /debug/push_status.
+package server

@@ -1,0 +1,279 @@
+package server
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"time"
+
+	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
+
+	"github.com/meshplane/discovery/pkg/model"
+	"github.com/meshplane/discovery/pkg/xds/gen"
+	"github.com/meshplane/discovery/pkg/xds/push"
+)
+
+// pushItem is what one proxy is due: a full push, or new endpoints of some
+// services. Items for one proxy merge while they wait.
+type pushItem struct {
+	full     bool
+	eds      map[model.NamespacedName]bool
+	world    *model.World
+	first    time.Time // first change behind the item
+	enqueued time.Time
+	records  []*record
+}
+
+func mergeItems(a, b *pushItem) *pushItem {
+	out := &pushItem{full: a.full || b.full, world: b.world, first: a.first, enqueued: a.enqueued}
+	if b.first.Before(out.first) {
+		out.first = b.first
+	}
+	if !out.full {
+		out.eds = map[model.NamespacedName]bool{}
+		for k := range a.eds {
+			out.eds[k] = true
+		}
+		for k := range b.eds {
+			out.eds[k] = true
+		}
+	}
+	out.records = append(append(out.records, a.records...), b.records...)
+	return out
+}
+
+// enqueueInitial queues the first, full push of a newly identified proxy.
+func (s *Server) enqueueInitial(c *conn) {
+	now := time.Now()
+	s.queue.Push(c, &pushItem{full: true, world: s.world.World(), first: now, enqueued: now})
+}
+
+// onPush turns one debounced Request into queued items for the proxies the
+// changes matter to.
+func (s *Server) onPush(_ context.Context, req *push.Request) {
+	now := time.Now()
+	s.m.debounce.Observe(now.Sub(req.First).Seconds())
+	s.m.services.Set(float64(req.World.ServiceCount()))
+	reasons := req.Reasons()
+	for kind, n := range reasons {
+		s.m.triggers.WithLabelValues(kind).Add(float64(n))
+	}
+	eps := map[model.NamespacedName]bool{}
+	var others []model.Key
+	for k := range req.Changes {
+		switch k.Kind {
+		case model.KindEndpoints:
+			eps[model.NamespacedName{Namespace: k.Namespace, Name: k.Name}] = true
+		case model.KindEndpointSlice:
+			// Its effect arrives as a KindEndpoints change.
+		default:
+			others = append(others, k)
+		}
+	}
+	rec := s.history.begin(req, reasons)
+	live := map[string]bool{}
+	s.conns.Range(func(_, v any) bool {
+		c := v.(*conn)
+		item := s.matters(c, req.World, others, eps, live)
+		if item == nil {
+			return true
+		}
+		item.first, item.enqueued, item.records = req.First, now, []*record{rec}
+		rec.enqueue(item.full)
+		s.queue.Push(c, item)
+		return true
+	})
+	rec.enqueued()
+	s.classes.forget(live)
+}
+
+// matters decides what a change means for one proxy: nothing, new
+// endpoints for the services it sees, or a full push.
+func (s *Server) matters(c *conn, w *model.World, others []model.Key, eps map[model.NamespacedName]bool, live map[string]bool) *pushItem {
+	c.mu.Lock()
+	p, cfg := c.proxy, c.cfg
+	c.mu.Unlock()
+	if p == nil {
+		return nil // not identified yet; its initial push reads the newest World
+	}
+	live[p.Class()] = true
+	if cfg == nil {
+		return &pushItem{full: true, world: w}
+	}
+	scope := cfg.Class.Scope()
+	for _, k := range others {
+		if changeMatters(k, p, w, scope) {
+			return &pushItem{full: true, world: w}
+		}
+	}
+	var seen map[model.NamespacedName]bool
+	for nn := range eps {
+		if scope.Visible(nn) {
+			if seen == nil {
+				seen = map[model.NamespacedName]bool{}
+			}
+			seen[nn] = true
+		}
+	}
+	if seen == nil {
+		return nil
+	}
+	return &pushItem{eds: seen, world: w}
+}
+
+// changeMatters reports whether a change to k can alter what proxy p is
+// sent, judged by the new World w and the scope p's configuration was
+// built from.
+func changeMatters(k model.Key, p *model.Proxy, w *model.World, old *gen.Scope) bool {
+	nn := model.NamespacedName{Namespace: k.Namespace, Name: k.Name}
+	switch k.Kind {
+	case model.KindService:
+		if k.Namespace == p.Namespace || old.Visible(nn) {
+			return true
+		}
+		svc := w.Service(k.Namespace, k.Name)
+		return svc != nil && exported(svcExport(svc), k.Namespace, p.Namespace)
+	case model.KindVirtualService, model.KindDestinationRule:
+		return configVisible(w, k, p.Namespace) || configVisible(old.World, k, p.Namespace)
+	case model.KindGateway:
+		return p.Type == model.ProxyRouter
+	case model.KindPod:
+		return k.Namespace == p.Namespace && k.Name == p.PodName
+	case model.KindPeerAuthentication, model.KindAuthorizationPolicy, model.KindRequestAuthentication:
+		return false // not used by the generators yet
+	}
+	return true
+}
+
+func svcExport(s *model.Service) []string { return s.ExportTo }
+
+func configVisible(w *model.World, k model.Key, ns string) bool {
+	c := w.Config(k.Kind, k.Namespace, k.Name)
+	if c == nil {
+		return false
+	}
+	switch o := c.Object.(type) {
+	case *networkingv1.VirtualService:
+		return exported(o.Spec.GetExportTo(), k.Namespace, ns)
+	case *networkingv1.DestinationRule:
+		return exported(o.Spec.GetExportTo(), k.Namespace, ns)
+	}
+	return true
+}
+
+func exported(exportTo []string, own, to string) bool {
+	if len(exportTo) == 0 {
+		return true
+	}
+	for _, e := range exportTo {
+		if e == "*" || e == to || (e == "." && own == to) {
+			return true
+		}
+	}
+	return false
+}
+
+// work prepares one proxy's push: its class's configuration (generated
+// once per class and World), its own part, and the answer to its watches.
+func (s *Server) work(_ context.Context, c *conn, item *pushItem) {
+	start := time.Now()
+	s.m.queueTime.Observe(start.Sub(item.enqueued).Seconds())
+	c.mu.Lock()
+	p, prev, closed := c.proxy, c.cfg, c.closed
+	c.mu.Unlock()
+	if closed || p == nil {
+		return
+	}
+	kind := "full"
+	if item.full || prev == nil {
+		cls := s.classes.full(s.gen, item.world, p)
+		if cls == nil {
+			return // logged by the generator; nothing good to send yet
+		}
+		c.setConfig(s.gen.Proxy(item.world, p, cls), nil, item.first)
+	} else {
+		kind = "eds"
+		svcs := make([]model.NamespacedName, 0, len(item.eds))
+		for nn := range item.eds {
+			svcs = append(svcs, nn)
+		}
+		sort.Slice(svcs, func(i, j int) bool { return svcs[i].String() < svcs[j].String() })
+		cls := s.classes.endpoints(s.gen, item.world, p, svcs)
+		var names []string
+		for _, nn := range svcs {
+			names = append(names, cls.EndpointsOf[nn]...)
+		}
+		pc := &gen.ProxyConfig{Class: cls, Own: prev.Own, InboundPorts: prev.InboundPorts}
+		c.setConfig(pc, map[string][]string{gen.EndpointType: names}, item.first)
+	}
+	s.m.pushTime.WithLabelValues(kind).Observe(time.Since(start).Seconds())
+	for _, r := range item.records {
+		r.done()
+	}
+}
+
+// classCache holds the newest configuration of every proxy class.
+type classCache struct {
+	mu      sync.Mutex
+	entries map[string]*classEntry
+}
+
+type classEntry struct {
+	mu  sync.Mutex
+	cfg *gen.ClassConfig
+}
+
+func (cc *classCache) entry(class string) *classEntry {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	e := cc.entries[class]
+	if e == nil {
+		e = &classEntry{}
+		cc.entries[class] = e
+	}
+	return e
+}
+
+// full returns the class's configuration for w (or newer), generating it
+// once for all the class's proxies. On a generation failure it returns the
+// last good configuration, or nil if there is none.
+func (cc *classCache) full(g *gen.Generator, w *model.World, p *model.Proxy) *gen.ClassConfig {
+	e := cc.entry(p.Class())
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.cfg != nil && e.cfg.WorldVersion >= w.Version {
+		return e.cfg
+	}
+	cfg, _ := g.Class(w, p, e.cfg)
+	if cfg != nil {
+		e.cfg = cfg
+	}
+	return e.cfg
+}
+
+// endpoints returns the class's configuration with the endpoints of svcs
+// taken from w, updating it once for all the class's proxies.
+func (cc *classCache) endpoints(g *gen.Generator, w *model.World, p *model.Proxy, svcs []model.NamespacedName) *gen.ClassConfig {
+	e := cc.entry(p.Class())
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch {
+	case e.cfg == nil:
+		cfg, _ := g.Class(w, p, nil)
+		e.cfg = cfg
+	case e.cfg.WorldVersion < w.Version:
+		e.cfg, _ = g.UpdateEndpoints(e.cfg, w, svcs)
+	}
+	return e.cfg
+}
+
+// forget drops classes without proxies, so their memory goes.
+func (cc *classCache) forget(keep map[string]bool) {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	for k := range cc.entries {
+		if !keep[k] {
+			delete(cc.entries, k)
+		}
+	}
+}

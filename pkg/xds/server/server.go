@@ -1,0 +1,242 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	clusterservice "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	endpointservice "github.com/envoyproxy/go-control-plane/envoy/service/endpoint/v3"
+	listenerservice "github.com/envoyproxy/go-control-plane/envoy/service/listener/v3"
+	routeservice "github.com/envoyproxy/go-control-plane/envoy/service/route/v3"
+	sotwv3 "github.com/envoyproxy/go-control-plane/pkg/server/sotw/v3"
+	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/meshplane/discovery/pkg/model"
+	"github.com/meshplane/discovery/pkg/xds/gen"
+	"github.com/meshplane/discovery/pkg/xds/push"
+)
+
+// World is where the server reads configuration from; *model.Store is it.
+type World interface {
+	// World returns the current World.
+	World() *model.World
+	// Subscribe registers fn for every Update; fn must return quickly.
+	Subscribe(fn func(*model.Update))
+}
+
+var _ World = (*model.Store)(nil)
+
+// Server serves xDS to proxies and pushes changes to them.
+type Server struct {
+	opts  Options
+	world World
+	log   *slog.Logger
+	m     *metrics
+	gen   *gen.Generator
+
+	xds       serverv3.Server
+	xdsCancel context.CancelFunc
+
+	debouncer *push.Debouncer
+	queue     *push.Queue[*conn, *pushItem]
+	conns     sync.Map // streamKey -> *conn
+	reqs      sync.Map // request pointer -> *conn, between OnStreamRequest and CreateWatch
+	classes   classCache
+	history   *history
+}
+
+// New returns a Server reading from world. It subscribes to world's
+// updates at once; pushes start with Start.
+func New(opts Options, world World, log *slog.Logger, reg prometheus.Registerer) (*Server, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.PushStatusSize <= 0 {
+		opts.PushStatusSize = DefaultOptions().PushStatusSize
+	}
+	s := &Server{opts: opts, world: world, log: log, m: newMetrics(reg), gen: gen.New(log)}
+	s.history = newHistory(opts.PushStatusSize)
+	s.classes.entries = map[string]*classEntry{}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.xdsCancel = cancel
+	s.xds = serverv3.NewServer(ctx, watcher{s}, callbacks{s}, sotwv3.WithOrderedADS(),
+		// An empty Route or Endpoint request names nothing; only Listener
+		// and Cluster requests may be Envoy's legacy wildcard.
+		sotwv3.DeactivateLegacyWildcardForTypes([]string{gen.RouteType, gen.EndpointType}))
+	s.debouncer = push.NewDebouncer(opts.DebounceAfter, opts.DebounceMax, s.onPush)
+	s.queue = push.NewQueue(opts.PushConcurrency, mergeItems, s.work)
+	world.Subscribe(s.debouncer.Enqueue)
+	s.m.services.Set(float64(world.World().ServiceCount()))
+	return s, nil
+}
+
+// Register adds the AggregatedDiscoveryService and the per-type CDS, EDS,
+// LDS and RDS services to gs. Call it for every gRPC server that serves
+// xDS (plaintext and TLS).
+func (s *Server) Register(gs *grpc.Server) {
+	discovery.RegisterAggregatedDiscoveryServiceServer(gs, adsService{s})
+	clusterservice.RegisterClusterDiscoveryServiceServer(gs, typeService{s})
+	endpointservice.RegisterEndpointDiscoveryServiceServer(gs, typeService{s})
+	listenerservice.RegisterListenerDiscoveryServiceServer(gs, typeService{s})
+	routeservice.RegisterRouteDiscoveryServiceServer(gs, typeService{s})
+}
+
+// Start runs the push pipeline until ctx ends, then ends every stream.
+func (s *Server) Start(ctx context.Context) error {
+	defer s.xdsCancel()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		_ = s.debouncer.Start(ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		_ = s.queue.Start(ctx)
+	}()
+	wg.Wait()
+	return nil
+}
+
+// streamCtl lets the server end a stream it judges stuck.
+type streamCtl struct {
+	once   sync.Once
+	done   chan struct{}
+	reason string
+}
+
+type ctlKey struct{}
+
+func newStreamCtl() *streamCtl { return &streamCtl{done: make(chan struct{})} }
+
+func (c *streamCtl) kill(reason string) {
+	c.once.Do(func() {
+		c.reason = reason
+		close(c.done)
+	})
+}
+
+// guard runs a go-control-plane stream handler and returns early, which
+// makes gRPC end the stream, when the stream is killed.
+func (s *Server) guard(ctx context.Context, run func(ctx context.Context, ctl *streamCtl) error) error {
+	ctl := newStreamCtl()
+	sctx := context.WithValue(ctx, ctlKey{}, ctl)
+	errc := make(chan error, 1)
+	go func() { errc <- run(sctx, ctl) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctl.done:
+		return status.Error(codes.Unavailable, ctl.reason)
+	}
+}
+
+// guardedStream gives go-control-plane a stream whose context carries the
+// streamCtl and whose Send gives up after the send timeout.
+type guardedStream[Req, Resp any] struct {
+	grpc.BidiStreamingServer[Req, Resp]
+	ctx     context.Context
+	ctl     *streamCtl
+	s       *Server
+	timeout time.Duration
+}
+
+func (g *guardedStream[Req, Resp]) Context() context.Context { return g.ctx }
+
+func (g *guardedStream[Req, Resp]) Send(m *Resp) error {
+	if g.timeout <= 0 {
+		return g.BidiStreamingServer.Send(m)
+	}
+	done := make(chan error, 1)
+	go func() { done <- g.BidiStreamingServer.Send(m) }()
+	t := time.NewTimer(g.timeout)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		g.s.log.Warn("closing xDS stream: the proxy did not read a response in time", "timeout", g.timeout.String())
+		g.s.m.streamsClosed.WithLabelValues("send_timeout").Inc()
+		g.ctl.kill("the proxy did not read configuration in time")
+		return status.Error(codes.DeadlineExceeded, "send timed out")
+	}
+}
+
+func guarded[Req, Resp any](s *Server, st grpc.BidiStreamingServer[Req, Resp], run func(grpc.BidiStreamingServer[Req, Resp]) error) error {
+	return s.guard(st.Context(), func(ctx context.Context, ctl *streamCtl) error {
+		return run(&guardedStream[Req, Resp]{BidiStreamingServer: st, ctx: ctx, ctl: ctl, s: s, timeout: s.opts.SendTimeout})
+	})
+}
+
+type (
+	sotwStream  = grpc.BidiStreamingServer[discovery.DiscoveryRequest, discovery.DiscoveryResponse]
+	deltaStream = grpc.BidiStreamingServer[discovery.DeltaDiscoveryRequest, discovery.DeltaDiscoveryResponse]
+)
+
+type adsService struct{ s *Server }
+
+func (a adsService) StreamAggregatedResources(st sotwStream) error {
+	return guarded(a.s, st, a.s.xds.StreamAggregatedResources)
+}
+
+func (a adsService) DeltaAggregatedResources(st deltaStream) error {
+	return guarded(a.s, st, a.s.xds.DeltaAggregatedResources)
+}
+
+// typeService serves the per-type discovery services.
+type typeService struct{ s *Server }
+
+func (t typeService) StreamClusters(st sotwStream) error {
+	return guarded(t.s, st, t.s.xds.StreamClusters)
+}
+
+func (t typeService) DeltaClusters(st deltaStream) error {
+	return guarded(t.s, st, t.s.xds.DeltaClusters)
+}
+
+func (t typeService) StreamEndpoints(st sotwStream) error {
+	return guarded(t.s, st, t.s.xds.StreamEndpoints)
+}
+
+func (t typeService) DeltaEndpoints(st deltaStream) error {
+	return guarded(t.s, st, t.s.xds.DeltaEndpoints)
+}
+
+func (t typeService) StreamListeners(st sotwStream) error {
+	return guarded(t.s, st, t.s.xds.StreamListeners)
+}
+
+func (t typeService) DeltaListeners(st deltaStream) error {
+	return guarded(t.s, st, t.s.xds.DeltaListeners)
+}
+
+func (t typeService) StreamRoutes(st sotwStream) error {
+	return guarded(t.s, st, t.s.xds.StreamRoutes)
+}
+
+func (t typeService) DeltaRoutes(st deltaStream) error {
+	return guarded(t.s, st, t.s.xds.DeltaRoutes)
+}
+
+func (t typeService) FetchClusters(ctx context.Context, r *discovery.DiscoveryRequest) (*discovery.DiscoveryResponse, error) {
+	return nil, status.Error(codes.Unimplemented, errNoFetch.Error())
+}
+
+func (t typeService) FetchEndpoints(ctx context.Context, r *discovery.DiscoveryRequest) (*discovery.DiscoveryResponse, error) {
+	return nil, status.Error(codes.Unimplemented, errNoFetch.Error())
+}
+
+func (t typeService) FetchListeners(ctx context.Context, r *discovery.DiscoveryRequest) (*discovery.DiscoveryResponse, error) {
+	return nil, status.Error(codes.Unimplemented, errNoFetch.Error())
+}
+
+func (t typeService) FetchRoutes(ctx context.Context, r *discovery.DiscoveryRequest) (*discovery.DiscoveryResponse, error) {
+	return nil, status.Error(codes.Unimplemented, errNoFetch.Error())
+}
