@@ -111,7 +111,6 @@ func (ts *testServer) counter(t testing.TB, name string, labels ...string) float
 	return total
 }
 
-
 // eventually polls cond until it holds or the deadline passes.
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()

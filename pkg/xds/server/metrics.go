@@ -15,7 +15,7 @@ type metrics struct {
 	pushTime      *prometheus.HistogramVec // pilot_xds_push_time{type}
 	rejects       *prometheus.CounterVec   // pilot_total_xds_rejects{type}
 	typeRejects   map[string]prometheus.Counter
-	services      prometheus.Gauge       // pilot_services
+	services      prometheus.Gauge         // pilot_services
 	configSize    *prometheus.HistogramVec // pilot_xds_config_size_bytes{type}
 	streamsClosed *prometheus.CounterVec   // discovery_xds_streams_closed_total{reason}
 }
