@@ -24,3 +24,5 @@ func contextWithCancel(t testing.TB) (context.Context, context.CancelFunc) {
 }
 
 func containsString(s, sub string) bool { return sub != "" && strings.Contains(s, sub) }
+
+func timeNow() time.Time { return time.Now() }
