@@ -159,3 +159,10 @@ func testVirtualService(ns, name, host string) *networkingv1.VirtualService {
 		Spec:       networkingapi.VirtualService{Hosts: []string{host}},
 	}
 }
+
+func testDestinationRule(ns, name string) *networkingv1.DestinationRule {
+	return &networkingv1.DestinationRule{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       networkingapi.DestinationRule{Host: name},
+	}
+}
