@@ -1,0 +1,157 @@
+package validate
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/yaml"
+)
+
+func gkOf(t testing.TB, doc string) (schema.GroupKind, []byte) {
+	t.Helper()
+	js, err := yaml.YAMLToJSON([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var head struct{ APIVersion, Kind string }
+	if err := yaml.Unmarshal(js, &head); err != nil {
+		t.Fatal(err)
+	}
+	gv, err := schema.ParseGroupVersion(head.APIVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return schema.GroupKind{Group: gv.Group, Kind: head.Kind}, js
+}
+
+const vsHead = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: r}\n"
+
+func TestValidate(t *testing.T) {
+	cases := map[string]struct {
+		doc     string
+		problem string // "" means valid
+		warning string
+	}{
+		"accepts a VirtualService splitting 80/20": {
+			doc: vsHead + `spec:
+  hosts: [reviews]
+  http:
+  - match: [{uri: {regex: "^/api/v[0-9]+"}}]
+    route:
+    - {destination: {host: reviews, subset: v1}, weight: 80}
+    - {destination: {host: reviews, subset: v2, port: {number: 9080}}, weight: 20}`,
+		},
+		"rejects a VirtualService without hosts": {
+			doc:     vsHead + "spec:\n  http: [{route: [{destination: {host: reviews}}]}]",
+			problem: "spec.hosts: a VirtualService must have at least one host",
+		},
+		"rejects weights that add up to 90": {
+			doc: vsHead + `spec:
+  hosts: [reviews]
+  http:
+  - route:
+    - {destination: {host: reviews, subset: v1}, weight: 70}
+    - {destination: {host: reviews, subset: v2}, weight: 20}`,
+			problem: "spec.http[0].route: weights add up to 90, not 100",
+		},
+		"rejects an invalid regex": {
+			doc:     vsHead + "spec:\n  hosts: [reviews]\n  http: [{match: [{uri: {regex: 'a(b'}}], route: [{destination: {host: reviews}}]}]",
+			problem: "spec.http[0].match[0].uri.regex: invalid regex",
+		},
+		"rejects an invalid header regex": {
+			doc:     vsHead + "spec:\n  hosts: [reviews]\n  http: [{match: [{headers: {x-user: {regex: '*'}}}], route: [{destination: {host: reviews}}]}]",
+			problem: "headers.x-user.regex",
+		},
+		"rejects a route with both route and redirect": {
+			doc:     vsHead + "spec:\n  hosts: [reviews]\n  http: [{redirect: {uri: /x}, route: [{destination: {host: reviews}}]}]",
+			problem: "only one of route, redirect",
+		},
+		"rejects a destination port out of range": {
+			doc:     vsHead + "spec:\n  hosts: [reviews]\n  tcp: [{route: [{destination: {host: reviews, port: {number: 70000}}}]}]",
+			problem: "port 70000 is not in 1-65535",
+		},
+		"rejects an unknown field": {
+			doc:     vsHead + "spec:\n  hosts: [reviews]\n  htp: []",
+			problem: `unknown field "htp"`,
+		},
+		"warns about fault injection": {
+			doc:     vsHead + "spec:\n  hosts: [reviews]\n  http: [{fault: {abort: {httpStatus: 503, percentage: {value: 10}}}, route: [{destination: {host: reviews}}]}]",
+			warning: "fault injection is not supported by discovery yet",
+		},
+		"rejects a DestinationRule subset without a name": {
+			doc:     "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: d}\nspec:\n  host: reviews\n  subsets: [{labels: {version: v1}}]",
+			problem: "spec.subsets[0].name: a subset must have a name",
+		},
+		"rejects a DestinationRule with a duplicate subset": {
+			doc:     "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: d}\nspec:\n  host: reviews\n  subsets: [{name: v1}, {name: v1}]",
+			problem: `subset "v1" is defined twice`,
+		},
+		"rejects a Gateway HTTPS server without tls": {
+			doc:     "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: g}\nspec:\n  servers: [{port: {number: 443, name: https, protocol: HTTPS}, hosts: ['*']}]",
+			problem: "needs tls settings",
+		},
+		"accepts a Gateway with a credential": {
+			doc: "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: g}\nspec:\n  servers: [{port: {number: 443, name: https, protocol: HTTPS}, hosts: ['ns/*.example.com'], tls: {mode: SIMPLE, credentialName: cert}}]",
+		},
+		"rejects a ServiceEntry with STATIC resolution and no endpoints": {
+			doc:     "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: s}\nspec:\n  hosts: [db.example]\n  ports: [{number: 5432, name: pg, protocol: TCP}]\n  resolution: STATIC",
+			problem: "STATIC resolution needs endpoints",
+		},
+		"rejects a Sidecar egress host without a namespace": {
+			doc:     "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: s}\nspec:\n  egress: [{hosts: [reviews]}]",
+			problem: "must be namespace/host",
+		},
+		"rejects an AuthorizationPolicy with an unknown action": {
+			doc:     "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: a}\nspec:\n  action: MAYBE",
+			problem: "MAYBE",
+		},
+		"rejects an AuthorizationPolicy condition with an unknown key": {
+			doc:     "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: a}\nspec:\n  rules: [{when: [{key: request.colour, values: [red]}]}]",
+			problem: `unknown condition key "request.colour"`,
+		},
+		"accepts an AuthorizationPolicy with known keys": {
+			doc: "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: a}\nspec:\n  action: DENY\n  rules: [{from: [{source: {namespaces: [foo]}}], to: [{operation: {ports: ['8080'], methods: [GET]}}], when: [{key: 'request.headers[x-id]', values: ['1']}]}]",
+		},
+		"rejects CUSTOM without a provider": {
+			doc:     "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: a}\nspec:\n  action: CUSTOM",
+			problem: "action CUSTOM needs a provider",
+			warning: "CUSTOM (external authorization) is not supported",
+		},
+		"rejects port-level mTLS without a selector": {
+			doc:     "apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: p}\nspec:\n  portLevelMtls: {8080: {mode: DISABLE}}",
+			problem: "needs a workload selector",
+		},
+		"rejects a JWT rule without an issuer": {
+			doc:     "apiVersion: security.istio.io/v1\nkind: RequestAuthentication\nmetadata: {name: r}\nspec:\n  jwtRules: [{jwksUri: 'https://example.com/jwks'}]",
+			problem: "needs an issuer",
+		},
+		"accepts a kind discovery does not read, with a warning": {
+			doc:     "apiVersion: networking.istio.io/v1alpha3\nkind: EnvoyFilter\nmetadata: {name: e}\nspec: {}",
+			warning: "discovery does not read",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			gk, raw := gkOf(t, tc.doc)
+			warnings, err := Validate(gk, raw)
+			if tc.problem == "" && err != nil {
+				t.Fatalf("valid object refused: %v", err)
+			}
+			if tc.problem != "" {
+				var ie *InvalidError
+				var de *DecodeError
+				if err == nil || !(errors.As(err, &ie) || errors.As(err, &de)) || !strings.Contains(err.Error(), tc.problem) {
+					t.Fatalf("err = %v, want one containing %q", err, tc.problem)
+				}
+			}
+			if tc.warning != "" && !strings.Contains(strings.Join(warnings, "\n"), tc.warning) {
+				t.Fatalf("warnings = %q, want one containing %q", warnings, tc.warning)
+			}
+			if tc.warning == "" && len(warnings) > 0 {
+				t.Fatalf("unexpected warnings %q", warnings)
+			}
+		})
+	}
+}

@@ -1,0 +1,232 @@
+package validate
+
+import (
+	"sort"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	networking "istio.io/api/networking/v1alpha3"
+)
+
+func checkVirtualService(m proto.Message, p *problems) {
+	vs := m.(*networking.VirtualService)
+	if len(vs.Hosts) == 0 {
+		p.add("spec.hosts", "a VirtualService must have at least one host")
+	}
+	for i, h := range vs.Hosts {
+		checkHost(p, at("spec.hosts", i), h)
+	}
+	for i, g := range vs.Gateways {
+		if g != "mesh" {
+			checkGatewayName(p, at("spec.gateways", i), g)
+		}
+	}
+	if len(vs.Http)+len(vs.Tcp)+len(vs.Tls) == 0 {
+		p.add("spec", "a VirtualService must have at least one http, tcp or tls route")
+	}
+	for i, r := range vs.Http {
+		checkHTTPRoute(p, at("spec.http", i), r)
+	}
+	for i, r := range vs.Tcp {
+		checkRouteDestinations(p, at("spec.tcp", i)+".route", r.Route)
+	}
+	for i, r := range vs.Tls {
+		path := at("spec.tls", i)
+		if len(r.Match) == 0 {
+			p.add(path+".match", "a tls route must match on sniHosts")
+		}
+		for j, m := range r.Match {
+			if len(m.SniHosts) == 0 {
+				p.add(at(path+".match", j)+".sniHosts", "must not be empty")
+			}
+			for k, h := range m.SniHosts {
+				checkHost(p, at(at(path+".match", j)+".sniHosts", k), h)
+			}
+		}
+		checkRouteDestinations(p, path+".route", r.Route)
+	}
+}
+
+// checkGatewayName checks a gateway reference: name or namespace/name.
+func checkGatewayName(p *problems, path, g string) {
+	if g == "" {
+		p.add(path, "gateway name must not be empty")
+		return
+	}
+	if ns, name, ok := cutLast(g, "/"); ok {
+		checkDNSName(p, path, ns)
+		g = name
+	}
+	checkDNSName(p, path, g)
+}
+
+func cutLast(s, sep string) (string, string, bool) {
+	for i := len(s) - len(sep); i >= 0; i-- {
+		if s[i:i+len(sep)] == sep {
+			return s[:i], s[i+len(sep):], true
+		}
+	}
+	return "", s, false
+}
+
+func checkHTTPRoute(p *problems, path string, r *networking.HTTPRoute) {
+	actions := 0
+	for _, set := range []bool{len(r.Route) > 0, r.Redirect != nil, r.DirectResponse != nil, r.Delegate != nil} {
+		if set {
+			actions++
+		}
+	}
+	switch {
+	case actions == 0:
+		p.add(path, "an http route needs one of route, redirect, directResponse or delegate")
+	case actions > 1:
+		p.add(path, "an http route may have only one of route, redirect, directResponse or delegate")
+	}
+	for i, m := range r.Match {
+		checkMatch(p, at(path+".match", i), m)
+	}
+	checkHTTPDestinations(p, path+".route", r.Route)
+	if r.Rewrite != nil && r.Rewrite.Uri != "" && r.Rewrite.UriRegexRewrite != nil {
+		p.add(path+".rewrite", "uri and uriRegexRewrite cannot both be set")
+	}
+	if rr := r.Rewrite.GetUriRegexRewrite(); rr != nil {
+		checkRegex(p, path+".rewrite.uriRegexRewrite.match", rr.Match)
+	}
+	if d := r.DirectResponse; d != nil && (d.Status < 200 || d.Status > 599) {
+		p.add(path+".directResponse.status", "%d is not an HTTP status (200-599)", d.Status)
+	}
+	checkDuration(p, path+".timeout", r.Timeout)
+	if rt := r.Retries; rt != nil {
+		if rt.Attempts < 0 {
+			p.add(path+".retries.attempts", "must not be negative")
+		}
+		checkDuration(p, path+".retries.perTryTimeout", rt.PerTryTimeout)
+	}
+	checkFault(p, path+".fault", r.Fault)
+	if r.MirrorPercentage != nil {
+		checkPercent(p, path+".mirrorPercentage", r.MirrorPercentage.Value)
+	}
+	if c := r.CorsPolicy; c != nil {
+		for i, o := range c.AllowOrigins {
+			if re := o.GetRegex(); re != "" {
+				checkRegex(p, at(path+".corsPolicy.allowOrigins", i)+".regex", re)
+			}
+		}
+	}
+}
+
+func checkMatch(p *problems, path string, m *networking.HTTPMatchRequest) {
+	for _, f := range []struct {
+		name string
+		sm   *networking.StringMatch
+	}{{"uri", m.Uri}, {"scheme", m.Scheme}, {"method", m.Method}, {"authority", m.Authority}} {
+		if re := f.sm.GetRegex(); re != "" {
+			checkRegex(p, path+"."+f.name+".regex", re)
+		}
+	}
+	for _, group := range []struct {
+		name string
+		m    map[string]*networking.StringMatch
+	}{{"headers", m.Headers}, {"queryParams", m.QueryParams}, {"withoutHeaders", m.WithoutHeaders}} {
+		keys := make([]string, 0, len(group.m))
+		for k := range group.m {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			if k == "" {
+				p.add(path+"."+group.name, "a name must not be empty")
+			}
+			if re := group.m[k].GetRegex(); re != "" {
+				checkRegex(p, path+"."+group.name+"."+k+".regex", re)
+			}
+		}
+	}
+	if m.Port != 0 {
+		checkPort(p, path+".port", m.Port)
+	}
+}
+
+func checkHTTPDestinations(p *problems, path string, ds []*networking.HTTPRouteDestination) {
+	weights := make([]int32, len(ds))
+	for i, d := range ds {
+		checkDestination(p, at(path, i)+".destination", d.Destination)
+		weights[i] = d.Weight
+	}
+	checkWeights(p, path, weights)
+}
+
+func checkRouteDestinations(p *problems, path string, ds []*networking.RouteDestination) {
+	if len(ds) == 0 {
+		p.add(path, "a route needs at least one destination")
+	}
+	weights := make([]int32, len(ds))
+	for i, d := range ds {
+		checkDestination(p, at(path, i)+".destination", d.Destination)
+		weights[i] = d.Weight
+	}
+	checkWeights(p, path, weights)
+}
+
+// checkWeights: weights are not negative and, once any is set (or there
+// is more than one destination), they add up to 100.
+func checkWeights(p *problems, path string, weights []int32) {
+	var total int64
+	for i, w := range weights {
+		if w < 0 {
+			p.add(at(path, i)+".weight", "must not be negative")
+		}
+		total += int64(w)
+	}
+	if (len(weights) > 1 || total != 0) && total != 100 {
+		p.add(path, "weights add up to %d, not 100", total)
+	}
+}
+
+func checkDestination(p *problems, path string, d *networking.Destination) {
+	if d == nil {
+		p.add(path, "a destination is required")
+		return
+	}
+	checkHost(p, path+".host", d.Host)
+	if d.Port != nil {
+		checkPort(p, path+".port.number", d.Port.Number)
+	}
+}
+
+func checkFault(p *problems, path string, f *networking.HTTPFaultInjection) {
+	if f == nil {
+		return
+	}
+	if a := f.Abort; a != nil {
+		if a.Percentage != nil {
+			checkPercent(p, path+".abort.percentage", a.Percentage.Value)
+		}
+		if s, ok := a.ErrorType.(*networking.HTTPFaultInjection_Abort_HttpStatus); ok && (s.HttpStatus < 200 || s.HttpStatus > 599) {
+			p.add(path+".abort.httpStatus", "%d is not an HTTP status (200-599)", s.HttpStatus)
+		}
+	}
+	if d := f.Delay; d != nil {
+		if d.Percentage != nil {
+			checkPercent(p, path+".delay.percentage", d.Percentage.Value)
+		}
+		if fd, ok := d.HttpDelayType.(*networking.HTTPFaultInjection_Delay_FixedDelay); ok {
+			checkDuration(p, path+".delay.fixedDelay", fd.FixedDelay)
+		}
+	}
+}
+
+// checkDuration: a set duration is valid and at least 1ms, as Envoy needs.
+func checkDuration(p *problems, path string, d *durationpb.Duration) {
+	if d == nil {
+		return
+	}
+	if err := d.CheckValid(); err != nil {
+		p.add(path, "invalid duration: %v", err)
+		return
+	}
+	if d.AsDuration() < time.Millisecond {
+		p.add(path, "duration %s is shorter than 1ms", d.AsDuration())
+	}
+}
