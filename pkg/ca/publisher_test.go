@@ -10,7 +10,9 @@ import (
 )
 
 func TestRootPublisher(t *testing.T) {
-	ns := func(name string) *corev1.Namespace { return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}} }
+	ns := func(name string) *corev1.Namespace {
+		return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	}
 	client := fake.NewClientset(ns("app"), ns("web"), ns("kube-system"))
 	c, err := New(t.Context(), testOptions(), client, newLogger(&logBuffer{}), nil)
 	if err != nil {
