@@ -1,0 +1,123 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+// Options configure the webhook HTTPS server.
+type Options struct {
+	// Addr is where the server listens, ":15017" by default.
+	Addr string
+	// ShutdownTimeout bounds how long in-flight requests may finish once
+	// the server is asked to stop.
+	ShutdownTimeout time.Duration
+}
+
+// DefaultOptions returns the defaults.
+func DefaultOptions() Options { return Options{Addr: ":15017", ShutdownTimeout: 5 * time.Second} }
+
+// AddFlags registers the server's flags.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Addr, "webhook-addr", o.Addr, "address of the HTTPS server for /inject and /validate")
+}
+
+// Validate checks the options.
+func (o *Options) Validate() error {
+	if _, _, err := net.SplitHostPort(o.Addr); err != nil {
+		return fmt.Errorf("--webhook-addr %q: %w", o.Addr, err)
+	}
+	if o.ShutdownTimeout <= 0 {
+		return errors.New("webhook server: shutdown timeout must be positive")
+	}
+	return nil
+}
+
+// Server serves /inject and /validate over HTTPS.
+type Server struct {
+	opts Options
+	srv  *http.Server
+	log  *slog.Logger
+}
+
+// New builds the server. tlsConfig must provide the serving certificate
+// (Certificates, GetCertificate or GetConfigForClient); the CA's
+// ServerTLSConfig does, and renews the certificate without a restart.
+// A nil handler leaves its path unserved.
+func New(opts Options, tlsConfig *tls.Config, inject, validate http.Handler, log *slog.Logger) (*Server, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if tlsConfig == nil || (len(tlsConfig.Certificates) == 0 && tlsConfig.GetCertificate == nil && tlsConfig.GetConfigForClient == nil) {
+		return nil, errors.New("webhook server: the TLS config has no certificate")
+	}
+	tc := tlsConfig.Clone()
+	if tc.MinVersion < tls.VersionTLS12 {
+		tc.MinVersion = tls.VersionTLS12
+	}
+	mux := http.NewServeMux()
+	if inject != nil {
+		mux.Handle("/inject", inject)
+		mux.Handle("/inject/", inject) // Istio's clients may add a path suffix
+	}
+	if validate != nil {
+		mux.Handle("/validate", validate)
+		mux.Handle("/validate/", validate)
+	}
+	mux.HandleFunc("/ready", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	log = log.With("component", "webhook-server")
+	return &Server{
+		opts: opts,
+		log:  log,
+		srv: &http.Server{
+			Handler:           mux,
+			TLSConfig:         tc,
+			ReadHeaderTimeout: 10 * time.Second,
+			ReadTimeout:       30 * time.Second,
+			WriteTimeout:      30 * time.Second,
+			IdleTimeout:       90 * time.Second,
+			MaxHeaderBytes:    1 << 20,
+			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		},
+	}, nil
+}
+
+// Start listens on Options.Addr and serves until ctx ends.
+func (s *Server) Start(ctx context.Context) error {
+	ln, err := net.Listen("tcp", s.opts.Addr)
+	if err != nil {
+		return fmt.Errorf("webhook server: %w", err)
+	}
+	return s.Serve(ctx, ln)
+}
+
+// Serve serves on ln until ctx ends, then lets in-flight requests finish
+// (up to ShutdownTimeout). It returns nil after a clean stop.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	s.log.Info("serving webhooks", "addr", ln.Addr().String())
+	errc := make(chan error, 1)
+	go func() { errc <- s.srv.ServeTLS(ln, "", "") }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("webhook server: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.ShutdownTimeout)
+	defer cancel()
+	err := s.srv.Shutdown(sctx)
+	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
+		err = serr
+	}
+	if err != nil {
+		return fmt.Errorf("webhook server shutdown: %w", err)
+	}
+	return nil
+}
