@@ -206,10 +206,15 @@ func (h *history) begin(req *push.Request, reasons map[string]int) *record {
 	return r
 }
 
+// records returns the remembered pushes, oldest first.
+func (h *history) records() []*record {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]*record{}, h.recs...)
+}
+
 func (s *Server) pushStatus(w http.ResponseWriter, _ *http.Request) {
-	s.history.mu.Lock()
-	recs := append([]*record{}, s.history.recs...)
-	s.history.mu.Unlock()
+	recs := s.history.records()
 	type row struct {
 		Version  uint64         `json:"world"`
 		Start    time.Time      `json:"start"`

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -217,6 +218,7 @@ func names(t testing.TB, r *discovery.DiscoveryResponse) []string {
 		}
 		out = append(out, resourceName(m))
 	}
+	sort.Strings(out)
 	return out
 }
 
