@@ -1,0 +1,222 @@
+package install
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"reflect"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+)
+
+// FieldManager is the server-side apply field manager of the installer.
+const FieldManager = "discovery"
+
+// Client talks to the cluster for bootstrap, uninstall and check.
+type Client struct {
+	Kube    kubernetes.Interface
+	Dynamic dynamic.Interface
+	Mapper  meta.ResettableRESTMapper
+	// Progress receives one line per step (stderr in the commands).
+	Progress io.Writer
+	// PollInterval is how often waits look again.
+	PollInterval time.Duration
+
+	start time.Time
+}
+
+// NewClient builds a Client for cfg.
+func NewClient(cfg *rest.Config, progress io.Writer) (*Client, error) {
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery()))
+	if progress == nil {
+		progress = io.Discard
+	}
+	return &Client{Kube: kube, Dynamic: dyn, Mapper: mapper, Progress: progress, PollInterval: 500 * time.Millisecond}, nil
+}
+
+func (c *Client) progress(component, format string, args ...any) {
+	fmt.Fprintf(c.Progress, "[%6.1fs] %-22s %s\n", time.Since(c.start).Seconds(), component, fmt.Sprintf(format, args...))
+}
+
+// ApplyOptions control Apply.
+type ApplyOptions struct {
+	// DryRun sends every change as a server-side dry run: nothing is
+	// stored, and the result says what would change.
+	DryRun bool
+	// ReadinessTimeout bounds each wait for CRDs and Deployments.
+	ReadinessTimeout time.Duration
+	// Wait for CRDs Established and Deployments available.
+	Wait bool
+}
+
+// Result lists what Apply did (or would do, with DryRun), as
+// Kind/namespace/name.
+type Result struct {
+	Created, Changed, Unchanged, Pruned []string
+}
+
+// NoChange reports whether nothing was created, changed or pruned.
+func (r *Result) NoChange() bool {
+	return len(r.Created)+len(r.Changed)+len(r.Pruned) == 0
+}
+
+// Apply applies m component by component (server-side apply, field manager
+// discovery), waits for each, then prunes what carries m's revision labels
+// but is no longer rendered.
+func (c *Client) Apply(ctx context.Context, m *Manifest, opts ApplyOptions) (*Result, error) {
+	c.start = time.Now()
+	res := &Result{}
+	if err := c.ensureNamespaces(ctx, m, opts.DryRun); err != nil {
+		return res, err
+	}
+	for _, comp := range m.Components {
+		before := len(res.Created) + len(res.Changed)
+		for _, o := range comp.Objects {
+			if err := c.applyOne(ctx, o, opts.DryRun, res); err != nil {
+				return res, fmt.Errorf("%s: apply %s: %w", comp.Name, objectKey(o), err)
+			}
+		}
+		c.progress(comp.Name, "%d objects applied, %d created or changed", len(comp.Objects), len(res.Created)+len(res.Changed)-before)
+		if comp.Name == ComponentBase {
+			c.Mapper.Reset()
+		}
+		if opts.Wait && !opts.DryRun {
+			if err := c.waitComponent(ctx, comp, opts.ReadinessTimeout); err != nil {
+				return res, err
+			}
+		}
+	}
+	pruned, err := c.prune(ctx, m, opts.DryRun)
+	res.Pruned = pruned
+	return res, err
+}
+
+// ensureNamespaces creates the namespaces the manifest uses. They carry no
+// install labels: uninstall never deletes a namespace.
+func (c *Client) ensureNamespaces(ctx context.Context, m *Manifest, dryRun bool) error {
+	seen := map[string]bool{}
+	for _, o := range m.Objects() {
+		ns := o.GetNamespace()
+		if ns == "" || seen[ns] {
+			continue
+		}
+		seen[ns] = true
+		_, err := c.Kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		if err == nil {
+			continue
+		}
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("get namespace %s: %w", ns, err)
+		}
+		_, err = c.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
+			metav1.CreateOptions{FieldManager: FieldManager, DryRun: dryRunOpt(dryRun)})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create namespace %s: %w", ns, err)
+		}
+		c.progress("namespace", "created %s", ns)
+	}
+	return nil
+}
+
+func dryRunOpt(dryRun bool) []string {
+	if dryRun {
+		return []string{metav1.DryRunAll}
+	}
+	return nil
+}
+
+// resourceFor finds the dynamic client of o's kind.
+func (c *Client) resourceFor(o *unstructured.Unstructured) (dynamic.ResourceInterface, error) {
+	gvk := o.GroupVersionKind()
+	mapping, err := c.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return nil, err
+	}
+	if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
+		return c.Dynamic.Resource(mapping.Resource).Namespace(o.GetNamespace()), nil
+	}
+	return c.Dynamic.Resource(mapping.Resource), nil
+}
+
+func (c *Client) applyOne(ctx context.Context, o *unstructured.Unstructured, dryRun bool, res *Result) error {
+	ri, err := c.resourceFor(o)
+	if err != nil {
+		return err
+	}
+	existing, err := ri.Get(ctx, o.GetName(), metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		existing = nil
+	case err != nil:
+		return err
+	}
+	body, err := json.Marshal(o.Object)
+	if err != nil {
+		return err
+	}
+	force := true
+	applied, err := ri.Patch(ctx, o.GetName(), types.ApplyPatchType, body, metav1.PatchOptions{
+		FieldManager: FieldManager, Force: &force, DryRun: dryRunOpt(dryRun),
+	})
+	if err != nil {
+		return err
+	}
+	key := objectKey(o)
+	switch {
+	case existing == nil:
+		res.Created = append(res.Created, key)
+	case !sameContent(existing, applied):
+		res.Changed = append(res.Changed, key)
+	default:
+		res.Unchanged = append(res.Unchanged, key)
+	}
+	return nil
+}
+
+// sameContent compares two versions of an object, ignoring what the
+// server changes on every write (resourceVersion, managedFields) and the
+// status.
+func sameContent(a, b *unstructured.Unstructured) bool {
+	strip := func(u *unstructured.Unstructured) map[string]any {
+		c := u.DeepCopy().Object
+		delete(c, "status")
+		if md, ok := c["metadata"].(map[string]any); ok {
+			for _, k := range []string{"resourceVersion", "managedFields", "generation"} {
+				delete(md, k)
+			}
+		}
+		return c
+	}
+	return reflect.DeepEqual(strip(a), strip(b))
+}
+
+func objectKey(o *unstructured.Unstructured) string {
+	if ns := o.GetNamespace(); ns != "" {
+		return o.GetKind() + "/" + ns + "/" + o.GetName()
+	}
+	return o.GetKind() + "/" + o.GetName()
+}
+
+// errTimeout wraps what a wait was still waiting for when it gave up.
+var errTimeout = errors.New("timed out")

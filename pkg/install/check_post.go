@@ -1,0 +1,154 @@
+package install
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// CheckOptions name the installation to check.
+type CheckOptions struct {
+	Namespace string
+	Revision  string
+	// CRDs are the names of the CRDs that must be Established.
+	CRDs []string
+}
+
+// Check runs the checks of an installed control plane, each with a hint
+// when it fails.
+func (c *Client) Check(ctx context.Context, opts CheckOptions) []CheckResult {
+	c.start = time.Now()
+	suffix := ""
+	if opts.Revision != "" && opts.Revision != "default" {
+		suffix = "-" + opts.Revision
+	}
+	out := []CheckResult{c.checkCRDs(ctx, opts.CRDs)}
+	out = append(out, c.checkDeployment(ctx, opts.Namespace, "discovery"+suffix))
+	root, rootErr := c.rootCert(ctx, opts.Namespace)
+	out = append(out, c.checkWebhook(ctx, "MutatingWebhookConfiguration", "mutatingwebhookconfigurations", "istio-sidecar-injector"+suffix, root, rootErr))
+	out = append(out, c.checkWebhook(ctx, "ValidatingWebhookConfiguration", "validatingwebhookconfigurations", "istio-validator"+suffix+"-"+opts.Namespace, root, rootErr))
+	out = append(out, c.checkInjection(ctx, opts.Revision))
+	return out
+}
+
+func (c *Client) checkCRDs(ctx context.Context, names []string) CheckResult {
+	r := CheckResult{Name: "CRDs established"}
+	var bad []string
+	for _, n := range names {
+		o := &unstructured.Unstructured{}
+		o.SetName(n)
+		ok, why, err := c.crdEstablished(ctx, o)
+		if err != nil {
+			why = err.Error()
+		}
+		if !ok {
+			bad = append(bad, n+" ("+why+")")
+		}
+	}
+	if len(bad) > 0 {
+		r.Detail = strings.Join(bad, "; ")
+		r.Hint = "run discovery bootstrap (it installs the CRDs of the base component)"
+		return r
+	}
+	r.OK, r.Detail = true, fmt.Sprintf("%d CRDs", len(names))
+	return r
+}
+
+func (c *Client) checkDeployment(ctx context.Context, ns, name string) CheckResult {
+	r := CheckResult{Name: "discovery Deployment available"}
+	d, err := c.Kube.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		r.Detail = err.Error()
+		r.Hint = "run discovery bootstrap, or pass the --namespace and --revision it was installed with"
+		return r
+	}
+	ok, why := DeploymentAvailable(d)
+	if !ok {
+		r.Detail = fmt.Sprintf("%s/%s: %s", ns, name, why)
+		r.Hint = fmt.Sprintf("kubectl -n %s describe deployment %s; kubectl -n %s logs deployment/%s", ns, name, ns, name)
+		return r
+	}
+	r.OK, r.Detail = true, fmt.Sprintf("%s/%s, %d replicas available", ns, name, d.Status.AvailableReplicas)
+	return r
+}
+
+// checkWebhook checks that the webhook configuration exists and that every
+// webhook's caBundle is the mesh root that discovery publishes.
+func (c *Client) checkWebhook(ctx context.Context, kind, resource, name string, root []byte, rootErr error) CheckResult {
+	r := CheckResult{Name: kind + " " + name}
+	gvr := crdGVR
+	gvr.Group, gvr.Resource = "admissionregistration.k8s.io", resource
+	u, err := c.Dynamic.Resource(gvr).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		r.Detail = err.Error()
+		r.Hint = "run discovery bootstrap"
+		return r
+	}
+	if rootErr != nil {
+		r.Detail = "present; no published root to compare its caBundle with: " + rootErr.Error()
+		r.Hint = "discovery publishes the ConfigMap istio-ca-root-cert once it runs and leads"
+		return r
+	}
+	hooks, _ := u.Object["webhooks"].([]any)
+	for _, h := range hooks {
+		hm, _ := h.(map[string]any)
+		cc, _ := hm["clientConfig"].(map[string]any)
+		bundle, _ := cc["caBundle"].(string)
+		decoded, err := decodeBase64(bundle)
+		if err != nil || !caBundleMatches(decoded, root) {
+			r.Detail = fmt.Sprintf("webhook %v: caBundle is not the mesh root", hm["name"])
+			r.Hint = "discovery's leader patches the caBundle: check its logs and that it runs"
+			return r
+		}
+	}
+	r.OK, r.Detail = true, fmt.Sprintf("%d webhooks, caBundle is the mesh root", len(hooks))
+	return r
+}
+
+// checkInjection creates a Pod with server-side dry run in a namespace
+// labelled for injection and checks that it comes back injected: the
+// whole path API server -> webhook -> discovery -> patch works.
+func (c *Client) checkInjection(ctx context.Context, revision string) CheckResult {
+	r := CheckResult{Name: "sidecar injection (dry-run Pod)"}
+	ns := "discovery-check-injection"
+	labels := map[string]string{"istio-injection": "enabled"}
+	if revision != "" && revision != "default" {
+		ns += "-" + revision
+		labels = map[string]string{"istio.io/rev": revision}
+	}
+	_, err := c.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: labels}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		r.Detail = "create namespace " + ns + ": " + err.Error()
+		return r
+	}
+	if err == nil {
+		defer func() {
+			_ = c.Kube.CoreV1().Namespaces().Delete(context.WithoutCancel(ctx), ns, metav1.DeleteOptions{})
+		}()
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "injection-check", Namespace: ns, Labels: map[string]string{"app": "injection-check"}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}}},
+	}
+	got, err := c.Kube.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if err != nil {
+		r.Detail = "dry-run Pod refused: " + err.Error()
+		r.Hint = "the API server could not call the injection webhook: check the discovery Service's endpoints and the webhook's caBundle"
+		return r
+	}
+	for _, ctr := range append(got.Spec.InitContainers, got.Spec.Containers...) {
+		if ctr.Name == "istio-proxy" {
+			r.OK, r.Detail = true, "a Pod created in "+ns+" comes back with istio-proxy"
+			return r
+		}
+	}
+	r.Detail = "the dry-run Pod came back without istio-proxy"
+	r.Hint = "another webhook may be answering, or the injector config (ConfigMap istio-sidecar-injector) disables injection"
+	return r
+}
