@@ -139,8 +139,9 @@ func (s *Source) apply(sink config.Sink, batch []model.Event) {
 	s.metrics.batchSize.Observe(float64(len(batch)))
 	if _, err := sink.Apply(batch...); err != nil {
 		n := 1
-		if j, ok := err.(interface{ Unwrap() []error }); ok {
-			n = len(j.Unwrap())
+		var joined interface{ Unwrap() []error }
+		if errors.As(err, &joined) {
+			n = len(joined.Unwrap())
 		}
 		s.metrics.applyErrors.Add(float64(n))
 		s.log.Error("model rejected events", "rejected", n, "batch", len(batch), "err", err)

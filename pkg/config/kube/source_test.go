@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 
@@ -246,4 +247,28 @@ func sortedKinds(k []model.Kind) []model.Kind {
 	out := slices.Clone(k)
 	slices.Sort(out)
 	return out
+}
+
+// rejectingSink applies events to a Store but reports two errors per batch,
+// as a Store does for events it cannot use.
+type rejectingSink struct{ store *model.Store }
+
+func (r rejectingSink) Apply(events ...model.Event) (*model.Update, error) {
+	u, _ := r.store.Apply(events...)
+	return u, errors.Join(errors.New("first"), errors.New("second"))
+}
+
+func TestRejectedEventsAreCountedAndTheRestStillApplies(t *testing.T) {
+	f := newFixture(t, objects{kube: []runtime.Object{testService("shop", "reviews")}})
+	ctx, cancel := context.WithCancel(bg)
+	done := make(chan error, 1)
+	go func() { done <- f.src.Start(ctx, rejectingSink{f.store}) }()
+	t.Cleanup(func() { cancel(); <-done })
+	eventually(t, "source has synced", f.src.HasSynced)
+	if f.world().Service("shop", "reviews") == nil {
+		t.Fatal("Service missing")
+	}
+	if got := testutil.ToFloat64(f.src.metrics.applyErrors); got < 2 || int(got)%2 != 0 {
+		t.Errorf("apply errors = %v, want two per batch", got)
+	}
 }
