@@ -36,8 +36,8 @@ func fullPod() *corev1.Pod {
 	p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")}
 	proxy := corev1.Container{
 		Name: "istio-proxy", Image: "docker.io/istio/proxyv2:1.32.0",
-		Args:  []string{"proxy", "sidecar", "--domain", "$(POD_NAMESPACE).svc.cluster.local", "--proxyLogLevel=warning"},
-		Ports: []corev1.ContainerPort{{Name: "http-envoy-prom", ContainerPort: 15090}},
+		Args:           []string{"proxy", "sidecar", "--domain", "$(POD_NAMESPACE).svc.cluster.local", "--proxyLogLevel=warning"},
+		Ports:          []corev1.ContainerPort{{Name: "http-envoy-prom", ContainerPort: 15090}},
 		ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz/ready"}}},
 	}
 	// An injected sidecar carries about twenty environment variables and
