@@ -30,5 +30,6 @@ func newRootCommand() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newServeCommand(), newVersionCommand())
+	root.AddCommand(newInstallCommands()...)
 	return root
 }

@@ -87,12 +87,19 @@ func (r *Result) NoChange() bool {
 func (c *Client) Apply(ctx context.Context, m *Manifest, opts ApplyOptions) (*Result, error) {
 	c.start = time.Now()
 	res := &Result{}
-	if err := c.ensureNamespaces(ctx, m, opts.DryRun); err != nil {
+	missing, err := c.ensureNamespaces(ctx, m, opts.DryRun)
+	if err != nil {
 		return res, err
 	}
 	for _, comp := range m.Components {
 		before := len(res.Created) + len(res.Changed)
 		for _, o := range comp.Objects {
+			if missing[o.GetNamespace()] {
+				// Dry run into a namespace that does not exist yet: the
+				// server cannot try it, and everything would be created.
+				res.Created = append(res.Created, objectKey(o))
+				continue
+			}
 			if err := c.applyOne(ctx, o, opts.DryRun, res); err != nil {
 				return res, fmt.Errorf("%s: apply %s: %w", comp.Name, objectKey(o), err)
 			}
@@ -113,9 +120,10 @@ func (c *Client) Apply(ctx context.Context, m *Manifest, opts ApplyOptions) (*Re
 }
 
 // ensureNamespaces creates the namespaces the manifest uses. They carry no
-// install labels: uninstall never deletes a namespace.
-func (c *Client) ensureNamespaces(ctx context.Context, m *Manifest, dryRun bool) error {
-	seen := map[string]bool{}
+// install labels: uninstall never deletes a namespace. With dryRun it
+// creates nothing and returns the namespaces that would be created.
+func (c *Client) ensureNamespaces(ctx context.Context, m *Manifest, dryRun bool) (map[string]bool, error) {
+	seen, missing := map[string]bool{}, map[string]bool{}
 	for _, o := range m.Objects() {
 		ns := o.GetNamespace()
 		if ns == "" || seen[ns] {
@@ -127,16 +135,21 @@ func (c *Client) ensureNamespaces(ctx context.Context, m *Manifest, dryRun bool)
 			continue
 		}
 		if !apierrors.IsNotFound(err) {
-			return fmt.Errorf("get namespace %s: %w", ns, err)
+			return nil, fmt.Errorf("get namespace %s: %w", ns, err)
+		}
+		if dryRun {
+			missing[ns] = true
+			c.progress("namespace", "would create %s", ns)
+			continue
 		}
 		_, err = c.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
-			metav1.CreateOptions{FieldManager: FieldManager, DryRun: dryRunOpt(dryRun)})
+			metav1.CreateOptions{FieldManager: FieldManager})
 		if err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("create namespace %s: %w", ns, err)
+			return nil, fmt.Errorf("create namespace %s: %w", ns, err)
 		}
 		c.progress("namespace", "created %s", ns)
 	}
-	return nil
+	return missing, nil
 }
 
 func dryRunOpt(dryRun bool) []string {
