@@ -127,8 +127,8 @@ func TestIntegrationWorldFollowsTheAPIServer(t *testing.T) {
 	if _, err := c.Pods("shop").UpdateStatus(bg, pod, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	slices := rc.env.Client.DiscoveryV1().EndpointSlices("shop")
-	mustCreate(t, slices.Create, testSlice("shop", "reviews-abc", "reviews", "10.0.0.5", "reviews-1"))
+	sliceClient := rc.env.Client.DiscoveryV1().EndpointSlices("shop")
+	mustCreate(t, sliceClient.Create, testSlice("shop", "reviews-abc", "reviews", "10.0.0.5", "reviews-1"))
 
 	eventually(t, "the Service, Pod and joined endpoints are in the World", func() bool {
 		w := rc.world()
@@ -155,7 +155,7 @@ func TestIntegrationWorldFollowsTheAPIServer(t *testing.T) {
 	if err := vss.Delete(bg, "reviews-route", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := slices.Delete(bg, "reviews-abc", metav1.DeleteOptions{}); err != nil {
+	if err := sliceClient.Delete(bg, "reviews-abc", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Pods("shop").Delete(bg, "reviews-1", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
