@@ -15,7 +15,17 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// Idle keep-alive connections of the clients that talk to the test
+		// API server and to our server; they close with their transports.
+		goleak.IgnoreTopFunction("k8s.io/klog/v2.(*flushDaemon).run.func1"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
+		goleak.IgnoreAnyFunction("golang.org/x/net/http2.(*clientConnReadLoop).run"),
+		goleak.IgnoreAnyFunction("net/http.(*http2clientConnReadLoop).run"),
+	)
+}
 
 func webhookConfigs(bundle []byte) (*admissionregistrationv1.MutatingWebhookConfiguration, *admissionregistrationv1.ValidatingWebhookConfiguration) {
 	ignore := admissionregistrationv1.Ignore
