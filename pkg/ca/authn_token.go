@@ -19,6 +19,10 @@ import (
 // maxCachedTokens bounds the TokenReview cache.
 const maxCachedTokens = 10000
 
+// reviewTimeout bounds one TokenReview, so a slow API server fails requests
+// instead of holding them.
+const reviewTimeout = 10 * time.Second
+
 // tokenReviewAuthn accepts a Kubernetes service-account token for the
 // audience, checked by the API server with a TokenReview. Successful reviews
 // are reused for cacheTTL (never beyond the token's own expiry).
@@ -47,6 +51,8 @@ func (t *tokenReviewAuthn) Authenticate(ctx context.Context) (Identity, error) {
 	if id, ok := t.cache.get(token, now); ok {
 		return id, nil
 	}
+	ctx, cancel := context.WithTimeout(ctx, reviewTimeout)
+	defer cancel()
 	review, err := t.client.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{
 		Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: []string{t.audience}},
 	}, metav1.CreateOptions{})

@@ -71,7 +71,49 @@ func TestOnAPIServer(t *testing.T) {
 	t.Run("plugged-in cacerts chain leaf to intermediate to root and a change is picked up", func(t *testing.T) {
 		testPluggedIn(t, env.Client)
 	})
+	// Last: it takes the API server away.
+	t.Run("renewals by client certificate go on while the API server is down", func(t *testing.T) {
+		testAPIServerOutage(t, env)
+	})
 }
+
+func testAPIServerOutage(t *testing.T, env *testenv.Env) {
+	createNamespace(t, env.Client, "outage")
+	o := DefaultOptions()
+	o.Namespace = "outage"
+	logs := &logBuffer{}
+	c, err := New(t.Context(), o, env.Client, newLogger(logs), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runInBackground(t, c.Start)
+	addr := serve(t, c)
+	token := serviceAccountToken(t, env.Client, "outage", "worker", "istio-ca")
+	id := "spiffe://cluster.local/ns/outage/sa/worker"
+	key := ecKey(t)
+	first, err := dial(t, addr, c.RootPEM(), "outage", nil).CreateCertificate(ctxWithToken(t.Context(), token),
+		&pb.IstioCertificateRequest{Csr: string(makeCSR(t, key, csrSpec{uris: []string{id}}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	env.StopAPIServer(t)
+	renewer := dial(t, addr, c.RootPEM(), "outage", issuedTLSCert(t, first.CertChain, key))
+	resp, err := renewer.CreateCertificate(t.Context(), &pb.IstioCertificateRequest{Csr: string(makeCSR(t, ecKey(t), csrSpec{uris: []string{id}}))})
+	if err != nil {
+		t.Fatalf("renewal by client certificate without an API server: %v", err)
+	}
+	verifyLeaf(t, parseChain(t, resp.CertChain), c.authority.Bundle().Root, id, 24*time.Hour)
+	// A new token cannot be reviewed: refused as unauthenticated, promptly.
+	start := time.Now()
+	_, err = dial(t, addr, c.RootPEM(), "outage", nil).CreateCertificate(ctxWithToken(t.Context(), "a-token-never-reviewed"),
+		&pb.IstioCertificateRequest{Csr: string(makeCSR(t, ecKey(t), csrSpec{uris: []string{id}}))})
+	if status.Code(err) != codes.Unauthenticated || time.Since(start) > reviewTimeout+5*time.Second {
+		t.Fatalf("unreviewable token: %v after %s, want Unauthenticated within the review timeout", err, time.Since(start))
+	}
+	env.StartAPIServer(t)
+}
+
 
 func testIssueOnAPIServer(t *testing.T, client kubernetes.Interface) {
 	createNamespace(t, client, "istio-system")
