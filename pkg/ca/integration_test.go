@@ -114,7 +114,6 @@ func testAPIServerOutage(t *testing.T, env *testenv.Env) {
 	env.StartAPIServer(t)
 }
 
-
 func testIssueOnAPIServer(t *testing.T, client kubernetes.Interface) {
 	createNamespace(t, client, "istio-system")
 	createNamespace(t, client, "app")
