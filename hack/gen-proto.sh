@@ -45,7 +45,7 @@ install_plugin() {
     return
   fi
   log "go install $pkg"
-  GOBIN="$bin" GOFLAGS=-mod=mod go install "$pkg" >&2
+  GOBIN="$bin" go install "$pkg" >&2
   echo "$pkg" >"$stamp"
 }
 install_plugin protoc-gen-go "google.golang.org/protobuf/cmd/protoc-gen-go@$pb_version"
