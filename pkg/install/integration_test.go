@@ -134,6 +134,7 @@ func TestBootstrapOnARealAPIServer(t *testing.T) {
 		t.Errorf("second run changed things: created %v changed %v pruned %v", res.Created, res.Changed, res.Pruned)
 	}
 
+	t.Run("check reports each part, with hints", func(t *testing.T) { testCheck(ctx, t, client, m) })
 	t.Run("the CRDs validate Istio objects", func(t *testing.T) { testCRDSchemas(ctx, t, client) })
 	t.Run("serve reads a VirtualService through the installed CRDs", func(t *testing.T) { testServeReadsVirtualService(ctx, t, env, client.Dynamic) })
 
@@ -152,6 +153,10 @@ func TestBootstrapOnARealAPIServer(t *testing.T) {
 	}
 	if _, err := env.Client.AppsV1().Deployments("istio-system").Get(ctx, "istio-ingressgateway", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("gateway Deployment after prune: %v", err)
+	}
+	// The caBundle the leader patched in (check's subtest) survives a re-apply.
+	if mw, err := env.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "istio-sidecar-injector", metav1.GetOptions{}); err != nil || len(mw.Webhooks[0].ClientConfig.CABundle) == 0 {
+		t.Errorf("caBundle lost on re-apply: %v", err)
 	}
 
 	// Uninstall: everything but the CRDs goes; --purge takes the CRDs.
