@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // Identity is a workload's service account: the subject of a certificate.
@@ -41,6 +43,12 @@ func identityFromURI(u *url.URL) (Identity, error) {
 	parts := strings.Split(strings.TrimPrefix(u.Path, "/"), "/")
 	if len(parts) != 4 || parts[0] != "ns" || parts[2] != "sa" || parts[1] == "" || parts[3] == "" {
 		return Identity{}, fmt.Errorf("SPIFFE ID %q is not of the form spiffe://<trust-domain>/ns/<ns>/sa/<sa>", u.String())
+	}
+	if errs := validation.IsDNS1123Label(parts[1]); len(errs) > 0 {
+		return Identity{}, fmt.Errorf("SPIFFE ID %q: namespace: %s", u.String(), strings.Join(errs, "; "))
+	}
+	if errs := validation.IsDNS1123Subdomain(parts[3]); len(errs) > 0 {
+		return Identity{}, fmt.Errorf("SPIFFE ID %q: service account: %s", u.String(), strings.Join(errs, "; "))
 	}
 	return Identity{TrustDomain: u.Host, Namespace: parts[1], ServiceAccount: parts[3]}, nil
 }
