@@ -58,8 +58,10 @@ func render(t *template.Template, data *TemplateData) (map[string]any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("template %q rendered invalid YAML: %w", t.Name(), err)
 	}
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.DisallowUnknownFields()
 	var check corev1.Pod
-	if err := yaml.UnmarshalStrict(buf.Bytes(), &check); err != nil {
+	if err := dec.Decode(&check); err != nil {
 		return nil, fmt.Errorf("template %q rendered an invalid pod: %w", t.Name(), err)
 	}
 	var out map[string]any

@@ -14,7 +14,7 @@ import (
 
 // runServer serves h on a loopback port with ca's certificate until the
 // test ends, and returns the server's https base URL.
-func runServer(t *testing.T, ca *testCA, inject, validate http.Handler) string {
+func runServer(t testing.TB, ca *testCA, inject, validate http.Handler) string {
 	t.Helper()
 	s, err := New(DefaultOptions(), ca.tls, inject, validate, slog.New(slog.DiscardHandler))
 	if err != nil {
