@@ -80,6 +80,9 @@ func TestWebhooksOnARealAPIServer(t *testing.T) {
 			t.Errorf("stored pod: annotations %v, first container %q", pod.Annotations, pod.Spec.Containers[0].Name)
 		}
 	})
+	t.Run("the API server accepts each template's output", func(t *testing.T) {
+		checkTemplatesAccepted(ctx, t, env.Client)
+	})
 	t.Run("a Pod in an unlabelled namespace is stored untouched", func(t *testing.T) {
 		pod, err := env.Client.CoreV1().Pods("plain").Create(ctx, testPod(), metav1.CreateOptions{})
 		if err != nil {
@@ -92,6 +95,43 @@ func TestWebhooksOnARealAPIServer(t *testing.T) {
 	t.Run("an invalid VirtualService is refused with our message", func(t *testing.T) {
 		checkVirtualServices(ctx, t, env)
 	})
+}
+
+// checkTemplatesAccepted creates a native-sidecar pod, a gateway pod and a
+// proxyless gRPC pod: the API server validates what each template added.
+func checkTemplatesAccepted(ctx context.Context, t *testing.T, c kubernetes.Interface) {
+	native := testPod()
+	native.Annotations = map[string]string{"sidecar.istio.io/nativeSidecar": "true"}
+	got, err := c.CoreV1().Pods("mesh").Create(ctx, native, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("native sidecar pod: %v", err)
+	}
+	init := got.Spec.InitContainers
+	if len(init) != 2 || init[1].Name != inject.ProxyContainerName || init[1].RestartPolicy == nil ||
+		*init[1].RestartPolicy != corev1.ContainerRestartPolicyAlways || hasContainer(got.Spec.Containers, inject.ProxyContainerName) {
+		t.Errorf("native sidecar pod stored with init containers %v and containers %v", names(init), names(got.Spec.Containers))
+	}
+
+	gw := testPod()
+	gw.Annotations = map[string]string{"inject.istio.io/templates": "gateway"}
+	gw.Spec.Containers = []corev1.Container{{Name: inject.ProxyContainerName, Image: "auto"}}
+	got, err = c.CoreV1().Pods("mesh").Create(ctx, gw, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("gateway pod: %v", err)
+	}
+	if img := got.Spec.Containers[0].Image; img != "registry.test/proxyv2:9.9.9" || got.Spec.Containers[0].Args[1] != "router" {
+		t.Errorf("gateway pod stored with image %q and args %v", img, got.Spec.Containers[0].Args)
+	}
+
+	grpc := testPod()
+	grpc.Annotations = map[string]string{"inject.istio.io/templates": "grpc-agent"}
+	got, err = c.CoreV1().Pods("mesh").Create(ctx, grpc, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("grpc-agent pod: %v", err)
+	}
+	if len(got.Spec.InitContainers) != 0 || len(got.Spec.Containers) != 2 || len(got.Spec.Containers[0].Env) == 0 {
+		t.Errorf("grpc-agent pod stored with init %v, containers %v", names(got.Spec.InitContainers), names(got.Spec.Containers))
+	}
 }
 
 func checkVirtualServices(ctx context.Context, t *testing.T, env *testenv.Env) {
