@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 )
 
@@ -21,6 +22,9 @@ type dirRoots struct {
 	interval    time.Duration
 	log         *slog.Logger
 	now         func() time.Time
+
+	mu     sync.Mutex
+	loaded map[string][]byte // the directory as load last read it
 }
 
 var _ rootSource = (*dirRoots)(nil)
@@ -46,6 +50,9 @@ func (d *dirRoots) load(_ context.Context, current *Bundle) (*Bundle, error) {
 	if err != nil {
 		return nil, err
 	}
+	d.mu.Lock()
+	d.loaded = data
+	d.mu.Unlock()
 	if len(data[KeyCACert]) > 0 || len(data[KeyTLSCert]) > 0 {
 		b, err := ParseBundle(data)
 		if err != nil {
@@ -96,9 +103,12 @@ func (d *dirRoots) write(b *Bundle) error {
 }
 
 // watch polls the directory (robust to the symlink swaps of mounted
-// Secrets) and calls changed when its content differs.
+// Secrets) and calls changed when its content differs from what was last
+// seen, starting from what load read: a change made in between counts.
 func (d *dirRoots) watch(ctx context.Context, changed func()) error {
-	last, _ := d.read()
+	d.mu.Lock()
+	last := d.loaded
+	d.mu.Unlock()
 	t := time.NewTicker(d.interval)
 	defer t.Stop()
 	for {

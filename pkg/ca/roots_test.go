@@ -3,6 +3,8 @@ package ca
 import (
 	"crypto/x509"
 	"encoding/pem"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -150,4 +152,29 @@ func TestBadPluggedInSecretKeepsTheCurrentCA(t *testing.T) {
 	if !strings.Contains(logs.String(), "keeping the current one") {
 		t.Fatalf("no log of the refused cacerts:\n%s", logs)
 	}
+}
+
+func TestFileModePicksUpAChangedDirectory(t *testing.T) {
+	dir := t.TempDir()
+	o := testOptions()
+	o.Dir, o.RootPollInterval = dir, 20*time.Millisecond
+	c, err := New(t.Context(), o, nil, newLogger(&logBuffer{}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runInBackground(t, c.Start)
+	root, data := pluggedInCA(t, "operator")
+	for name, v := range data {
+		if err := os.WriteFile(filepath.Join(dir, name), v, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 10*time.Second, "the CA from the rewritten directory", func() bool {
+		return c.authority.Bundle().Root.Equal(root)
+	})
+	chain, _, err := c.authority.SignWorkload(ecKey(t).Public(), Identity{"cluster.local", "app", "a"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	verifyLeaf(t, parseChain(t, chain), root, idA, time.Hour)
 }
