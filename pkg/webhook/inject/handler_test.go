@@ -350,3 +350,29 @@ func FuzzInjectHandler(f *testing.F) {
 		}
 	})
 }
+
+func TestMetricsUseIstioNames(t *testing.T) {
+	i, reg := newTestInjector(t, namespaces()...)
+	post(t, i.Handler(), podReview(t, "mesh", appPod(nil)))
+	post(t, i.Handler(), podReview(t, "plain", appPod(nil)))
+	post(t, i.Handler(), []byte("{"))
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, f := range families {
+		got[f.GetName()] = true
+	}
+	for _, name := range []string{
+		"sidecar_injection_requests_total", "sidecar_injection_success_total", "sidecar_injection_failure_total",
+		"sidecar_injection_skip_total", "sidecar_injection_time_seconds",
+	} {
+		if !got[name] {
+			t.Errorf("metric %s is missing (have %v)", name, got)
+		}
+	}
+	if v := testutil.ToFloat64(i.metrics.requests); v != 3 {
+		t.Errorf("sidecar_injection_requests_total = %v, want 3", v)
+	}
+}
