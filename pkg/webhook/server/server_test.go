@@ -20,6 +20,12 @@ func runServer(t testing.TB, ca *testCA, inject, validate http.Handler) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveOnLoopback(t, s)
+}
+
+// serveOnLoopback runs s on a free loopback port until the test ends.
+func serveOnLoopback(t testing.TB, s *Server) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
