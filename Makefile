@@ -6,8 +6,12 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS := -X main.version=$(VERSION) -X main.gitCommit=$(COMMIT)
 EXAMPLE ?= examples/basic
+HUB ?= ghcr.io/meshplane
+TAG ?= $(VERSION)
+IMAGE ?= $(HUB)/discovery:$(TAG)
+CREATED := $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 
-.PHONY: build run test test-unit lint fmt-check vet proto proto-check testenv bench
+.PHONY: build run test test-unit lint fmt-check vet proto proto-check testenv bench image push
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/discovery ./cmd/discovery
@@ -47,3 +51,17 @@ testenv:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# The container image, without a container engine: a static binary on an
+# empty base, written as a tarball for `docker load` (bin/discovery-image.tar).
+# The same commit gives the same digest.
+image:
+	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -buildvcs=false \
+	  -ldflags '-s -w -buildid= $(LDFLAGS)' -o $(BIN)/discovery-linux-amd64 ./cmd/discovery
+	$(GO) run ./hack/image --binary $(BIN)/discovery-linux-amd64 --version $(VERSION) --revision $(COMMIT) \
+	  --created $(CREATED) --tag $(IMAGE) --out $(BIN)/discovery-image.tar
+
+# Push the image: make push IMAGE=registry.example/discovery:tag
+push: image
+	$(GO) run ./hack/image --binary $(BIN)/discovery-linux-amd64 --version $(VERSION) --revision $(COMMIT) \
+	  --created $(CREATED) --push $(IMAGE)

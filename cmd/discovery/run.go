@@ -13,17 +13,21 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
+	"k8s.io/klog/v2"
 
 	"github.com/meshplane/discovery/pkg/ca"
 	"github.com/meshplane/discovery/pkg/config"
 	"github.com/meshplane/discovery/pkg/leader"
 	"github.com/meshplane/discovery/pkg/model"
 	"github.com/meshplane/discovery/pkg/monitor"
+	xdsserver "github.com/meshplane/discovery/pkg/xds/server"
 )
 
 // run wires the parts together and serves until ctx ends.
 func (o *serveOptions) run(ctx context.Context) error {
 	log := o.logger()
+	// client-go logs through klog: send it to the same structured log.
+	klog.SetSlogLogger(log.With("component", "client-go"))
 	reg := prometheus.NewRegistry()
 	cfg, err := o.restConfig()
 	if err != nil {
@@ -60,8 +64,20 @@ func (o *serveOptions) run(ctx context.Context) error {
 		return fmt.Errorf("start CA: %w", err)
 	}
 
+	authority.RegisterDebug(mon.Mux())
+
+	xds, err := xdsserver.New(o.xds, store, log.With("component", "xds"), reg)
+	if err != nil {
+		return err
+	}
+	xds.RegisterDebug(mon.Mux())
+
 	plain, secure := o.grpcServers(authority.ServerTLSConfig())
 	authority.Register(secure)
+	xds.Register(secure)
+	if plain != nil {
+		xds.Register(plain)
+	}
 
 	runner := leader.NewRunner(o.leader, client, o.namespace, leader.LeaseName(o.revision), identity(), log.With("component", "leader"))
 	runner.Add("monitor", false, mon.Start)
@@ -70,6 +86,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 		runner.Add("source "+src.Name(), false, func(ctx context.Context) error { return src.Start(ctx, store) })
 	}
 	runner.Add("ca", false, authority.Start)
+	runner.Add("xds", false, xds.Start)
 	if client != nil {
 		publisher, err := authority.NewRootPublisher()
 		if err != nil {

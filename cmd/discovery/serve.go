@@ -20,6 +20,7 @@ import (
 	"github.com/meshplane/discovery/pkg/config/kube"
 	"github.com/meshplane/discovery/pkg/leader"
 	"github.com/meshplane/discovery/pkg/monitor"
+	xdsserver "github.com/meshplane/discovery/pkg/xds/server"
 )
 
 // serveOptions are the flags of `discovery serve`.
@@ -39,6 +40,7 @@ type serveOptions struct {
 	ca      ca.Options
 	monitor monitor.Options
 	leader  leader.Options
+	xds     xdsserver.Options
 }
 
 func defaultServeOptions() *serveOptions {
@@ -55,6 +57,7 @@ func defaultServeOptions() *serveOptions {
 		ca:           ca.DefaultOptions(),
 		monitor:      monitor.DefaultOptions(),
 		leader:       leader.DefaultOptions(),
+		xds:          xdsserver.DefaultOptions(),
 	}
 }
 
@@ -93,6 +96,7 @@ files in DIR, watched for changes.`,
 	o.ca.AddFlags(fs)
 	o.monitor.AddFlags(fs)
 	o.leader.AddFlags(fs)
+	o.xds.AddFlags(fs)
 	return cmd
 }
 
@@ -114,7 +118,7 @@ func (o *serveOptions) validate() error {
 		errs = append(errs, errors.New("--secure-grpc-address must not be empty: the CA is served there"))
 	}
 	o.ca.TrustDomain, o.ca.Namespace, o.ca.Revision = o.trustDomain, o.namespace, o.revision
-	for _, v := range []interface{ Validate() error }{&o.file, &o.kube, &o.monitor, &o.leader} {
+	for _, v := range []interface{ Validate() error }{&o.file, &o.kube, &o.monitor, &o.leader, &o.xds} {
 		if err := v.Validate(); err != nil {
 			errs = append(errs, err)
 		}
