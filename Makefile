@@ -11,7 +11,7 @@ TAG ?= $(VERSION)
 IMAGE ?= $(HUB)/discovery:$(TAG)
 CREATED := $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 
-.PHONY: build run test test-unit lint fmt-check vet proto proto-check testenv bench image push
+.PHONY: build run test test-unit lint fmt-check vet proto proto-check crds crds-check testenv bench image push
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/discovery ./cmd/discovery
@@ -23,7 +23,7 @@ run: build
 # Everything CI runs: generated code current, formatting, vet, and every test
 # including the integration suite on a real etcd + kube-apiserver, which
 # hack/testenv.sh installs or builds on first use.
-test: proto-check fmt-check vet
+test: proto-check crds-check fmt-check vet
 	set -euo pipefail; eval "$$(hack/testenv.sh)"; \
 	TESTENV_REQUIRED=1 $(GO) test -count=1 -timeout 45m ./...
 
@@ -45,6 +45,12 @@ proto:
 
 proto-check:
 	hack/gen-proto.sh --check
+
+crds:
+	hack/gen-crds.sh
+
+crds-check:
+	hack/gen-crds.sh --check
 
 testenv:
 	hack/testenv.sh
