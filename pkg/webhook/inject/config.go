@@ -43,6 +43,12 @@ type Config struct {
 	DefaultTemplates []string `json:"defaultTemplates,omitempty"`
 	// Templates are Go text templates that render a partial Pod in YAML.
 	Templates map[string]string `json:"templates,omitempty"`
+	// Aliases name lists of templates: a pod asking for an alias gets
+	// those templates, in order.
+	Aliases map[string][]string `json:"aliases,omitempty"`
+	// Template is Istio's older single template; it is the "sidecar"
+	// template when Templates does not define one.
+	Template string `json:"template,omitempty"`
 
 	compiled map[string]*template.Template
 	always   []labels.Selector
@@ -66,12 +72,21 @@ func ParseConfig(data []byte) (*Config, error) {
 	if len(c.DefaultTemplates) == 0 {
 		c.DefaultTemplates = []string{"sidecar"}
 	}
+	if _, ok := c.Templates["sidecar"]; !ok && c.Template != "" {
+		if c.Templates == nil {
+			c.Templates = map[string]string{}
+		}
+		c.Templates["sidecar"] = c.Template
+	}
 	if err := c.compile(); err != nil {
 		return nil, err
 	}
-	for _, name := range c.DefaultTemplates {
-		if _, ok := c.compiled[name]; !ok {
-			return nil, fmt.Errorf("injection config: default template %q is not defined (defined: %s)", name, strings.Join(c.TemplateNames(), ", "))
+	if _, err := c.resolve(c.DefaultTemplates, "default template"); err != nil {
+		return nil, fmt.Errorf("injection config: %w", err)
+	}
+	for alias, names := range c.Aliases {
+		if _, err := c.resolve(names, "template of alias "+alias); err != nil {
+			return nil, fmt.Errorf("injection config: %w", err)
 		}
 	}
 	return &c, nil
@@ -104,6 +119,24 @@ func selectors(in []metav1.LabelSelector) ([]labels.Selector, error) {
 			return nil, fmt.Errorf("selector %d: %w", i, err)
 		}
 		out = append(out, s)
+	}
+	return out, nil
+}
+
+// resolve expands aliases and checks that every template is defined.
+func (c *Config) resolve(names []string, what string) ([]string, error) {
+	out := make([]string, 0, len(names))
+	for _, n := range names {
+		if expanded, ok := c.Aliases[n]; ok {
+			out = append(out, expanded...)
+			continue
+		}
+		out = append(out, n)
+	}
+	for _, n := range out {
+		if _, ok := c.compiled[n]; !ok {
+			return nil, fmt.Errorf("%s %q is not defined (defined: %s)", what, n, strings.Join(c.TemplateNames(), ", "))
+		}
 	}
 	return out, nil
 }

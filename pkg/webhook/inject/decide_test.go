@@ -246,3 +246,29 @@ func TestParseValuesLaysOverDefaults(t *testing.T) {
 		t.Error("a list was accepted as values")
 	}
 }
+
+func TestAliasesAndTheLegacyTemplate(t *testing.T) {
+	cfg, err := ParseConfig([]byte(`template: |
+  metadata: {labels: {from: legacy}}
+templates:
+  extra: |
+    metadata: {annotations: {from: extra}}
+aliases:
+  both: [sidecar, extra]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, values := defaults(t)
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "default", Annotations: map[string]string{"inject.istio.io/templates": "both"}}}
+	out, _, err := Inject(p, injectionNamespace(), cfg, values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Labels["from"] != "legacy" || out.Annotations["from"] != "extra" {
+		t.Fatalf("alias did not render both templates: labels %v annotations %v", out.Labels, out.Annotations)
+	}
+	if _, err := ParseConfig([]byte("templates: {sidecar: ''}\naliases: {x: [nope]}")); err == nil || !strings.Contains(err.Error(), `"nope"`) {
+		t.Fatalf("an alias of an undefined template: err = %v", err)
+	}
+}

@@ -76,12 +76,7 @@ func templateNames(pod *corev1.Pod, cfg *Config) ([]string, error) {
 	if len(names) == 0 {
 		return nil, fmt.Errorf("annotation %s names no template", annotation.InjectTemplates.Name)
 	}
-	for _, n := range names {
-		if _, ok := cfg.compiled[n]; !ok {
-			return nil, fmt.Errorf("injection template %q is not defined (defined: %s)", n, strings.Join(cfg.TemplateNames(), ", "))
-		}
-	}
-	return names, nil
+	return cfg.resolve(names, "injection template")
 }
 
 func templateData(pod *corev1.Pod, values Values) (*TemplateData, error) {
