@@ -62,8 +62,9 @@ type object struct {
 	APIVersion string `json:"apiVersion"`
 	Kind       string `json:"kind"`
 	Metadata   struct {
-		Name      string `json:"name"`
-		Namespace string `json:"namespace"`
+		Name              string `json:"name"`
+		Namespace         string `json:"namespace"`
+		DeletionTimestamp string `json:"deletionTimestamp"`
 	} `json:"metadata"`
 	Spec json.RawMessage `json:"spec"`
 }
@@ -77,6 +78,11 @@ func Validate(gk schema.GroupKind, raw []byte) ([]string, error) {
 	var obj object
 	if err := json.Unmarshal(raw, &obj); err != nil {
 		return nil, &DecodeError{fmt.Errorf("%s is not a Kubernetes object: %w", gk.Kind, err)}
+	}
+	if obj.Metadata.DeletionTimestamp != "" {
+		// An object on its way out (say, a finalizer being removed) is
+		// not judged again: refusing would keep it forever.
+		return nil, nil
 	}
 	k, ok := kinds[gk]
 	if !ok {

@@ -127,6 +127,9 @@ func TestValidate(t *testing.T) {
 			doc:     "apiVersion: security.istio.io/v1\nkind: RequestAuthentication\nmetadata: {name: r}\nspec:\n  jwtRules: [{jwksUri: 'https://example.com/jwks'}]",
 			problem: "needs an issuer",
 		},
+		"lets an invalid object that is being deleted lose its finalizers": {
+			doc: "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: r, deletionTimestamp: '2026-01-01T00:00:00Z', finalizers: [x]}\nspec: {}",
+		},
 		"accepts a kind discovery does not read, with a warning": {
 			doc:     "apiVersion: networking.istio.io/v1alpha3\nkind: EnvoyFilter\nmetadata: {name: e}\nspec: {}",
 			warning: "discovery does not read",
