@@ -8,10 +8,7 @@ import (
 	"strings"
 	"sync"
 
-	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
-	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/meshplane/discovery/pkg/model"
 )
@@ -37,6 +34,16 @@ type ClassConfig struct {
 	EndpointsOf map[model.NamespacedName][]string
 	scope       *Scope
 	units       map[model.NamespacedName]*unit
+	ports       map[int32]*portUnit
+}
+
+// portUnit is the outbound listener of one port, reused by the next
+// generation when the port's services are the same objects.
+type portUnit struct {
+	key         string
+	listener    *Resource
+	refs        []string
+	addressless []*model.Service
 }
 
 // Scope returns what the class sees of its World.
@@ -92,7 +99,7 @@ func (g *Generator) Class(w *model.World, p *model.Proxy, prev *ClassConfig) (*C
 		routeRefs = append(routeRefs, g.gateway(sc, bs)...)
 		g.fixed(bs)
 	default:
-		routeRefs = append(routeRefs, g.sidecarOutbound(sc, bs)...)
+		routeRefs = append(routeRefs, g.sidecarOutbound(sc, bs, cc, prev)...)
 		g.fixed(bs)
 	}
 	var errs []error
@@ -119,19 +126,44 @@ func (g *Generator) fixed(bs map[string]*builder) {
 
 // sidecarOutbound adds the outbound listeners and the per-port routes for
 // hosts without an address; it returns the route names the listeners use.
-func (g *Generator) sidecarOutbound(sc *Scope, bs map[string]*builder) []string {
+// A port's listener is reused from prev when its services are unchanged.
+func (g *Generator) sidecarOutbound(sc *Scope, bs map[string]*builder, cc, prev *ClassConfig) []string {
 	bs[ListenerType].add(VirtualOutbound, virtualOutbound())
-	ls, addressless := g.outboundListeners(sc)
+	ports, byPort := servicesByPort(sc)
+	cc.ports = map[int32]*portUnit{}
 	var refs []string
-	for _, l := range ls {
-		bs[ListenerType].add(l.Name, l)
-		refs = append(refs, listenerRouteRefs(l)...)
-	}
-	for port, svcs := range addressless {
-		rc := g.portRoute(sc, port, svcs)
-		bs[RouteType].add(rc.Name, rc)
+	for _, port := range ports {
+		var kb strings.Builder
+		for _, svc := range byPort[port] {
+			fmt.Fprintf(&kb, "%p,", svc)
+		}
+		key := kb.String()
+		pu := prev.port(port)
+		if pu == nil || pu.key != key {
+			l, lrefs, addressless := outboundListener(port, byPort[port])
+			r, err := NewResource(l.Name, ListenerType, l)
+			if err != nil {
+				bs[ListenerType].errs = append(bs[ListenerType].errs, err)
+				continue
+			}
+			pu = &portUnit{key: key, listener: r, refs: lrefs, addressless: addressless}
+		}
+		cc.ports[port] = pu
+		bs[ListenerType].reuse(pu.listener)
+		refs = append(refs, pu.refs...)
+		if len(pu.addressless) > 0 {
+			rc := g.portRoute(sc, port, pu.addressless)
+			bs[RouteType].add(rc.Name, rc)
+		}
 	}
 	return refs
+}
+
+func (c *ClassConfig) port(p int32) *portUnit {
+	if c == nil {
+		return nil
+	}
+	return c.ports[p]
 }
 
 // serviceUnit generates, or reuses from prev, the resources of one service.
@@ -241,26 +273,6 @@ func (g *Generator) UpdateEndpoints(prev *ClassConfig, w *model.World, services 
 	return &cc, changed
 }
 
-// listenerRouteRefs lists the RouteConfiguration names a listener uses.
-func listenerRouteRefs(l *listenerv3.Listener) []string {
-	var out []string
-	chains := append([]*listenerv3.FilterChain{}, l.GetFilterChains()...)
-	if l.GetDefaultFilterChain() != nil {
-		chains = append(chains, l.GetDefaultFilterChain())
-	}
-	for _, fc := range chains {
-		for _, f := range fc.GetFilters() {
-			if n := rdsName(f.GetTypedConfig()); n != "" {
-				out = append(out, n)
-			}
-		}
-	}
-	if n := rdsName(l.GetApiListener().GetApiListener()); n != "" {
-		out = append(out, n)
-	}
-	return out
-}
-
 // consistent checks that the EDS and RDS resources are exactly those the
 // clusters and listeners reference (go-control-plane's Snapshot.Consistent
 // rule, extended to API listeners).
@@ -291,18 +303,3 @@ func consistent(sets map[string]*Set, edsRefs, routeRefs []string) error {
 	}
 	return errors.Join(check(EndpointType, edsRefs), check(RouteType, routeRefs))
 }
-
-// rdsName returns the RDS route name of an HttpConnectionManager config, or
-// "" for anything else.
-func rdsName(a *anypb.Any) string {
-	if a == nil || a.GetTypeUrl() != hcmTypeURL {
-		return ""
-	}
-	var m hcmv3.HttpConnectionManager
-	if err := a.UnmarshalTo(&m); err != nil {
-		return ""
-	}
-	return m.GetRds().GetRouteConfigName()
-}
-
-var hcmTypeURL = "type.googleapis.com/" + string((&hcmv3.HttpConnectionManager{}).ProtoReflect().Descriptor().FullName())

@@ -95,13 +95,9 @@ func virtualOutbound() *listenerv3.Listener {
 	}
 }
 
-// outboundListeners builds one listener per service port number, named
-// 0.0.0.0_PORT and not bound (virtualOutbound hands connections over). Each
-// service address on the port has its own filter chain: HTTP ports use RDS
-// with the service port's own RouteConfiguration (HOST:PORT), other ports
-// a TCP proxy to the service's cluster. Hosts without an address share the
-// default chain, which uses the RouteConfiguration named PORT.
-func (g *Generator) outboundListeners(sc *Scope) ([]*listenerv3.Listener, map[int32][]*model.Service) {
+// servicesByPort groups the visible services by port number (UDP ports
+// have no listener), ports ascending.
+func servicesByPort(sc *Scope) ([]int32, map[int32][]*model.Service) {
 	byPort := map[int32][]*model.Service{}
 	for _, svc := range sc.Services {
 		for _, p := range svc.Ports {
@@ -115,43 +111,54 @@ func (g *Generator) outboundListeners(sc *Scope) ([]*listenerv3.Listener, map[in
 		ports = append(ports, p)
 	}
 	sort.Slice(ports, func(i, j int) bool { return ports[i] < ports[j] })
-	addressless := map[int32][]*model.Service{}
-	var out []*listenerv3.Listener
-	for _, port := range ports {
-		l := &listenerv3.Listener{
-			Name:             "0.0.0.0_" + itoa(port),
-			Address:          socketAddress("0.0.0.0", port),
-			BindToPort:       wrapperspb.Bool(false),
-			TrafficDirection: corev3.TrafficDirection_OUTBOUND,
-		}
-		seen := map[netip.Prefix]bool{}
-		for _, svc := range byPort[port] {
-			p, _ := svc.PortByNumber(port)
-			if len(svc.Addresses) == 0 {
-				if p.Protocol.IsHTTP() {
-					addressless[port] = append(addressless[port], svc)
-				}
-				continue
-			}
-			fc := serviceChain(svc, p, seen)
-			if fc != nil {
-				l.FilterChains = append(l.FilterChains, fc)
-			}
-		}
-		if len(addressless[port]) > 0 {
-			l.DefaultFilterChain = &listenerv3.FilterChain{
-				Name:    "addressless",
-				Filters: []*listenerv3.Filter{hcmFilter(rdsManager("outbound_0.0.0.0_"+itoa(port), itoa(port)))},
-			}
-		} else {
-			l.DefaultFilterChain = &listenerv3.FilterChain{
-				Name:    "PassthroughFilterChain",
-				Filters: []*listenerv3.Filter{tcpFilter(PassthroughCluster, PassthroughCluster)},
-			}
-		}
-		out = append(out, l)
+	return ports, byPort
+}
+
+// outboundListener builds the listener of one service port number, named
+// 0.0.0.0_PORT and not bound (virtualOutbound hands connections over). Each
+// service address on the port has its own filter chain: HTTP ports use RDS
+// with the service port's own RouteConfiguration (HOST:PORT), other ports
+// a TCP proxy to the service's cluster. Hosts without an address share the
+// default chain, which uses the RouteConfiguration named PORT. It returns
+// the listener, the route names it uses and the addressless HTTP services.
+func outboundListener(port int32, svcs []*model.Service) (*listenerv3.Listener, []string, []*model.Service) {
+	l := &listenerv3.Listener{
+		Name:             "0.0.0.0_" + itoa(port),
+		Address:          socketAddress("0.0.0.0", port),
+		BindToPort:       wrapperspb.Bool(false),
+		TrafficDirection: corev3.TrafficDirection_OUTBOUND,
 	}
-	return out, addressless
+	var refs []string
+	var addressless []*model.Service
+	seen := map[netip.Prefix]bool{}
+	for _, svc := range svcs {
+		p, _ := svc.PortByNumber(port)
+		if len(svc.Addresses) == 0 {
+			if p.Protocol.IsHTTP() {
+				addressless = append(addressless, svc)
+			}
+			continue
+		}
+		if fc := serviceChain(svc, p, seen); fc != nil {
+			l.FilterChains = append(l.FilterChains, fc)
+			if p.Protocol.IsHTTP() {
+				refs = append(refs, fc.Name)
+			}
+		}
+	}
+	if len(addressless) > 0 {
+		l.DefaultFilterChain = &listenerv3.FilterChain{
+			Name:    "addressless",
+			Filters: []*listenerv3.Filter{hcmFilter(rdsManager("outbound_0.0.0.0_"+itoa(port), itoa(port)))},
+		}
+		refs = append(refs, itoa(port))
+	} else {
+		l.DefaultFilterChain = &listenerv3.FilterChain{
+			Name:    "PassthroughFilterChain",
+			Filters: []*listenerv3.Filter{tcpFilter(PassthroughCluster, PassthroughCluster)},
+		}
+	}
+	return l, refs, addressless
 }
 
 func serviceChain(svc *model.Service, p model.Port, seen map[netip.Prefix]bool) *listenerv3.FilterChain {

@@ -31,13 +31,8 @@ func (wt watcher) CreateWatch(req *cachev3.Request, sub cachev3.Subscription, ch
 		delete(c.reqs, t)
 	}
 	c.observe(t, req.GetResponseNonce(), req.GetVersionInfo(), req.GetErrorDetail())
-	w := &sotwWatch{req: req, sub: sub, ch: ch, prevSubs: c.subs[t]}
-	subs := make(map[string]struct{}, len(sub.SubscribedResources()))
-	for n := range sub.SubscribedResources() {
-		subs[n] = struct{}{}
-	}
-	c.subs[t] = subs
-	if c.respondSotw(w, nil) {
+	w := &sotwWatch{req: req, sub: sub, ch: ch}
+	if !c.unchanged(t, req, sub) && c.respondSotw(w, nil) {
 		return func() {}, nil
 	}
 	c.sotw[t] = w
@@ -84,4 +79,39 @@ var errNoFetch = errors.New("fetching configuration without a stream is not supp
 // Fetch refuses REST polling.
 func (watcher) Fetch(context.Context, *discovery.DiscoveryRequest) (cachev3.Response, error) {
 	return nil, status.Error(codes.Unimplemented, errNoFetch.Error())
+}
+
+// unchanged reports whether answering req needs no look at the
+// configuration: it answers the last response of its type, which was sent,
+// the subscription is the same, and the configuration has not changed since
+// it was last compared in full. It also undoes a response go-control-plane
+// dropped unsent. Called with c.mu held.
+func (c *conn) unchanged(t string, req *cachev3.Request, sub cachev3.Subscription) bool {
+	if in := c.inflight[t]; in != nil {
+		// Dropped: the stream never sent it, so the client lacks what it
+		// marked as returned.
+		c.inflight[t] = nil
+		returned := sub.ReturnedResources()
+		for _, n := range in.names {
+			delete(returned, n)
+		}
+		c.checked[t] = ""
+	}
+	// go-control-plane builds a new map for every request and never changes
+	// it after, so keeping a reference is safe.
+	prev, prevWild := c.subs[t], c.wildcard[t]
+	subs := sub.SubscribedResources()
+	c.subs[t], c.wildcard[t] = subs, sub.IsWildcard()
+	if req.GetResponseNonce() == "" || c.cfg == nil || c.checked[t] != c.cfg.Version(t) {
+		return false
+	}
+	if prevWild != sub.IsWildcard() || len(prev) != len(subs) {
+		return false
+	}
+	for n := range subs {
+		if _, ok := prev[n]; !ok {
+			return false
+		}
+	}
+	return true
 }

@@ -84,13 +84,16 @@ func parseNode(node *corev3.Node) (*model.Proxy, error) {
 	return model.ParseProxy(node.GetId(), node.GetMetadata().AsMap())
 }
 
-func (cb callbacks) sent(key streamKey, typeURL, version, nonce string) {
+func (cb callbacks) sent(key streamKey, typeURL, version, nonce string, resp any) {
 	v, ok := cb.s.conns.Load(key)
 	if !ok {
 		return
 	}
 	c := v.(*conn)
 	c.mu.Lock()
+	if in := c.inflight[typeURL]; in != nil && any(in.resp) == resp {
+		c.inflight[typeURL] = nil
+	}
 	st := c.typeStatus(typeURL)
 	st.SentVersion, st.SentNonce, st.Sent = version, nonce, time.Now()
 	c.mu.Unlock()
@@ -127,12 +130,12 @@ func (cb callbacks) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscovery
 
 // OnStreamResponse records a sent state-of-the-world response.
 func (cb callbacks) OnStreamResponse(_ context.Context, id int64, _ *discovery.DiscoveryRequest, resp *discovery.DiscoveryResponse) {
-	cb.sent(streamKey{id: id}, resp.GetTypeUrl(), resp.GetVersionInfo(), resp.GetNonce())
+	cb.sent(streamKey{id: id}, resp.GetTypeUrl(), resp.GetVersionInfo(), resp.GetNonce(), resp)
 }
 
 // OnStreamDeltaResponse records a sent delta response.
 func (cb callbacks) OnStreamDeltaResponse(id int64, _ *discovery.DeltaDiscoveryRequest, resp *discovery.DeltaDiscoveryResponse) {
-	cb.sent(streamKey{delta: true, id: id}, resp.GetTypeUrl(), resp.GetSystemVersionInfo(), resp.GetNonce())
+	cb.sent(streamKey{delta: true, id: id}, resp.GetTypeUrl(), resp.GetSystemVersionInfo(), resp.GetNonce(), resp)
 }
 
 // OnFetchRequest refuses REST polling.

@@ -43,10 +43,17 @@ type nack struct {
 }
 
 type sotwWatch struct {
-	req      *discovery.DiscoveryRequest
-	sub      cachev3.Subscription
-	ch       chan cachev3.Response
-	prevSubs map[string]struct{} // names subscribed before this request
+	req *discovery.DiscoveryRequest
+	sub cachev3.Subscription
+	ch  chan cachev3.Response
+}
+
+// inflight is a state-of-the-world response handed to go-control-plane and
+// not yet seen sent; names are the Route or Endpoint names it marked as
+// returned.
+type inflight struct {
+	resp  *discovery.DiscoveryResponse
+	names []string
 }
 
 type deltaWatch struct {
@@ -65,24 +72,30 @@ type conn struct {
 	ctl       *streamCtl
 	connected time.Time
 
-	mu         sync.Mutex
-	proxy      *model.Proxy
-	cfg        *gen.ProxyConfig
-	sotw       map[string]*sotwWatch
-	delta      map[string]*deltaWatch
-	subs       map[string]map[string]struct{} // sotw names subscribed, by type
-	reqs       map[string]any                 // outstanding request pointers, by type
-	status     map[string]*typeStatus
-	unanswered int       // pushes with no open watch to answer
-	pushFirst  time.Time // first change of the push being delivered
-	closed     bool
+	mu          sync.Mutex
+	proxy       *model.Proxy
+	cfg         *gen.ProxyConfig
+	sotw        map[string]*sotwWatch
+	delta       map[string]*deltaWatch
+	subs        map[string]map[string]struct{} // sotw names subscribed at the last request, by type
+	wildcard    map[string]bool                // sotw wildcard at the last request, by type
+	checked     map[string]string              // config version last compared in full, by type
+	prevVersion map[string]string              // config version before the latest setConfig, by type
+	inflight    map[string]*inflight           // sotw responses not yet seen sent, by type
+	reqs        map[string]any                 // outstanding request pointers, by type
+	status      map[string]*typeStatus
+	unanswered  int       // pushes with no open watch to answer
+	pushFirst   time.Time // first change of the push being delivered
+	closed      bool
 }
 
 func newConn(s *Server, key streamKey, ctl *streamCtl) *conn {
 	return &conn{
 		s: s, key: key, ctl: ctl, connected: time.Now(),
 		sotw: map[string]*sotwWatch{}, delta: map[string]*deltaWatch{},
-		subs: map[string]map[string]struct{}{}, reqs: map[string]any{}, status: map[string]*typeStatus{},
+		subs: map[string]map[string]struct{}{}, wildcard: map[string]bool{}, checked: map[string]string{},
+		prevVersion: map[string]string{}, inflight: map[string]*inflight{},
+		reqs: map[string]any{}, status: map[string]*typeStatus{},
 	}
 }
 
@@ -143,6 +156,12 @@ func knownType(t string) bool {
 // responses carry only what changed or was newly subscribed. dirty, when
 // not nil, limits the Route and Endpoint names to look at. Called with c.mu
 // held; reports whether a response was handed over.
+//
+// For Route and Endpoint the map of returned resources is updated in
+// place (it can hold thousands of names; copying it for every push to
+// every proxy would dominate the push). go-control-plane only swaps it or
+// prunes it between a watch's cancellation and the next CreateWatch, both
+// ordered with c.mu; a response it drops unsent is undone in CreateWatch.
 func (c *conn) respondSotw(w *sotwWatch, dirty []string) bool {
 	if c.cfg == nil {
 		return false
@@ -154,71 +173,71 @@ func (c *conn) respondSotw(w *sotwWatch, dirty []string) bool {
 			return false
 		}
 		c.logger().Warn("request for a type this server does not serve; answered with no resources", "type", t)
-		return c.deliverSotw(w, &discovery.DiscoveryResponse{TypeUrl: t}, map[string]string{})
+		return c.deliverSotw(w, &discovery.DiscoveryResponse{TypeUrl: t}, map[string]string{}, nil)
 	}
 	returned := w.sub.ReturnedResources()
 	wildcard := w.sub.IsWildcard()
 	subscribed := w.sub.SubscribedResources()
-	isNew := func(n string) bool {
-		if wildcard {
-			return false
+	version := c.cfg.Version(t)
+	each := func(fn func(name string)) {
+		switch {
+		case dirty != nil:
+			for _, n := range dirty {
+				if _, ok := subscribed[n]; ok || wildcard {
+					fn(n)
+				}
+			}
+		case wildcard:
+			for _, n := range c.cfg.Names(t) {
+				fn(n)
+			}
+		default:
+			for n := range subscribed {
+				fn(n)
+			}
 		}
-		_, was := w.prevSubs[n]
-		return !was
-	}
-	var names []string
-	if wildcard {
-		names = c.cfg.Names(t)
-	} else {
-		names = sortedKeys(subscribed)
 	}
 	var send []*gen.Resource
-	next := map[string]string{}
 	if t == gen.ListenerType || t == gen.ClusterType {
+		next := map[string]string{}
 		changed := initial
-		for _, n := range names {
-			r := c.cfg.Get(t, n)
-			if r == nil {
-				continue
+		each(func(n string) {
+			if r := c.cfg.Get(t, n); r != nil {
+				send = append(send, r)
+				next[n] = r.Hash
+				changed = changed || returned[n] != r.Hash
 			}
-			send = append(send, r)
-			next[n] = r.Hash
-			changed = changed || returned[n] != r.Hash || isNew(n)
-		}
+		})
+		c.checked[t] = version
 		if !changed && len(next) == len(returned) {
 			return false
 		}
-	} else {
-		for n, h := range returned {
-			if _, ok := subscribed[n]; ok || wildcard {
-				next[n] = h
-			}
-		}
-		if dirty != nil {
-			names = dirty
-		}
-		for _, n := range names {
-			if _, ok := subscribed[n]; !ok && !wildcard {
-				continue
-			}
-			r := c.cfg.Get(t, n)
-			if r == nil || (returned[n] == r.Hash && !isNew(n)) {
-				continue
-			}
-			send = append(send, r)
-			next[n] = r.Hash
-		}
-		if len(send) == 0 && !initial {
-			return false
-		}
+		return c.deliverSotw(w, &discovery.DiscoveryResponse{VersionInfo: version, TypeUrl: t, Resources: anys(send)}, next, nil)
 	}
-	resp := &discovery.DiscoveryResponse{VersionInfo: c.cfg.Version(t), TypeUrl: t, Resources: anys(send)}
-	return c.deliverSotw(w, resp, next)
+	each(func(n string) {
+		if r := c.cfg.Get(t, n); r != nil && returned[n] != r.Hash {
+			send = append(send, r)
+		}
+	})
+	if dirty == nil || c.checked[t] == c.prevVersion[t] {
+		c.checked[t] = version
+	}
+	if len(send) == 0 && !initial {
+		return false
+	}
+	sort.Slice(send, func(i, j int) bool { return send[i].Name < send[j].Name })
+	undo := make([]string, len(send))
+	for i, r := range send {
+		undo[i] = r.Name
+		returned[r.Name] = r.Hash
+	}
+	return c.deliverSotw(w, &discovery.DiscoveryResponse{VersionInfo: version, TypeUrl: t, Resources: anys(send)}, returned, undo)
 }
 
-func (c *conn) deliverSotw(w *sotwWatch, resp *discovery.DiscoveryResponse, next map[string]string) bool {
+func (c *conn) deliverSotw(w *sotwWatch, resp *discovery.DiscoveryResponse, next map[string]string, undo []string) bool {
 	select {
 	case w.ch <- &cachev3.PassthroughResponse{Request: w.req, DiscoveryResponse: resp, ReturnedResources: next}:
+		c.inflight[resp.GetTypeUrl()] = &inflight{resp: resp, names: undo}
 	default:
 		// Each watch is answered at most once and the server's channel
 		// holds one response per type, so this does not happen.
@@ -340,6 +359,11 @@ func (c *conn) setConfig(cfg *gen.ProxyConfig, dirty map[string][]string, first 
 	defer c.mu.Unlock()
 	if c.closed {
 		return
+	}
+	if c.cfg != nil {
+		for _, t := range gen.TypeURLs {
+			c.prevVersion[t] = c.cfg.Version(t)
+		}
 	}
 	c.cfg = cfg
 	if !first.IsZero() {

@@ -1,0 +1,76 @@
+package gen
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/meshplane/discovery/pkg/model"
+	"github.com/meshplane/discovery/pkg/xds/internal/worldtest"
+)
+
+func world1000(b *testing.B) *model.Store {
+	b.Helper()
+	store := model.NewStore(model.StoreOptions{})
+	if _, err := store.Apply(worldtest.Mesh(1000, 50, 10)...); err != nil {
+		b.Fatal(err)
+	}
+	return store
+}
+
+// BenchmarkClassFromScratch generates everything one sidecar class sees
+// of a 1,000-service World (2,000 clusters, 2,000 endpoint sets of 10
+// endpoints, 2,000 routes, 3 listeners), with nothing to reuse.
+func BenchmarkClassFromScratch(b *testing.B) {
+	store := world1000(b)
+	g := New(quietLog())
+	p := sidecar(b, "ns-0")
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := g.Class(store.World(), p, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkClassAfterVirtualServiceEdit regenerates a class after one
+// VirtualService edit, reusing what did not change.
+func BenchmarkClassAfterVirtualServiceEdit(b *testing.B) {
+	store := world1000(b)
+	g := New(quietLog())
+	p := sidecar(b, "ns-0")
+	prev, err := g.Class(store.World(), p, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := store.Apply(vsEvent("ns-3", "svc-3", "svc-3", fmt.Sprint(i), int32(1+i%99), int32(99-i%99))); err != nil {
+			b.Fatal(err)
+		}
+		if prev, err = g.Class(store.World(), p, prev); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkEndpointUpdate regenerates one service's endpoints in a class.
+func BenchmarkEndpointUpdate(b *testing.B) {
+	store := world1000(b)
+	g := New(quietLog())
+	p := sidecar(b, "ns-0")
+	prev, err := g.Class(store.World(), p, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	svc := []model.NamespacedName{{Namespace: "ns-7", Name: "svc-7"}}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := store.Apply(worldtest.Slice("ns-7", "svc-7", fmt.Sprintf("10.77.%d.%d", i/250%250, i%250+1))); err != nil {
+			b.Fatal(err)
+		}
+		prev, _ = g.UpdateEndpoints(prev, store.World(), svc)
+	}
+}
