@@ -51,6 +51,7 @@ type Config struct {
 	Template string `json:"template,omitempty"`
 
 	compiled map[string]*template.Template
+	parsed   *parsedCache
 	always   []labels.Selector
 	never    []labels.Selector
 }
@@ -94,6 +95,7 @@ func ParseConfig(data []byte) (*Config, error) {
 
 func (c *Config) compile() error {
 	c.compiled = make(map[string]*template.Template, len(c.Templates))
+	c.parsed = newParsedCache(512)
 	for name, text := range c.Templates {
 		t, err := template.New(name).Funcs(templateFuncs()).Option("missingkey=zero").Parse(text)
 		if err != nil {

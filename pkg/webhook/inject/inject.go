@@ -1,6 +1,7 @@
 package inject
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -42,7 +43,7 @@ func injectPod(pod *corev1.Pod, cfg *Config, values Values) (*corev1.Pod, error)
 	}
 	var parts any = map[string]any{}
 	for _, name := range names {
-		rendered, err := render(cfg.compiled[name], data)
+		rendered, err := render(cfg.compiled[name], data, cfg.parsed)
 		if err != nil {
 			return nil, err
 		}
@@ -55,7 +56,7 @@ func injectPod(pod *corev1.Pod, cfg *Config, values Values) (*corev1.Pod, error)
 	merged := overlay(parts, user, "")
 	out := &corev1.Pod{}
 	if err := fromMap(merged, out); err != nil {
-		return nil, fmt.Errorf("injected pod: %w", err)
+		return nil, fmt.Errorf("templates %s rendered an invalid pod: %w", strings.Join(names, ", "), err)
 	}
 	finish(pod, out, cfg, data)
 	return out, nil
@@ -200,10 +201,14 @@ func toMap(pod *corev1.Pod) (map[string]any, error) {
 	return m, nil
 }
 
+// fromMap decodes m into pod strictly, so that a field a template
+// misspells is an error and not a silently dropped setting.
 func fromMap(m any, pod *corev1.Pod) error {
 	b, err := json.Marshal(m)
 	if err != nil {
 		return err
 	}
-	return json.Unmarshal(b, pod)
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	return dec.Decode(pod)
 }

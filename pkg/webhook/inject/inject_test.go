@@ -80,6 +80,14 @@ func TestInjectGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// Again, now from the parsed-template cache: same result.
+			again, _, err := Inject(pod, injectionNamespace(), cfg, values)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if againYAML, _ := yaml.Marshal(again); !bytes.Equal(againYAML, got) {
+				t.Fatalf("a second injection differs:\n%s", lineDiff(string(got), string(againYAML)))
+			}
 			golden := strings.TrimSuffix(in, ".yaml") + ".injected.yaml"
 			compareGolden(t, golden, got)
 			checkPatch(t, pod, out, d)

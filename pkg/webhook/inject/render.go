@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"text/template"
 
 	"google.golang.org/protobuf/encoding/protojson"
@@ -47,22 +48,21 @@ type TemplateData struct {
 }
 
 // render executes one template and returns its output as a JSON object.
-// The output must decode strictly into a Pod, so a misspelt field is an
-// error here and not a silently dropped setting.
-func render(t *template.Template, data *TemplateData) (map[string]any, error) {
+// Whether it is a valid part of a Pod is checked once all templates are
+// merged (see fromMap). Pods of one workload usually render the same text,
+// so the parsed output is cached by text; callers must not modify it.
+func render(t *template.Template, data *TemplateData, cache *parsedCache) (map[string]any, error) {
 	var buf bytes.Buffer
 	if err := t.Execute(&buf, data); err != nil {
 		return nil, fmt.Errorf("template %q: %w", t.Name(), err)
 	}
+	key := t.Name() + "\x00" + buf.String()
+	if out, ok := cache.get(key); ok {
+		return out, nil
+	}
 	js, err := yaml.YAMLToJSON(buf.Bytes())
 	if err != nil {
 		return nil, fmt.Errorf("template %q rendered invalid YAML: %w", t.Name(), err)
-	}
-	dec := json.NewDecoder(bytes.NewReader(js))
-	dec.DisallowUnknownFields()
-	var check corev1.Pod
-	if err := dec.Decode(&check); err != nil {
-		return nil, fmt.Errorf("template %q rendered an invalid pod: %w", t.Name(), err)
 	}
 	var out map[string]any
 	if err := json.Unmarshal(js, &out); err != nil {
@@ -71,7 +71,37 @@ func render(t *template.Template, data *TemplateData) (map[string]any, error) {
 	if out == nil {
 		out = map[string]any{}
 	}
+	cache.put(key, out)
 	return out, nil
+}
+
+// parsedCache holds parsed template output by rendered text. It is
+// bounded: when full it starts over, which is cheap and keeps the working
+// set (the workloads being scaled right now).
+type parsedCache struct {
+	mu      sync.Mutex
+	entries map[string]map[string]any
+	max     int
+}
+
+func newParsedCache(max int) *parsedCache {
+	return &parsedCache{entries: make(map[string]map[string]any), max: max}
+}
+
+func (c *parsedCache) get(key string) (map[string]any, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, ok := c.entries[key]
+	return v, ok
+}
+
+func (c *parsedCache) put(key string, v map[string]any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.entries) >= c.max {
+		clear(c.entries)
+	}
+	c.entries[key] = v
 }
 
 func templateFuncs() template.FuncMap {
