@@ -14,7 +14,9 @@ import (
 const NamespaceInjectionLabel = "istio-injection"
 
 // ignoredNamespaces are never injected, whatever their labels say.
-var ignoredNamespaces = map[string]bool{"kube-system": true, "kube-public": true}
+var ignoredNamespaces = map[string]bool{
+	"kube-system": true, "kube-public": true, "kube-node-lease": true, "local-path-storage": true,
+}
 
 // Decision says whether a pod is injected and why.
 type Decision struct {
