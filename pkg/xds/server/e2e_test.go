@@ -1,39 +1,15 @@
 package server
 
 import (
-	"context"
-	"fmt"
-	"net"
 	"testing"
-	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/xds"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/meshplane/discovery/pkg/model"
+	"github.com/meshplane/discovery/pkg/xds/internal/grpctest"
 	"github.com/meshplane/discovery/pkg/xds/internal/worldtest"
 )
-
-// backend is a real gRPC server on loopback answering health checks.
-func backend(t *testing.T) (addr string, port int32) {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	healthpb.RegisterHealthServer(gs, health.NewServer())
-	done := make(chan struct{})
-	go func() { _ = gs.Serve(lis); close(done) }()
-	t.Cleanup(func() { gs.Stop(); <-done })
-	return lis.Addr().String(), int32(lis.Addr().(*net.TCPAddr).Port)
-}
 
 // sliceAt is an EndpointSlice of ns/svc with one ready address serving
 // the grpc port on port.
@@ -48,42 +24,15 @@ func sliceAt(ns, svc, name, addr string, port int32) model.Event {
 	return model.Event{Op: model.OpUpsert, Key: model.Key{Kind: model.KindEndpointSlice, Namespace: ns, Name: name}, Object: es}
 }
 
-// Bootstrap returns a grpc-go xDS bootstrap for a proxyless client in ns
-// that talks to the xDS server at addr.
-func bootstrap(addr, ns string) []byte {
-	return []byte(fmt.Sprintf(`{
-  "xds_servers": [{"server_uri": %q, "channel_creds": [{"type": "insecure"}], "server_features": ["xds_v3"]}],
-  "node": {"id": "sidecar~127.0.0.1~e2e-client.%s~%s.svc.cluster.local", "metadata": {"GENERATOR": "grpc", "NAMESPACE": %q}}
-}`, addr, ns, ns, ns))
-}
-
 func TestGRPCClientFollowsEndpoints(t *testing.T) {
-	addrA, portA := backend(t)
-	addrB, portB := backend(t)
+	addrA, portA := grpctest.Backend(t)
+	addrB, portB := grpctest.Backend(t)
 	store := model.NewStore(model.StoreOptions{})
 	apply(t, store, worldtest.Service("ns1", "echo", "10.96.0.50"), sliceAt("ns1", "echo", "echo-a", "127.0.0.1", portA))
 	ts := startServer(t, store)
 
-	resolver, err := xds.NewXDSResolverWithConfigForTesting(bootstrap(ts.addr, "ns1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cc, err := grpc.NewClient("xds:///echo.ns1.svc.cluster.local:7070", grpc.WithResolvers(resolver), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	client := healthpb.NewHealthClient(cc)
-	call := func() (string, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		var p peer.Peer
-		_, err := client.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Peer(&p), grpc.WaitForReady(true))
-		if err != nil {
-			return "", err
-		}
-		return p.Addr.String(), nil
-	}
+	client := grpctest.Dial(t, grpctest.Bootstrap(ts.addr, "ns1"), "xds:///echo.ns1.svc.cluster.local:7070")
+	call := client.Call
 	var last string
 	var lastErr error
 	eventually(t, "the first RPC to reach backend A through xDS", func() bool {
