@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/meshplane/discovery/pkg/ca"
@@ -20,6 +21,9 @@ import (
 	"github.com/meshplane/discovery/pkg/leader"
 	"github.com/meshplane/discovery/pkg/model"
 	"github.com/meshplane/discovery/pkg/monitor"
+	"github.com/meshplane/discovery/pkg/webhook/inject"
+	webhookserver "github.com/meshplane/discovery/pkg/webhook/server"
+	"github.com/meshplane/discovery/pkg/webhook/validate"
 	xdsserver "github.com/meshplane/discovery/pkg/xds/server"
 )
 
@@ -72,6 +76,11 @@ func (o *serveOptions) run(ctx context.Context) error {
 	}
 	xds.RegisterDebug(mon.Mux())
 
+	webhooks, err := o.webhooks(authority, client, reg, log, mon)
+	if err != nil {
+		return err
+	}
+
 	plain, secure := o.grpcServers(authority.ServerTLSConfig())
 	authority.Register(secure)
 	xds.Register(secure)
@@ -87,6 +96,9 @@ func (o *serveOptions) run(ctx context.Context) error {
 	}
 	runner.Add("ca", false, authority.Start)
 	runner.Add("xds", false, xds.Start)
+	for _, c := range webhooks {
+		runner.Add(c.name, c.needsLeader, c.start)
+	}
 	if client != nil {
 		publisher, err := authority.NewRootPublisher()
 		if err != nil {
@@ -103,6 +115,50 @@ func (o *serveOptions) run(ctx context.Context) error {
 	err = runner.Start(ctx)
 	log.Info("discovery stopped", "err", err)
 	return err
+}
+
+// component is a long-running part for the leader.Runner.
+type component struct {
+	name        string
+	needsLeader bool
+	start       func(ctx context.Context) error
+}
+
+// webhooks builds the injection and validation webhooks on their HTTPS
+// server and, with a cluster, the leader's caBundle patcher.
+func (o *serveOptions) webhooks(authority *ca.CA, client kubernetes.Interface, reg prometheus.Registerer, log *slog.Logger, mon *monitor.Server) ([]component, error) {
+	injector, err := inject.New(o.inject, client, reg, log)
+	if err != nil {
+		return nil, err
+	}
+	injector.RegisterDebug(mon.Mux())
+	mon.AddReadyCheck("injection config", func() error {
+		if !injector.HasSynced() {
+			return errors.New("not read yet")
+		}
+		return nil
+	})
+	validator, err := validate.New(reg, log)
+	if err != nil {
+		return nil, err
+	}
+	srv, err := webhookserver.New(o.webhook, authority.ServerTLSConfig(), injector.Handler(), validator.Handler(), log)
+	if err != nil {
+		return nil, err
+	}
+	out := []component{{"injector", false, injector.Start}, {"webhook server", false, srv.Start}}
+	if client != nil {
+		roots := func() ([]byte, <-chan struct{}) {
+			b, changed := authority.Authority().Watch()
+			return b.RootPEM(), changed
+		}
+		patcher, err := webhookserver.NewCABundlePatcher(o.patcher, client, roots, reg, log)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, component{"webhook caBundle patcher", true, patcher.Start})
+	}
+	return out, nil
 }
 
 func synced(src config.Source) func() error {

@@ -20,6 +20,8 @@ import (
 	"github.com/meshplane/discovery/pkg/config/kube"
 	"github.com/meshplane/discovery/pkg/leader"
 	"github.com/meshplane/discovery/pkg/monitor"
+	"github.com/meshplane/discovery/pkg/webhook/inject"
+	webhookserver "github.com/meshplane/discovery/pkg/webhook/server"
 	xdsserver "github.com/meshplane/discovery/pkg/xds/server"
 )
 
@@ -41,6 +43,9 @@ type serveOptions struct {
 	monitor monitor.Options
 	leader  leader.Options
 	xds     xdsserver.Options
+	webhook webhookserver.Options
+	inject  inject.Options
+	patcher webhookserver.PatcherOptions
 }
 
 func defaultServeOptions() *serveOptions {
@@ -58,6 +63,7 @@ func defaultServeOptions() *serveOptions {
 		monitor:      monitor.DefaultOptions(),
 		leader:       leader.DefaultOptions(),
 		xds:          xdsserver.DefaultOptions(),
+		webhook:      webhookserver.DefaultOptions(),
 	}
 }
 
@@ -97,6 +103,9 @@ files in DIR, watched for changes.`,
 	o.monitor.AddFlags(fs)
 	o.leader.AddFlags(fs)
 	o.xds.AddFlags(fs)
+	o.webhook.AddFlags(fs)
+	o.inject.AddFlags(fs)
+	o.patcher.AddFlags(fs)
 	return cmd
 }
 
@@ -118,7 +127,9 @@ func (o *serveOptions) validate() error {
 		errs = append(errs, errors.New("--secure-grpc-address must not be empty: the CA is served there"))
 	}
 	o.ca.TrustDomain, o.ca.Namespace, o.ca.Revision = o.trustDomain, o.namespace, o.revision
-	for _, v := range []interface{ Validate() error }{&o.file, &o.kube, &o.monitor, &o.leader, &o.xds} {
+	o.inject.Namespace, o.inject.Revision = o.namespace, o.revision
+	o.patcher.Namespace, o.patcher.Revision = o.namespace, o.revision
+	for _, v := range []interface{ Validate() error }{&o.file, &o.kube, &o.monitor, &o.leader, &o.xds, &o.webhook, &o.inject, &o.patcher} {
 		if err := v.Validate(); err != nil {
 			errs = append(errs, err)
 		}

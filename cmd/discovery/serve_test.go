@@ -89,7 +89,7 @@ func startServe(t *testing.T, args ...string) *proc {
 	t.Helper()
 	p := &proc{out: &syncBuffer{}, done: make(chan struct{}), monitor: freePort(t), readiness: freePort(t)}
 	args = append([]string{"serve",
-		"--grpc-address", freePort(t), "--secure-grpc-address", freePort(t),
+		"--grpc-address", freePort(t), "--secure-grpc-address", freePort(t), "--webhook-address", freePort(t),
 		"--monitoring-address", p.monitor, "--readiness-address", p.readiness,
 	}, args...)
 	p.cmd = exec.Command(discoveryBinary(t), args...)

@@ -27,13 +27,13 @@ func DefaultOptions() Options { return Options{Addr: ":15017", ShutdownTimeout: 
 
 // AddFlags registers the server's flags.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.Addr, "webhook-addr", o.Addr, "address of the HTTPS server for /inject and /validate")
+	fs.StringVar(&o.Addr, "webhook-address", o.Addr, "Address of the HTTPS server for the webhooks /inject and /validate.")
 }
 
 // Validate checks the options.
 func (o *Options) Validate() error {
 	if _, _, err := net.SplitHostPort(o.Addr); err != nil {
-		return fmt.Errorf("--webhook-addr %q: %w", o.Addr, err)
+		return fmt.Errorf("--webhook-address %q: %w", o.Addr, err)
 	}
 	if o.ShutdownTimeout <= 0 {
 		return errors.New("webhook server: shutdown timeout must be positive")
