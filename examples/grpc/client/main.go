@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	grpcexample "github.com/meshplane/discovery/examples/grpc"
@@ -22,16 +23,22 @@ func main() {
 	every := flag.Duration("every", time.Second, "time between requests")
 	count := flag.Int("count", 0, "stop after this many requests (0: until interrupted)")
 	flag.Parse()
-	if err := grpcexample.WriteBootstrap(*bootstrap, *xdsAddr); err != nil {
-		fmt.Fprintln(os.Stderr, "write bootstrap:", err)
+	if os.Getenv("GRPC_XDS_BOOTSTRAP") == "" {
+		// grpc-go reads GRPC_XDS_BOOTSTRAP when the process starts: write
+		// the file, then run this program again with the variable set.
+		if err := grpcexample.WriteBootstrap(*bootstrap, *xdsAddr); err != nil {
+			fmt.Fprintln(os.Stderr, "write bootstrap:", err)
+			os.Exit(1)
+		}
+		fmt.Printf("bootstrap written to %s\n", *bootstrap)
+		self, err := os.Executable()
+		if err == nil {
+			err = syscall.Exec(self, os.Args, append(os.Environ(), "GRPC_XDS_BOOTSTRAP="+*bootstrap))
+		}
+		fmt.Fprintln(os.Stderr, "restart with GRPC_XDS_BOOTSTRAP set:", err)
 		os.Exit(1)
 	}
-	// grpc-go reads the bootstrap when the first xds:/// channel is made.
-	if err := os.Setenv("GRPC_XDS_BOOTSTRAP", *bootstrap); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	fmt.Printf("bootstrap written to %s; dialing %s\n", *bootstrap, grpcexample.Target)
+	fmt.Printf("using bootstrap %s; dialing %s\n", os.Getenv("GRPC_XDS_BOOTSTRAP"), grpcexample.Target)
 	c, err := grpcexample.Dial(nil)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "dial:", err)
