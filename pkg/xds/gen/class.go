@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/protobuf/proto"
 
@@ -18,6 +19,7 @@ import (
 type Generator struct {
 	log    *slog.Logger
 	warned sync.Map // VirtualService key@version -> true
+	ids    atomic.Uint64
 }
 
 // New returns a Generator that logs to log.
@@ -28,6 +30,12 @@ func New(log *slog.Logger) *Generator { return &Generator{log: log} }
 type ClassConfig struct {
 	Class        string
 	WorldVersion uint64
+	// ID identifies this configuration; Base is the ID of the one it was
+	// derived from (0 for none) and Changed lists, per type URL, the names
+	// added, changed or removed since Base.
+	ID      uint64
+	Base    uint64
+	Changed map[string][]string
 	// Sets holds one Set per type URL.
 	Sets map[string]*Set
 	// EndpointsOf lists the EDS resource names of each visible service.
@@ -115,7 +123,36 @@ func (g *Generator) Class(w *model.World, p *model.Proxy, prev *ClassConfig) (*C
 		g.log.Error("configuration not published", "class", cc.Class, "world", w.Version, "error", err)
 		return prev, fmt.Errorf("class %s: %w", cc.Class, err)
 	}
+	cc.ID = g.ids.Add(1)
+	if prev != nil {
+		cc.Base = prev.ID
+		cc.Changed = map[string][]string{}
+		for t, set := range cc.Sets {
+			if c := diffNames(prev.Sets[t], set); len(c) > 0 {
+				cc.Changed[t] = c
+			}
+		}
+	}
 	return cc, nil
+}
+
+// diffNames lists the names added, changed or removed from a to b.
+func diffNames(a, b *Set) []string {
+	if a.Version == b.Version {
+		return nil
+	}
+	var out []string
+	for _, n := range b.Names {
+		if old := a.Get(n); old == nil || old.Hash != b.Resources[n].Hash {
+			out = append(out, n)
+		}
+	}
+	for _, n := range a.Names {
+		if b.Get(n) == nil {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 func (g *Generator) fixed(bs map[string]*builder) {
@@ -228,6 +265,7 @@ func (g *Generator) UpdateEndpoints(prev *ClassConfig, w *model.World, services 
 	}
 	cc := *prev
 	cc.WorldVersion = w.Version
+	cc.ID, cc.Base = g.ids.Add(1), prev.ID
 	cc.units = make(map[model.NamespacedName]*unit, len(prev.units))
 	for k, u := range prev.units {
 		cc.units[k] = u
@@ -270,6 +308,10 @@ func (g *Generator) UpdateEndpoints(prev *ClassConfig, w *model.World, services 
 	}
 	cc.Sets = sets
 	sort.Strings(changed)
+	cc.Changed = map[string][]string{}
+	if len(changed) > 0 {
+		cc.Changed[EndpointType] = changed
+	}
 	return &cc, changed
 }
 

@@ -190,7 +190,8 @@ func (s *Server) work(_ context.Context, c *conn, item *pushItem) {
 		if cls == nil {
 			return // logged by the generator; nothing good to send yet
 		}
-		c.setConfig(s.gen.Proxy(item.world, p, cls), nil, item.first)
+		pc := s.gen.Proxy(item.world, p, cls)
+		c.setConfig(pc, changedSince(prev, pc), item.first)
 	} else {
 		kind = "eds"
 		svcs := make([]model.NamespacedName, 0, len(item.eds))
@@ -210,6 +211,28 @@ func (s *Server) work(_ context.Context, c *conn, item *pushItem) {
 	for _, r := range item.records {
 		r.done()
 	}
+}
+
+// changedSince lists, per type, what differs between a proxy's previous
+// configuration and next, when next's class configuration was derived
+// directly from prev's; nil (compare everything) otherwise. Types whose
+// version did not change are left out.
+func changedSince(prev, next *gen.ProxyConfig) map[string][]string {
+	if prev == nil || next.Class.Base == 0 || next.Class.Base != prev.Class.ID {
+		return nil
+	}
+	out := map[string][]string{}
+	for _, t := range gen.TypeURLs {
+		if prev.Version(t) == next.Version(t) {
+			continue
+		}
+		if setVersion(prev.Own[t]) != setVersion(next.Own[t]) || t == gen.ClusterType || t == gen.ListenerType {
+			out[t] = nil // full-state type or own part changed: compare in full
+			continue
+		}
+		out[t] = next.Class.Changed[t]
+	}
+	return out
 }
 
 // classCache holds the newest configuration of every proxy class.
@@ -276,4 +299,11 @@ func (cc *classCache) forget(keep map[string]bool) {
 			delete(cc.entries, k)
 		}
 	}
+}
+
+func setVersion(s *gen.Set) string {
+	if s == nil {
+		return ""
+	}
+	return s.Version
 }
