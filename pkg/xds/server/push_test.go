@@ -18,6 +18,7 @@ import (
 	"github.com/meshplane/discovery/pkg/model"
 	"github.com/meshplane/discovery/pkg/xds/gen"
 	"github.com/meshplane/discovery/pkg/xds/internal/worldtest"
+	"github.com/meshplane/discovery/pkg/xds/proxystatus"
 )
 
 // syncedClient subscribes to every cluster and its endpoints and
@@ -193,6 +194,19 @@ func TestDebugHandlers(t *testing.T) {
 		"config_dump of an unknown proxy is not found": {"/debug/config_dump?proxyID=nope", 404, []string{"no connected proxy"}},
 		"push_status lists pushes with their reasons":  {"/debug/push_status", 200, []string{`"reasons"`, `"Service": 1`}},
 	}
+	t.Run("proxy-status reads syncz and shows the proxy in sync", func(t *testing.T) {
+		var rows []proxystatus.Proxy
+		eventually(t, "both acknowledgements to show", func() bool {
+			var err error
+			if rows, err = proxystatus.Fetch(context.Background(), web.Client(), web.URL); err != nil {
+				t.Fatal(err)
+			}
+			return len(rows) == 1 && proxystatus.State(rows[0].Types["cds"]) == "SYNCED" && proxystatus.State(rows[0].Types["eds"]) == "SYNCED"
+		})
+		if rows[0].ID != sidecarID || proxystatus.State(rows[0].Types["lds"]) != "NOT SENT" {
+			t.Errorf("rows %+v, want the proxy, with no LDS sent", rows)
+		}
+	})
 	apply(t, store, worldtest.Service("ns-0", "extra", "10.96.3.3"))
 	eventually(t, "the push to be recorded", func() bool { return len(ts.s.history.records()) > 0 })
 	for name, tc := range tests {
