@@ -25,6 +25,7 @@ import (
 	webhookserver "github.com/meshplane/discovery/pkg/webhook/server"
 	"github.com/meshplane/discovery/pkg/webhook/validate"
 	xdsserver "github.com/meshplane/discovery/pkg/xds/server"
+	"github.com/meshplane/discovery/pkg/xds/streamauth"
 )
 
 // run wires the parts together and serves until ctx ends.
@@ -81,7 +82,8 @@ func (o *serveOptions) run(ctx context.Context) error {
 		return err
 	}
 
-	plain, secure := o.grpcServers(authority.ServerTLSConfig())
+	guard := streamauth.New(authority, log.With("component", "xds-auth"), reg)
+	plain, secure := o.grpcServers(authority.ServerTLSConfig(), guard)
 	authority.Register(secure)
 	xds.Register(secure)
 	if plain != nil {
@@ -173,7 +175,7 @@ func synced(src config.Source) func() error {
 // grpcServers builds the plaintext server (nil when turned off) and the TLS
 // server. The TLS server asks for a client certificate but does not require
 // one: callers authenticate by certificate or by token.
-func (o *serveOptions) grpcServers(tlsCfg *tls.Config) (plain, secure *grpc.Server) {
+func (o *serveOptions) grpcServers(tlsCfg *tls.Config, guard *streamauth.Guard) (plain, secure *grpc.Server) {
 	common := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(4 << 20),
 		grpc.MaxConcurrentStreams(1 << 16),
@@ -183,7 +185,10 @@ func (o *serveOptions) grpcServers(tlsCfg *tls.Config) (plain, secure *grpc.Serv
 	if o.grpcAddr != "" {
 		plain = grpc.NewServer(common...)
 	}
-	secure = grpc.NewServer(append(common, grpc.Creds(credentials.NewTLS(tlsCfg)))...)
+	// Every xDS stream on the TLS port is authenticated and must name a node
+	// of the caller's own namespace.
+	secure = grpc.NewServer(append(common, grpc.Creds(credentials.NewTLS(tlsCfg)),
+		grpc.ChainStreamInterceptor(guard.StreamInterceptor()))...)
 	return plain, secure
 }
 

@@ -151,3 +151,12 @@ func (c *CA) Roots() *x509.CertPool { return c.authority.Bundle().Pool() }
 
 // Authority is the signer, to watch for root changes (Watch) or to sign.
 func (c *CA) Authority() *Authority { return c.authority }
+
+// Authenticate proves who the caller of a gRPC call is, with the same
+// credentials the CA accepts: a client certificate it issued, a
+// service-account token (TokenReview), or in file mode a listed token. It
+// returns the identity and the method that proved it; an error's detail is
+// for the log only. The xDS server on :15012 uses it for every stream.
+func (c *CA) Authenticate(ctx context.Context) (Identity, string, error) {
+	return authenticate(ctx, c.service.authns)
+}

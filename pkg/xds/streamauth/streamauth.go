@@ -1,0 +1,152 @@
+// Package streamauth decides who may hold an xDS stream on the TLS port.
+//
+// In: every streaming RPC on the :15012 gRPC server, and the node each
+// discovery request names. Out: the stream runs only when its caller is
+// authenticated (a client certificate from our CA, or a Kubernetes
+// service-account token checked by TokenReview) and the node it claims is in
+// the caller's namespace (and, when the node names one, is its service
+// account), as Istio checks it. A refusal gives the client an opaque status
+// and the log the reason. While the server drains, new streams are refused
+// with Unavailable so that proxies go to another replica.
+package streamauth
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/meshplane/discovery/pkg/ca"
+	"github.com/meshplane/discovery/pkg/model"
+)
+
+// Authenticator proves the caller of a call; *ca.CA is one.
+type Authenticator interface {
+	// Authenticate returns the caller's identity and the method that proved
+	// it; an error's detail is for the log only.
+	Authenticate(ctx context.Context) (ca.Identity, string, error)
+}
+
+var _ Authenticator = (*ca.CA)(nil)
+
+// Messages the caller sees: the same for every reason.
+const (
+	msgUnauthenticated = "authentication failed"
+	msgDenied          = "permission denied"
+	msgDraining        = "server is shutting down; reconnect"
+)
+
+// Guard is the stream interceptor of the TLS gRPC server.
+type Guard struct {
+	authn    Authenticator
+	log      *slog.Logger
+	draining atomic.Bool
+	refused  *prometheus.CounterVec
+}
+
+// New returns a Guard. Its refusals are counted in
+// pilot_xds_auth_failures_total{reason}.
+func New(authn Authenticator, log *slog.Logger, reg prometheus.Registerer) *Guard {
+	g := &Guard{authn: authn, log: log, refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "pilot_xds_auth_failures_total",
+		Help: "xDS streams refused on the TLS port, by reason (unauthenticated, identity_mismatch, invalid_node, draining).",
+	}, []string{"reason"})}
+	reg.MustRegister(g.refused)
+	return g
+}
+
+// Drain makes the Guard refuse every new stream from now on.
+func (g *Guard) Drain() { g.draining.Store(true) }
+
+// isXDS reports whether a method is one of the discovery services'.
+func isXDS(fullMethod string) bool {
+	return strings.HasPrefix(fullMethod, "/envoy.service.")
+}
+
+// StreamInterceptor authenticates each xDS stream and checks every node it
+// names. Other streaming methods pass through.
+func (g *Guard) StreamInterceptor() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if !isXDS(info.FullMethod) {
+			return handler(srv, ss)
+		}
+		if g.draining.Load() {
+			g.refused.WithLabelValues("draining").Inc()
+			return status.Error(codes.Unavailable, msgDraining)
+		}
+		id, method, err := g.authn.Authenticate(ss.Context())
+		if err != nil {
+			g.refused.WithLabelValues("unauthenticated").Inc()
+			g.log.Warn("xDS stream refused: not authenticated", "method", info.FullMethod, "err", err)
+			return status.Error(codes.Unauthenticated, msgUnauthenticated)
+		}
+		cs := &checkedStream{ServerStream: ss, g: g, id: id, via: method}
+		err = handler(srv, cs)
+		// go-control-plane ends a stream whose Recv fails without passing
+		// the error on: the refusal is returned here, so the client sees it.
+		if refusal := cs.refusal.Load(); refusal != nil {
+			return *refusal
+		}
+		return err
+	}
+}
+
+// checkedStream checks the node of every request it receives.
+type checkedStream struct {
+	grpc.ServerStream
+	g       *Guard
+	id      ca.Identity
+	via     string
+	checked string // the node ID already checked
+	refusal atomic.Pointer[error]
+}
+
+// RecvMsg receives a request and refuses the stream when the request's
+// node is not the caller's.
+func (s *checkedStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	var node *core.Node
+	switch r := m.(type) {
+	case *discovery.DiscoveryRequest:
+		node = r.GetNode()
+	case *discovery.DeltaDiscoveryRequest:
+		node = r.GetNode()
+	}
+	if node == nil || node.GetId() == s.checked {
+		// Envoy names its node in the first request only.
+		return nil
+	}
+	if err := s.check(node); err != nil {
+		s.refusal.Store(&err)
+		return err
+	}
+	return nil
+}
+
+func (s *checkedStream) check(node *core.Node) error {
+	proxy, err := model.ParseProxy(node.GetId(), node.GetMetadata().AsMap())
+	if err != nil {
+		// The xDS server reports a malformed node to the client itself.
+		s.g.refused.WithLabelValues("invalid_node").Inc()
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	if proxy.Namespace != s.id.Namespace ||
+		(proxy.Metadata.ServiceAccount != "" && proxy.Metadata.ServiceAccount != s.id.ServiceAccount) {
+		s.g.refused.WithLabelValues("identity_mismatch").Inc()
+		s.g.log.Warn("xDS stream refused: the node is not the caller's",
+			"node", node.GetId(), "nodeNamespace", proxy.Namespace, "nodeServiceAccount", proxy.Metadata.ServiceAccount,
+			"caller", s.id.SPIFFEID(), "authenticatedBy", s.via)
+		return status.Error(codes.PermissionDenied, msgDenied)
+	}
+	s.checked = node.GetId()
+	return nil
+}
