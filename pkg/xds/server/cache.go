@@ -59,8 +59,13 @@ func (wt watcher) CreateDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Subscr
 		delete(c.reqs, t)
 	}
 	c.observe(t, req.GetResponseNonce(), "", req.GetErrorDetail())
-	w := &deltaWatch{req: req, sub: sub, ch: ch}
-	if c.respondDelta(w, nil) {
+	w := &deltaWatch{req: req, sub: sub, ch: ch, initial: !c.started[t]}
+	c.started[t] = true
+	// An answer that changes no subscription needs no look at an unchanged
+	// configuration.
+	quiet := req.GetResponseNonce() != "" && len(req.GetResourceNamesSubscribe()) == 0 &&
+		len(req.GetResourceNamesUnsubscribe()) == 0 && c.cfg != nil && c.checked[t] == c.cfg.Version(t)
+	if !quiet && c.respondDelta(w, nil) {
 		return func() {}, nil
 	}
 	c.delta[t] = w

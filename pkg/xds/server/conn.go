@@ -60,6 +60,10 @@ type deltaWatch struct {
 	req *discovery.DeltaDiscoveryRequest
 	sub cachev3.Subscription
 	ch  chan cachev3.DeltaResponse
+	// initial is set for the first request of its type on the stream,
+	// which is answered even when there is nothing to send. (Delta
+	// requests that change subscriptions carry no nonce either.)
+	initial bool
 }
 
 // conn is one xDS stream and the proxy on it. It is the cache behind
@@ -82,6 +86,7 @@ type conn struct {
 	checked     map[string]string              // config version last compared in full, by type
 	prevVersion map[string]string              // config version before the latest setConfig, by type
 	inflight    map[string]*inflight           // sotw responses not yet seen sent, by type
+	started     map[string]bool                // delta types requested at least once
 	reqs        map[string]any                 // outstanding request pointers, by type
 	status      map[string]*typeStatus
 	unanswered  int       // pushes with no open watch to answer
@@ -94,7 +99,7 @@ func newConn(s *Server, key streamKey, ctl *streamCtl) *conn {
 		s: s, key: key, ctl: ctl, connected: time.Now(),
 		sotw: map[string]*sotwWatch{}, delta: map[string]*deltaWatch{},
 		subs: map[string]map[string]struct{}{}, wildcard: map[string]bool{}, checked: map[string]string{},
-		prevVersion: map[string]string{}, inflight: map[string]*inflight{},
+		prevVersion: map[string]string{}, inflight: map[string]*inflight{}, started: map[string]bool{},
 		reqs: map[string]any{}, status: map[string]*typeStatus{},
 	}
 }
@@ -255,7 +260,7 @@ func (c *conn) respondDelta(w *deltaWatch, dirty []string) bool {
 		return false
 	}
 	t := w.req.GetTypeUrl()
-	initial := w.req.GetResponseNonce() == ""
+	initial := w.initial
 	if !knownType(t) {
 		if !initial {
 			return false
@@ -263,59 +268,67 @@ func (c *conn) respondDelta(w *deltaWatch, dirty []string) bool {
 		c.logger().Warn("request for a type this server does not serve; answered with no resources", "type", t)
 		return c.deliverDelta(w, &discovery.DeltaDiscoveryResponse{TypeUrl: t}, map[string]string{})
 	}
+	// As in respondSotw, the returned map is updated in place: the delta
+	// server only changes it between a watch's cancellation and the next
+	// CreateDeltaWatch, and sends every queued response before reading the
+	// next request, so none is dropped.
 	returned := w.sub.ReturnedResources()
 	wildcard := w.sub.IsWildcard()
-	next := make(map[string]string, len(returned))
-	for n, v := range returned {
-		next[n] = v
-	}
-	var names []string
-	switch {
-	case dirty != nil:
-		names = dirty
-	case wildcard:
-		names = append(append([]string{}, c.cfg.Names(t)...), sortedKeys(w.sub.SubscribedResources())...)
-	default:
-		names = sortedKeys(w.sub.SubscribedResources())
-	}
-	var send []*discovery.Resource
+	subscribed := w.sub.SubscribedResources()
+	version := c.cfg.Version(t)
+	var send []*gen.Resource
 	var removed []string
-	seen := map[string]bool{}
-	for _, n := range names {
-		if seen[n] {
-			continue
-		}
-		seen[n] = true
-		if _, ok := w.sub.SubscribedResources()[n]; !ok && !wildcard {
-			continue
-		}
+	visit := func(n string) {
 		r := c.cfg.Get(t, n)
 		if r == nil {
 			if _, had := returned[n]; had {
 				removed = append(removed, n)
-				delete(next, n)
 			}
-			continue
+			return
 		}
 		if returned[n] != r.Hash {
-			send = append(send, &discovery.Resource{Name: n, Version: r.Hash, Resource: r.Any})
-			next[n] = r.Hash
+			send = append(send, r)
 		}
 	}
-	if wildcard && dirty == nil {
-		for n := range returned {
-			if !seen[n] && c.cfg.Get(t, n) == nil {
-				removed = append(removed, n)
-				delete(next, n)
+	switch {
+	case dirty != nil:
+		for _, n := range dirty {
+			if _, ok := subscribed[n]; ok || wildcard {
+				visit(n)
 			}
 		}
+	case wildcard:
+		for _, n := range c.cfg.Names(t) {
+			visit(n)
+		}
+		for n := range returned {
+			if c.cfg.Get(t, n) == nil {
+				removed = append(removed, n)
+			}
+		}
+	default:
+		for n := range subscribed {
+			visit(n)
+		}
+	}
+	if dirty == nil || c.checked[t] == c.prevVersion[t] {
+		c.checked[t] = version
 	}
 	if len(send) == 0 && len(removed) == 0 && !initial {
 		return false
 	}
+	sort.Slice(send, func(i, j int) bool { return send[i].Name < send[j].Name })
 	sort.Strings(removed)
-	resp := &discovery.DeltaDiscoveryResponse{SystemVersionInfo: c.cfg.Version(t), TypeUrl: t, Resources: send, RemovedResources: removed}
-	return c.deliverDelta(w, resp, next)
+	res := make([]*discovery.Resource, len(send))
+	for i, r := range send {
+		res[i] = &discovery.Resource{Name: r.Name, Version: r.Hash, Resource: r.Any}
+		returned[r.Name] = r.Hash
+	}
+	for _, n := range removed {
+		delete(returned, n)
+	}
+	resp := &discovery.DeltaDiscoveryResponse{SystemVersionInfo: version, TypeUrl: t, Resources: res, RemovedResources: removed}
+	return c.deliverDelta(w, resp, returned)
 }
 
 func (c *conn) deliverDelta(w *deltaWatch, resp *discovery.DeltaDiscoveryResponse, next map[string]string) bool {

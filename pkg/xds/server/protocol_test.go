@@ -292,3 +292,31 @@ func TestDelta(t *testing.T) {
 		}
 	})
 }
+
+func TestDeltaNamedSubscription(t *testing.T) {
+	store := meshStore(t, 3)
+	ts := startServer(t, store)
+	c := newDeltaClient(t, ts)
+	want := gen.ClusterName(80, "", "svc-1.ns-1.svc.cluster.local")
+	c.send(&discovery.DeltaDiscoveryRequest{Node: node(sidecarID, nil), TypeUrl: gen.EndpointType, ResourceNamesSubscribe: []string{want}})
+	r := c.next()
+	if got := joined(deltaNames(r)); got != want {
+		t.Fatalf("named delta EDS subscription got %q, want %q", got, want)
+	}
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: gen.EndpointType, ResponseNonce: r.GetNonce()})
+	apply(t, store, worldtest.Slice("ns-0", "svc-0", "10.50.0.1"))
+	apply(t, store, worldtest.Slice("ns-1", "svc-1", "10.50.0.2"))
+	r = c.next()
+	if got := joined(deltaNames(r)); got != want || len(r.GetRemovedResources()) != 0 {
+		t.Fatalf("after endpoint changes got %q (removed %v), want only %q", got, r.GetRemovedResources(), want)
+	}
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: gen.EndpointType, ResponseNonce: r.GetNonce()})
+
+	// Unsubscribing and subscribing again brings the resource back.
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: gen.EndpointType, ResourceNamesUnsubscribe: []string{want}})
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: gen.EndpointType, ResourceNamesSubscribe: []string{want}})
+	r = c.next()
+	if got := joined(deltaNames(r)); got != want {
+		t.Fatalf("resubscribing got %q, want %q", got, want)
+	}
+}
