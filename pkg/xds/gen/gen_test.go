@@ -141,3 +141,49 @@ func TestInvalidResourceIsNeverPublished(t *testing.T) {
 		t.Errorf("an inconsistent generation replaced the last good configuration")
 	}
 }
+
+func sidecarEvent(ns string, hosts ...string) model.Event {
+	sc := &networkingv1.Sidecar{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "default", ResourceVersion: "1"}}
+	sc.Spec.Egress = []*networking.IstioEgressListener{{Hosts: hosts}}
+	return model.Event{Op: model.OpUpsert, Key: model.Key{Kind: model.KindSidecar, Namespace: ns, Name: "default"}, Object: sc}
+}
+
+func TestSidecarEgressScope(t *testing.T) {
+	tests := map[string]struct {
+		sidecars []model.Event
+		proxyNS  string
+		want     string // visible services
+	}{
+		"without a Sidecar every exported service is visible": {
+			proxyNS: "ns-0", want: "ns-0/svc-0,ns-0/svc-2,ns-1/svc-1,ns-1/svc-3",
+		},
+		"the namespace's Sidecar limits to its own namespace and one named host": {
+			sidecars: []model.Event{sidecarEvent("ns-0", "./*", "ns-1/svc-1.ns-1.svc.cluster.local")},
+			proxyNS:  "ns-0", want: "ns-0/svc-0,ns-0/svc-2,ns-1/svc-1",
+		},
+		"the root namespace's Sidecar applies where a namespace has none": {
+			sidecars: []model.Event{sidecarEvent(RootNamespace, "ns-1/*")},
+			proxyNS:  "ns-0", want: "ns-1/svc-1,ns-1/svc-3",
+		},
+		"a namespace's own Sidecar wins over the root's": {
+			sidecars: []model.Event{sidecarEvent(RootNamespace, "ns-1/*"), sidecarEvent("ns-0", "*/*.ns-0.svc.cluster.local")},
+			proxyNS:  "ns-0", want: "ns-0/svc-0,ns-0/svc-2",
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			store := model.NewStore(model.StoreOptions{})
+			if _, err := store.Apply(append(worldtest.Mesh(4, 2, 1), tc.sidecars...)...); err != nil {
+				t.Fatal(err)
+			}
+			sc := NewScope(store.World(), sidecar(t, tc.proxyNS))
+			var got []string
+			for _, s := range sc.Services {
+				got = append(got, s.Namespace+"/"+s.Name)
+			}
+			if strings.Join(got, ",") != tc.want {
+				t.Errorf("visible %v, want %s", got, tc.want)
+			}
+		})
+	}
+}

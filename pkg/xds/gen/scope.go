@@ -28,8 +28,9 @@ type Scope struct {
 // NewScope computes what proxies of p's class see of w.
 func NewScope(w *model.World, p *model.Proxy) *Scope {
 	sc := &Scope{World: w, Proxy: p, visible: map[model.NamespacedName]bool{}, vs: map[string][]*model.Config{}, dr: map[string]*model.Config{}}
+	egress := sidecarScope(w, p.Namespace)
 	for _, s := range w.Services() {
-		if exportedTo(s.ExportTo, s.Namespace, p.Namespace) {
+		if exportedTo(s.ExportTo, s.Namespace, p.Namespace) && egress.allows(s) {
 			sc.Services = append(sc.Services, s)
 			sc.visible[s.Key()] = true
 		}

@@ -139,6 +139,8 @@ func changeMatters(k model.Key, p *model.Proxy, w *model.World, old *gen.Scope) 
 		return p.Type == model.ProxyRouter
 	case model.KindPod:
 		return k.Namespace == p.Namespace && k.Name == p.PodName
+	case model.KindSidecar:
+		return k.Namespace == p.Namespace || k.Namespace == gen.RootNamespace
 	case model.KindPeerAuthentication, model.KindAuthorizationPolicy, model.KindRequestAuthentication:
 		return false // not used by the generators yet
 	}
