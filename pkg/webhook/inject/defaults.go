@@ -1,18 +1,21 @@
 package inject
 
 import (
-	"embed"
+	_ "embed" // the default values
 	"fmt"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/meshplane/discovery/manifests"
 )
 
-// The built-in templates and values. The discovery Helm chart copies these
-// files into the istio-sidecar-injector ConfigMap; they are embedded here
-// so the injector works, and is tested, without a chart.
+// The built-in templates are the discovery chart's own files
+// (manifests/charts/discovery/files/injection), which the chart puts in the
+// istio-sidecar-injector ConfigMap: one copy, used by the injector without
+// a chart and by the chart. The values are the injector's defaults.
 var (
-	//go:embed templates/*.yaml
-	templateFS embed.FS
+	templateFS  = manifests.FS
+	templateDir = "charts/discovery/files/injection/"
 
 	//go:embed templates/values.yaml
 	defaultValuesYAML []byte
@@ -26,7 +29,7 @@ var DefaultTemplateNames = []string{"sidecar", "gateway", "grpc-agent"}
 func DefaultConfigYAML() ([]byte, error) {
 	templates := make(map[string]string, len(DefaultTemplateNames))
 	for _, name := range DefaultTemplateNames {
-		b, err := templateFS.ReadFile("templates/" + name + ".yaml")
+		b, err := templateFS.ReadFile(templateDir + name + ".yaml")
 		if err != nil {
 			return nil, fmt.Errorf("built-in template %q: %w", name, err)
 		}
