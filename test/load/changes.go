@@ -1,0 +1,112 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"google.golang.org/protobuf/proto"
+)
+
+// edit is a change to the world: what proxies must hold once it has
+// reached them, and the write that makes it.
+type edit struct {
+	kind    string
+	expects []expectation
+	write   func() error
+}
+
+func clusterName(port int32, host string) string { return fmt.Sprintf("outbound|%d||%s", port, host) }
+func routeName(port int32, host string) string   { return fmt.Sprintf("%s:%d", host, port) }
+
+// churnEndpoint replaces the last endpoint of a service (the k-th of the
+// original ones) by a new address: done at a proxy once it has ACKed the
+// service's endpoints on every port with the new address.
+func (w *World) churnEndpoint(k int, n *names) (*edit, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s := w.services[k%w.opts.Services]
+	if s == nil {
+		return nil, errors.New("service removed")
+	}
+	addr := w.newEndpoint()
+	s.Endpoints[len(s.Endpoints)-1] = addr
+	e := &edit{kind: kindEndpoint}
+	for _, p := range servicePorts[:w.opts.Ports] {
+		e.expects = append(e.expects, expectation{typeURL: typeEDS, name: n.id(clusterName(p.port, s.host(w.opts.DomainSuffix))),
+			match: func(m proto.Message) bool { return hasAddress(m, addr) }})
+	}
+	content := w.serviceYAML(s)
+	file := w.serviceFile(s)
+	e.write = func() error { return w.writeFile(file, content) }
+	return e, nil
+}
+
+// editVirtualService changes the weights and the first route's name of the
+// k-th VirtualService: done at a proxy once it has ACKed the service's
+// route configurations on every HTTP port with the new route name.
+func (w *World) editVirtualService(k int, n *names) (*edit, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.opts.VirtualServices == 0 {
+		return nil, errors.New("the world has no VirtualServices (--virtual-services 0)")
+	}
+	i := k % w.opts.VirtualServices
+	w.vsEdits[i]++
+	s, route := w.services[i], vsRouteName(w.vsEdits[i])
+	e := &edit{kind: kindVirtualSvc}
+	for _, p := range servicePorts[:w.opts.Ports] {
+		if p.http {
+			e.expects = append(e.expects, expectation{typeURL: typeRDS, name: n.id(routeName(p.port, s.host(w.opts.DomainSuffix))),
+				match: func(m proto.Message) bool { return hasRoute(m, route) }})
+		}
+	}
+	content, file := w.vsYAML(i)
+	e.write = func() error { return w.writeFile(file, content) }
+	return e, nil
+}
+
+// addService adds a new service: done at a proxy once it has ACKed the
+// service's clusters, their endpoints and its route configurations.
+func (w *World) addService(_ int, n *names) (*edit, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s := w.newService()
+	host := s.host(w.opts.DomainSuffix)
+	e := &edit{kind: kindServiceAdd}
+	for _, p := range servicePorts[:w.opts.Ports] {
+		cn := n.id(clusterName(p.port, host))
+		e.expects = append(e.expects, expectation{typeURL: typeCDS, name: cn}, expectation{typeURL: typeEDS, name: cn, match: hasEndpoints})
+		if p.http {
+			e.expects = append(e.expects, expectation{typeURL: typeRDS, name: n.id(routeName(p.port, host))})
+		}
+	}
+	content, file := w.serviceYAML(s), w.serviceFile(s)
+	e.write = func() error { return w.writeFile(file, content) }
+	return e, nil
+}
+
+// removeService removes the service added last: done at a proxy once its
+// clusters no longer hold the service.
+func (w *World) removeService(_ int, n *names) (*edit, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.removeLast(n)
+}
+
+func (w *World) removeLast(n *names) (*edit, error) {
+	i := len(w.services) - 1
+	if i < w.opts.Services || w.services[i] == nil {
+		return nil, errors.New("no added service to remove")
+	}
+	s := w.services[i]
+	w.services = w.services[:i]
+	e := &edit{kind: kindServiceRemove}
+	for _, p := range servicePorts[:w.opts.Ports] {
+		e.expects = append(e.expects, expectation{typeURL: typeCDS, name: n.id(clusterName(p.port, s.host(w.opts.DomainSuffix))), removed: true})
+	}
+	path := filepath.Join(w.dir, w.serviceFile(s))
+	e.write = func() error { return os.Remove(path) }
+	return e, nil
+}

@@ -1,0 +1,396 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+// XDSOptions configure an xDS load run.
+type XDSOptions struct {
+	World  WorldOptions
+	Fleet  FleetOptions
+	Server ServerOptions
+	// Out is the directory for the world, the server's log and the report.
+	Out string
+	// Changes per kind.
+	Endpoints, VirtualServices, Services, Reconnects int
+	// Rate is changes per second within a phase.
+	Rate float64
+	// Idle is the quiet period after the fleet connected (server CPU at rest).
+	Idle time.Duration
+	// Timeout bounds the wait for a phase's changes to reach every proxy.
+	Timeout time.Duration
+	// Profile saves the server's CPU profile (over the change phases) and
+	// heap profile, when the server exposes /debug/pprof.
+	Profile bool
+}
+
+// DefaultXDSOptions are workload S.
+func DefaultXDSOptions() XDSOptions {
+	return XDSOptions{World: DefaultWorldOptions(), Fleet: DefaultFleetOptions(), Server: DefaultServerOptions(),
+		Out: "bench-results/xds", Endpoints: 20, VirtualServices: 20, Services: 10, Reconnects: 20, Rate: 2,
+		Idle: 10 * time.Second, Timeout: 2 * time.Minute}
+}
+
+// AddFlags registers the run's flags.
+func (o *XDSOptions) AddFlags(fs *pflag.FlagSet) {
+	o.World.AddFlags(fs)
+	o.Fleet.AddFlags(fs)
+	o.Server.AddFlags(fs)
+	fs.StringVar(&o.Out, "out", o.Out, "directory for the world, the server log, profiles and report.json/report.txt (must not hold a world yet)")
+	fs.IntVar(&o.Endpoints, "endpoint-changes", o.Endpoints, "endpoint changes (one endpoint of a service replaced)")
+	fs.IntVar(&o.VirtualServices, "vs-changes", o.VirtualServices, "VirtualService edits")
+	fs.IntVar(&o.Services, "service-changes", o.Services, "services added and removed (alternately)")
+	fs.IntVar(&o.Reconnects, "reconnects", o.Reconnects, "proxies reconnecting (one at a time, at --rate)")
+	fs.Float64Var(&o.Rate, "rate", o.Rate, "changes per second within a phase")
+	fs.DurationVar(&o.Idle, "idle", o.Idle, "quiet period after the fleet connected, to measure the server's CPU at rest")
+	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "longest wait for a phase to reach every proxy")
+	fs.BoolVar(&o.Profile, "profile", o.Profile, "save the server's CPU profile over the change phases and a heap profile (needs /debug/pprof on the server)")
+}
+
+// Validate reports every invalid option.
+func (o *XDSOptions) Validate() error {
+	errs := []error{o.World.Validate(), o.Fleet.Validate(), o.Server.Validate()}
+	if o.Out == "" {
+		errs = append(errs, errors.New("--out must not be empty"))
+	}
+	if o.Endpoints < 0 || o.VirtualServices < 0 || o.Services < 0 || o.Reconnects < 0 {
+		errs = append(errs, errors.New("change counts must not be negative"))
+	}
+	if o.VirtualServices > 0 && o.World.VirtualServices == 0 {
+		errs = append(errs, errors.New("--vs-changes needs --virtual-services above 0"))
+	}
+	if o.Rate <= 0 || o.Rate > 1000 {
+		errs = append(errs, fmt.Errorf("--rate %g: must be above 0 and at most 1000", o.Rate))
+	}
+	if o.Timeout <= 0 || o.Idle < 0 {
+		errs = append(errs, errors.New("--timeout must be positive and --idle not negative"))
+	}
+	return errors.Join(errs...)
+}
+
+// run is one xDS load run in progress.
+type run struct {
+	o       XDSOptions
+	world   *World
+	fleet   *fleet
+	server  *serverProc
+	srv     *sampler
+	self    *sampler
+	report  *Report
+	busy0   float64
+	phase0  time.Time
+	totals0 totals
+	s0, t0  procSample
+	m0      float64
+}
+
+// RunXDS generates the world, starts (or attaches to) the server, connects
+// the fleet, applies the changes phase by phase and writes the report.
+func RunXDS(ctx context.Context, o XDSOptions, out io.Writer) (*Report, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	out = orDiscard(out)
+	dir := filepath.Join(o.Out, "world")
+	world, err := NewWorld(o.World, dir)
+	if err != nil {
+		return nil, err
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	server, err := startServer(ctx, o.Server, abs, o.Out)
+	if err != nil {
+		return nil, err
+	}
+	defer server.stop()
+	f, err := newFleet(o.Fleet, world)
+	if err != nil {
+		return nil, err
+	}
+	r := &run{o: o, world: world, fleet: f, server: server,
+		srv: newSampler(server.pid, o.Server.SampleInterval), self: newSampler(os.Getpid(), o.Server.SampleInterval),
+		report: &Report{Tool: "discovery-load xds", Started: time.Now(), Commit: gitCommit(), Machine: machineInfo(),
+			World: o.World, Fleet: o.Fleet, Args: o.Server.Args}}
+	sctx, stopSampling := context.WithCancel(ctx)
+	defer stopSampling()
+	go r.srv.run(sctx)
+	go r.self.run(sctx)
+	first := r.srv.sample()
+	busyStart, _ := machineCPU()
+	selfStart := r.self.sample()
+
+	fctx, stopFleet := context.WithCancel(ctx)
+	wait, err := r.connect(fctx, out)
+	if err != nil {
+		stopFleet()
+		return nil, err
+	}
+	err = r.phases(ctx, out)
+	stopFleet()
+	wait()
+	r.finish(first, selfStart, busyStart)
+	if err != nil {
+		r.report.Notes = append(r.report.Notes, "run stopped: "+err.Error())
+	}
+	if werr := r.report.write(o.Out, out); werr != nil {
+		return r.report, errors.Join(err, werr)
+	}
+	return r.report, err
+}
+
+func orDiscard(w io.Writer) io.Writer {
+	if w == nil {
+		return io.Discard
+	}
+	return w
+}
+
+// begin marks the start of a phase.
+func (r *run) begin() {
+	r.phase0 = time.Now()
+	r.totals0 = r.fleet.totals()
+	r.s0, r.t0 = r.srv.sample(), r.self.sample()
+	r.m0, _ = machineCPU()
+}
+
+// end records a phase of the given changes.
+func (r *run) end(name string, changes []*change, out io.Writer) PhaseResult {
+	s1, t1 := r.srv.sample(), r.self.sample()
+	m1, _ := machineCPU()
+	d := r.fleet.totals().minus(r.totals0)
+	p := PhaseResult{Name: name, Seconds: time.Since(r.phase0).Seconds(), Changes: len(changes), Pushes: d.pushes(), ByType: d.Responses,
+		Bytes: d.Bytes, NACKs: d.NACKs, StreamsDropped: d.Drops, Server: r.srv.window(r.s0, s1), Tool: r.self.window(r.t0, t1)}
+	if p.Seconds > 0 {
+		p.MachineBusyCores = (m1 - r.m0) / p.Seconds
+	}
+	var all, last []time.Duration
+	for _, c := range changes {
+		got, missed := c.times()
+		all = append(all, got...)
+		p.Converged += len(got)
+		p.Missed += missed
+		if missed == 0 && len(got) > 0 {
+			last = append(last, slicesMax(got))
+		}
+	}
+	p.PerProxy, p.AllProxies = percentiles(all), percentiles(last)
+	switch name {
+	case kindConnect: // one full configuration per proxy
+		p.BytesPerProxyPerChange = float64(p.Bytes) / float64(r.o.Fleet.Proxies)
+	case kindReconnect: // one full configuration per reconnect
+		p.BytesPerProxyPerChange = float64(p.Bytes) / float64(max(1, len(changes)))
+	default:
+		p.BytesPerProxyPerChange = float64(p.Bytes) / float64(max(1, len(changes)*r.o.Fleet.Proxies))
+	}
+	r.report.Phases = append(r.report.Phases, p)
+	fmt.Fprintf(out, "%-15s %4d changes  p50 %8.1f ms  p99 %8.1f ms  max %8.1f ms  missed %d  NACKs %d  server %.1f CPU s, peak %.0f MiB\n",
+		name, p.Changes, p.PerProxy.P50, p.PerProxy.P99, p.PerProxy.Max, p.Missed, p.NACKs, p.Server.CPUSeconds, p.Server.PeakRSSMiB)
+	return p
+}
+
+func slicesMax(ds []time.Duration) time.Duration {
+	var m time.Duration
+	for _, d := range ds {
+		m = max(m, d)
+	}
+	return m
+}
+
+// connect starts the fleet and waits until every proxy holds a complete
+// configuration (phase "connect": time from the start to each proxy's
+// complete configuration).
+func (r *run) connect(ctx context.Context, out io.Writer) (func(), error) {
+	r.begin()
+	c := r.fleet.tracker.add(kindConnect, len(r.fleet.proxies), -1, nil, true)
+	wait, err := r.fleet.start(ctx, r.server.xds)
+	if err != nil {
+		return nil, err
+	}
+	werr := waitChanges(ctx, r.o.Timeout, c)
+	r.fleet.tracker.retire(c)
+	r.end(kindConnect, []*change{c}, out)
+	if werr != nil {
+		r.report.Notes = append(r.report.Notes, fmt.Sprintf("connect: not every proxy converged within %s", r.o.Timeout))
+	}
+	return wait, nil
+}
+
+// phases runs the quiet period, then each kind of change.
+func (r *run) phases(ctx context.Context, out io.Writer) error {
+	if r.o.Idle > 0 {
+		r.begin()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(r.o.Idle):
+		}
+		r.end("idle", nil, out)
+	}
+	stopProfile := r.startProfile(ctx)
+	defer stopProfile()
+	kinds := []struct {
+		n    int
+		make func(int, *names) (*edit, error)
+	}{
+		{r.o.Endpoints, r.world.churnEndpoint},
+		{r.o.VirtualServices, r.world.editVirtualService},
+		{(r.o.Services + 1) / 2, r.world.addService},
+		{(r.o.Services + 1) / 2, r.world.removeService},
+	}
+	for _, k := range kinds {
+		if k.n == 0 {
+			continue
+		}
+		if err := r.changePhase(ctx, k.n, k.make, out); err != nil {
+			return err
+		}
+	}
+	if r.o.Reconnects > 0 {
+		return r.reconnectPhase(ctx, out)
+	}
+	return nil
+}
+
+// pace waits until the i-th change of a phase that began at start is due.
+func (r *run) pace(ctx context.Context, start time.Time, i int) error {
+	due := start.Add(time.Duration(float64(i) / r.o.Rate * float64(time.Second)))
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(time.Until(due)):
+		return nil
+	}
+}
+
+func (r *run) changePhase(ctx context.Context, n int, make func(int, *names) (*edit, error), out io.Writer) error {
+	r.begin()
+	var cs []*change
+	kind := ""
+	for i := 0; i < n; i++ {
+		if err := r.pace(ctx, r.phase0, i); err != nil {
+			return err
+		}
+		e, err := make(i, r.fleet.names)
+		if err != nil {
+			return err
+		}
+		c := r.fleet.tracker.add(e.kind, len(r.fleet.proxies), -1, e.expects, false)
+		if err := e.write(); err != nil {
+			return fmt.Errorf("write %s change: %w", e.kind, err)
+		}
+		kind = e.kind
+		cs = append(cs, c)
+	}
+	werr := waitChanges(ctx, r.o.Timeout, cs...)
+	r.fleet.tracker.retire(cs...)
+	r.end(kind, cs, out)
+	if werr != nil {
+		r.report.Notes = append(r.report.Notes, fmt.Sprintf("%s: not every proxy converged within %s", kind, r.o.Timeout))
+	}
+	return nil
+}
+
+// reconnectPhase closes one proxy's stream at a time (spread over the
+// fleet) and times until the new stream holds a complete configuration.
+func (r *run) reconnectPhase(ctx context.Context, out io.Writer) error {
+	r.begin()
+	var cs []*change
+	stride := max(1, len(r.fleet.proxies)/max(1, r.o.Reconnects))
+	for i := 0; i < r.o.Reconnects; i++ {
+		if err := r.pace(ctx, r.phase0, i); err != nil {
+			return err
+		}
+		target := (i * stride) % len(r.fleet.proxies)
+		c := r.fleet.tracker.add(kindReconnect, len(r.fleet.proxies), target, nil, true)
+		select {
+		case r.fleet.proxies[target].reconnect <- struct{}{}:
+		default:
+		}
+		cs = append(cs, c)
+	}
+	werr := waitChanges(ctx, r.o.Timeout, cs...)
+	r.fleet.tracker.retire(cs...)
+	r.end(kindReconnect, cs, out)
+	if werr != nil {
+		r.report.Notes = append(r.report.Notes, fmt.Sprintf("reconnect: not every proxy converged within %s", r.o.Timeout))
+	}
+	return nil
+}
+
+// startProfile fetches a CPU profile for as long as the change phases
+// last (up to 5 minutes) when asked; the returned function ends it and
+// saves a heap profile.
+func (r *run) startProfile(ctx context.Context) func() {
+	if !r.o.Profile {
+		return func() {}
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	cpu := filepath.Join(r.o.Out, "server-cpu.pprof")
+	go func() { done <- fetchProfile(pctx, r.server.monitor, "profile?seconds=300", cpu) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			r.report.Notes = append(r.report.Notes, "CPU profile: "+err.Error())
+		} else if err == nil {
+			r.report.Profiles = append(r.report.Profiles, cpu)
+		}
+		heap := filepath.Join(r.o.Out, "server-heap.pprof")
+		if err := fetchProfile(ctx, r.server.monitor, "heap", heap); err != nil {
+			r.report.Notes = append(r.report.Notes, "heap profile: "+err.Error())
+		} else {
+			r.report.Profiles = append(r.report.Profiles, heap)
+		}
+	}
+}
+
+// finish fills in the run's totals.
+func (r *run) finish(first, selfStart procSample, busyStart float64) {
+	last, selfEnd := r.srv.sample(), r.self.sample()
+	busyEnd, _ := machineCPU()
+	r.report.Server = r.srv.window(first, last)
+	if d := last.at.Sub(first.at).Seconds(); d > 0 {
+		other := (busyEnd - busyStart) - (last.cpu - first.cpu) - (selfEnd.cpu - selfStart.cpu)
+		r.report.Machine.OtherCores = max(0, other/d)
+	}
+	r.report.Machine.LoadAvgEnd = loadAvg()
+	if m, err := scrapeMetrics(r.server.monitor); err == nil {
+		r.report.Metrics = map[string]float64{}
+		for _, k := range []string{"pilot_xds", "pilot_xds_pushes", "pilot_total_xds_rejects", "discovery_xds_streams_closed_total", "pilot_push_triggers", "pilot_services"} {
+			r.report.Metrics[k] = m[k]
+		}
+	} else {
+		r.report.Notes = append(r.report.Notes, "server metrics: "+err.Error())
+	}
+	r.fleet.mu.Lock()
+	r.report.Notes = append(r.report.Notes, r.fleet.notes...)
+	if r.fleet.more > 0 {
+		r.report.Notes = append(r.report.Notes, fmt.Sprintf("and %d more proxy notes", r.fleet.more))
+	}
+	r.fleet.mu.Unlock()
+}
+
+// gitCommit is the commit of the working tree the tool runs in, if any.
+func gitCommit() string {
+	b, err := exec.Command("git", "rev-parse", "HEAD").Output()
+	if err != nil {
+		return ""
+	}
+	c := strings.TrimSpace(string(b))
+	if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(st) > 0 {
+		c += " (tree has uncommitted changes)"
+	}
+	return c
+}
