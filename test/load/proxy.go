@@ -414,4 +414,3 @@ func (p *proxy) subscribeSotw(st sotwStream, s *session, typeURL string, set *su
 	return st.Send(&discovery.DiscoveryRequest{TypeUrl: typeURL, ResourceNames: set.all(p.f.names),
 		VersionInfo: s.version[typeURL], ResponseNonce: s.nonce[typeURL]})
 }
-

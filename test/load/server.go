@@ -68,7 +68,7 @@ func (o *ServerOptions) Validate() error {
 
 // serverProc is the measured server.
 type serverProc struct {
-	pid                                     int
+	pid                                      int
 	xds, secure, monitor, readiness, webhook string
 	caDir                                    string
 	cmd                                      *exec.Cmd
