@@ -234,9 +234,16 @@ func (c *conn) respondSotw(w *sotwWatch, dirty []string) bool {
 	undo := make([]string, len(send))
 	for i, r := range send {
 		undo[i] = r.Name
+	}
+	if !c.deliverSotw(w, &discovery.DiscoveryResponse{VersionInfo: version, TypeUrl: t, Resources: anys(send)}, returned, undo) {
+		return false
+	}
+	// Still under c.mu: go-control-plane cannot prune the map before the
+	// watch's cancellation, which takes c.mu.
+	for _, r := range send {
 		returned[r.Name] = r.Hash
 	}
-	return c.deliverSotw(w, &discovery.DiscoveryResponse{VersionInfo: version, TypeUrl: t, Resources: anys(send)}, returned, undo)
+	return true
 }
 
 func (c *conn) deliverSotw(w *sotwWatch, resp *discovery.DiscoveryResponse, next map[string]string, undo []string) bool {
@@ -322,13 +329,18 @@ func (c *conn) respondDelta(w *deltaWatch, dirty []string) bool {
 	res := make([]*discovery.Resource, len(send))
 	for i, r := range send {
 		res[i] = &discovery.Resource{Name: r.Name, Version: r.Hash, Resource: r.Any}
+	}
+	resp := &discovery.DeltaDiscoveryResponse{SystemVersionInfo: version, TypeUrl: t, Resources: res, RemovedResources: removed}
+	if !c.deliverDelta(w, resp, returned) {
+		return false
+	}
+	for _, r := range send {
 		returned[r.Name] = r.Hash
 	}
 	for _, n := range removed {
 		delete(returned, n)
 	}
-	resp := &discovery.DeltaDiscoveryResponse{SystemVersionInfo: version, TypeUrl: t, Resources: res, RemovedResources: removed}
-	return c.deliverDelta(w, resp, returned)
+	return true
 }
 
 func (c *conn) deliverDelta(w *deltaWatch, resp *discovery.DeltaDiscoveryResponse, next map[string]string) bool {

@@ -202,6 +202,9 @@ func (s *Server) work(_ context.Context, c *conn, item *pushItem) {
 		}
 		sort.Slice(svcs, func(i, j int) bool { return svcs[i].String() < svcs[j].String() })
 		cls := s.classes.endpoints(s.gen, item.world, p, svcs)
+		if cls == nil {
+			return // logged by the generator; nothing good to send yet
+		}
 		var names []string
 		for _, nn := range svcs {
 			names = append(names, cls.EndpointsOf[nn]...)
