@@ -75,7 +75,15 @@ var ErrInconsistent = errors.New("inconsistent configuration")
 // resources. Resources that fail validation are logged and left out; if the
 // result is not consistent, Class returns prev (the last good
 // configuration) and the error.
-func (g *Generator) Class(w *model.World, p *model.Proxy, prev *ClassConfig) (*ClassConfig, error) {
+func (g *Generator) Class(w *model.World, p *model.Proxy, prev *ClassConfig) (out *ClassConfig, err error) {
+	defer func() {
+		// Building protos cannot fail for valid input; should it, the
+		// last good configuration stays and the server keeps serving.
+		if r := recover(); r != nil {
+			g.log.Error("configuration generation failed", "class", p.Class(), "world", w.Version, "panic", r)
+			out, err = prev, fmt.Errorf("class %s: generation failed: %v", p.Class(), r)
+		}
+	}()
 	sc := NewScope(w, p)
 	cc := &ClassConfig{
 		Class: p.Class(), WorldVersion: w.Version, scope: sc,

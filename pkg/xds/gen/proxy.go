@@ -55,8 +55,14 @@ func (c *ProxyConfig) Len(typeURL string) int {
 // and gateways have none; a sidecar gets an inbound cluster and a
 // virtualInbound filter chain for each port of the services that select
 // its labels.
-func (g *Generator) Proxy(w *model.World, p *model.Proxy, cls *ClassConfig) *ProxyConfig {
+func (g *Generator) Proxy(w *model.World, p *model.Proxy, cls *ClassConfig) (out *ProxyConfig) {
 	pc := &ProxyConfig{Class: cls, Own: map[string]*Set{}}
+	defer func() {
+		if r := recover(); r != nil {
+			g.log.Error("inbound configuration generation failed; sending outbound only", "proxy", p.ID, "panic", r)
+			out = &ProxyConfig{Class: cls, Own: map[string]*Set{}}
+		}
+	}()
 	if p.IsGRPC() || p.Type != model.ProxySidecar {
 		return pc
 	}
