@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -113,8 +115,33 @@ func (o *serveOptions) run(ctx context.Context) error {
 	}
 	runner.Add("secure grpc", false, serveGRPC("secure grpc", o.secureAddr, secure, log))
 
+	// A signal ends ctx; the runner's context ends only once the streams
+	// have been drained.
+	var draining atomic.Bool
+	mon.AddReadyCheck("shutdown", func() error {
+		if draining.Load() {
+			return errors.New("draining")
+		}
+		return nil
+	})
+	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelRun()
+	go func() {
+		select {
+		case <-runCtx.Done():
+			return
+		case <-ctx.Done():
+		}
+		draining.Store(true)
+		guard.Drain()
+		log.Info("shutting down: draining xDS streams", "period", o.drainPeriod)
+		n := xds.Drain(runCtx, o.drainPeriod)
+		log.Info("xDS streams drained", "streams", n)
+		cancelRun()
+	}()
+
 	log.Info("discovery starting", "version", currentVersion().Version, "revision", o.revision, "trustDomain", o.trustDomain)
-	err = runner.Start(ctx)
+	err = runner.Start(runCtx)
 	log.Info("discovery stopped", "err", err)
 	return err
 }
@@ -179,17 +206,27 @@ func (o *serveOptions) grpcServers(tlsCfg *tls.Config, guard *streamauth.Guard) 
 	common := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(4 << 20),
 		grpc.MaxConcurrentStreams(1 << 16),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		// MaxConnectionAge sends GOAWAY (gRPC adds +/-10% jitter); the
+		// proxy's stream then has the grace period to move.
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second,
+			MaxConnectionAge: o.maxStreamAgeOrInfinity(), MaxConnectionAgeGrace: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 15 * time.Second, PermitWithoutStream: true}),
 	}
 	if o.grpcAddr != "" {
-		plain = grpc.NewServer(common...)
+		plain = grpc.NewServer(append(common, grpc.ChainStreamInterceptor(guard.DrainInterceptor()))...)
 	}
 	// Every xDS stream on the TLS port is authenticated and must name a node
 	// of the caller's own namespace.
 	secure = grpc.NewServer(append(common, grpc.Creds(credentials.NewTLS(tlsCfg)),
 		grpc.ChainStreamInterceptor(guard.StreamInterceptor()))...)
 	return plain, secure
+}
+
+func (o *serveOptions) maxStreamAgeOrInfinity() time.Duration {
+	if o.maxStreamAge == 0 {
+		return time.Duration(math.MaxInt64)
+	}
+	return o.maxStreamAge
 }
 
 // serveGRPC serves s on addr until ctx ends, then stops it gracefully:

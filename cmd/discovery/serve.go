@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
@@ -36,6 +37,8 @@ type serveOptions struct {
 	secureAddr   string
 	logLevel     string
 	logFormat    string
+	drainPeriod  time.Duration
+	maxStreamAge time.Duration
 
 	file    file.Options
 	kube    kube.Options
@@ -57,6 +60,8 @@ func defaultServeOptions() *serveOptions {
 		secureAddr:   ":15012",
 		logLevel:     "info",
 		logFormat:    "text",
+		drainPeriod:  20 * time.Second,
+		maxStreamAge: 30 * time.Minute,
 		file:         file.DefaultOptions(),
 		kube:         kube.DefaultOptions(),
 		ca:           ca.DefaultOptions(),
@@ -95,6 +100,8 @@ files in DIR, watched for changes.`,
 	fs.StringVar(&o.domainSuffix, "domain-suffix", o.domainSuffix, "DNS suffix of the cluster: services are <name>.<namespace>.svc.<suffix>.")
 	fs.StringVar(&o.grpcAddr, "grpc-address", o.grpcAddr, "Address of the plaintext gRPC server (xDS) for trusted networks and local use; empty turns it off.")
 	fs.StringVar(&o.secureAddr, "secure-grpc-address", o.secureAddr, "Address of the TLS gRPC server: xDS and the CA (IstioCertificateService).")
+	fs.DurationVar(&o.drainPeriod, "drain-period", o.drainPeriod, "On SIGTERM, close the open xDS streams one by one over this period, so proxies move to other replicas a few at a time; then exit.")
+	fs.DurationVar(&o.maxStreamAge, "max-stream-age", o.maxStreamAge, "Ask a proxy to reconnect after its connection is this old (+/-10% jitter), which spreads proxies across replicas over time; 0 turns it off.")
 	fs.StringVar(&o.logLevel, "log-level", o.logLevel, "Log level: debug, info, warn or error.")
 	fs.StringVar(&o.logFormat, "log-format", o.logFormat, "Log format: text or json.")
 	o.file.AddFlags(fs)
@@ -122,6 +129,9 @@ func (o *serveOptions) validate() error {
 	}
 	if o.domainSuffix == "" || strings.HasPrefix(o.domainSuffix, ".") || strings.HasSuffix(o.domainSuffix, ".") {
 		errs = append(errs, fmt.Errorf("--domain-suffix %q: must be a DNS suffix such as cluster.local", o.domainSuffix))
+	}
+	if o.drainPeriod < 0 || o.maxStreamAge < 0 || (o.maxStreamAge > 0 && o.maxStreamAge < time.Minute) {
+		errs = append(errs, fmt.Errorf("--drain-period (%s) must not be negative; --max-stream-age (%s) must be 0 or at least 1m", o.drainPeriod, o.maxStreamAge))
 	}
 	if o.secureAddr == "" {
 		errs = append(errs, errors.New("--secure-grpc-address must not be empty: the CA is served there"))

@@ -65,6 +65,18 @@ func New(authn Authenticator, log *slog.Logger, reg prometheus.Registerer) *Guar
 // Drain makes the Guard refuse every new stream from now on.
 func (g *Guard) Drain() { g.draining.Store(true) }
 
+// DrainInterceptor refuses new xDS streams once the Guard drains; for the
+// plaintext server, which authenticates nobody.
+func (g *Guard) DrainInterceptor() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if isXDS(info.FullMethod) && g.draining.Load() {
+			g.refused.WithLabelValues("draining").Inc()
+			return status.Error(codes.Unavailable, msgDraining)
+		}
+		return handler(srv, ss)
+	}
+}
+
 // isXDS reports whether a method is one of the discovery services'.
 func isXDS(fullMethod string) bool {
 	return strings.HasPrefix(fullMethod, "/envoy.service.")
