@@ -32,7 +32,7 @@ func main() {
 
 func newRootCommand() *cobra.Command {
 	root := &cobra.Command{Use: "discovery-load", Short: "Load tool and benchmarks for discovery", SilenceUsage: true}
-	root.AddCommand(newXDSCommand(), newWorldCommand())
+	root.AddCommand(newXDSCommand(), newWorldCommand(), newCACommand(), newWebhookCommand())
 	return root
 }
 
