@@ -76,6 +76,10 @@ type serverProc struct {
 	log                                      string
 }
 
+// plainHTTP talks to the server's monitoring and readiness ports without
+// keeping connections (nothing lingers once a run ends).
+var plainHTTP = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+
 // freePorts finds n free loopback ports.
 func freePorts(n int) ([]string, error) {
 	var ls []net.Listener
@@ -134,9 +138,8 @@ func startServer(ctx context.Context, o ServerOptions, configDir, work string, e
 
 func (s *serverProc) waitReady(ctx context.Context, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
-	client := &http.Client{Timeout: 2 * time.Second}
 	for {
-		res, err := client.Get("http://" + s.readiness + "/ready")
+		res, err := plainHTTP.Get("http://" + s.readiness + "/ready")
 		if err == nil {
 			_, _ = io.Copy(io.Discard, res.Body)
 			_ = res.Body.Close()
@@ -186,8 +189,7 @@ func scrapeMetrics(addr string) (map[string]float64, error) {
 	if addr == "" {
 		return nil, errors.New("no monitoring address")
 	}
-	client := &http.Client{Timeout: 10 * time.Second}
-	res, err := client.Get("http://" + addr + "/metrics")
+	res, err := plainHTTP.Get("http://" + addr + "/metrics")
 	if err != nil {
 		return nil, err
 	}
@@ -230,7 +232,7 @@ func fetchProfile(ctx context.Context, addr, what, path string) error {
 	if err != nil {
 		return err
 	}
-	res, err := http.DefaultClient.Do(req)
+	res, err := (&http.Client{Transport: plainHTTP.Transport}).Do(req)
 	if err != nil {
 		return err
 	}
