@@ -61,7 +61,7 @@ func discoveryBinary(t *testing.T) string {
 
 func TestXDSRunReachesEveryProxyWithEveryChange(t *testing.T) {
 	for name, sotw := range map[string]bool{
-		"delta proxies converge on every kind of change without a NACK":             false,
+		"delta proxies converge on every kind of change without a NACK":              false,
 		"state-of-the-world proxies converge on every kind of change without a NACK": true,
 	} {
 		t.Run(name, func(t *testing.T) {
