@@ -5,7 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
+	"regexp"
 	"testing"
 	"time"
 
@@ -14,6 +14,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
+
+// syncedRow is the proxy's row with CDS (the first type column) SYNCED.
+var syncedRow = regexp.MustCompile(`(?m)^ratings-0\.shop\s+sidecar\s+SYNCED\s`)
 
 // proxy-status shows a proxy that acknowledged its clusters as SYNCED.
 func TestProxyStatusShowsAConnectedProxy(t *testing.T) {
@@ -63,7 +66,7 @@ spec:
 		if err != nil {
 			t.Logf("proxy-status: %v: %s", err, out)
 		}
-		return err == nil && strings.Contains(out, "ratings-0.shop  sidecar  SYNCED")
+		return err == nil && syncedRow.MatchString(out)
 	})
 	t.Logf("proxy-status:\n%s", out)
 }
