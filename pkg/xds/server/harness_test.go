@@ -196,8 +196,8 @@ func (c *sotwClient) next() *discovery.DiscoveryResponse {
 		return r
 	case err := <-c.errc:
 		c.t.Fatalf("stream ended: %v", err)
-	case <-time.After(10 * time.Second):
-		c.t.Fatal("no response within 10s")
+	case <-time.After(60 * time.Second):
+		c.t.Fatal("no response within 60s")
 	}
 	return nil
 }
