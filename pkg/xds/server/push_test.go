@@ -226,3 +226,46 @@ func TestDebugHandlers(t *testing.T) {
 		})
 	}
 }
+
+func TestVirtualServiceEditSendsOnlyThatHostsRoutes(t *testing.T) {
+	store := meshStore(t, 20)
+	ts := startServer(t, store)
+	c := syncedClient(t, ts, sidecarID)
+	c.send(gen.ListenerType, nil, "", "", "")
+	lds := c.next()
+	c.ack(lds, nil)
+	var routes []string
+	for _, s := range store.World().Services() {
+		routes = append(routes, gen.RouteName(s.Hostname, 80), gen.RouteName(s.Hostname, 7070))
+	}
+	c.send(gen.RouteType, routes, "", "", "")
+	rds := c.next()
+	if len(rds.GetResources()) != 40 {
+		t.Fatalf("first RDS response has %d routes, want 40", len(rds.GetResources()))
+	}
+	c.ack(rds, routes)
+	before := map[string]float64{}
+	for _, typ := range []string{"cds", "eds", "lds", "rds"} {
+		before[typ] = ts.counter(t, "pilot_xds_pushes", "type", typ)
+	}
+
+	apply(t, store, vsEdit("ns-1", "svc-3", "1", 70))
+	r := c.next()
+	if r.GetTypeUrl() != gen.RouteType || joined(names(t, r)) != "svc-3.ns-1.svc.cluster.local:7070,svc-3.ns-1.svc.cluster.local:80" {
+		t.Fatalf("after the edit got %s %v, want only svc-3's two routes", gen.ShortType(r.GetTypeUrl()), names(t, r))
+	}
+	size := 0
+	for _, a := range r.GetResources() {
+		size += len(a.GetValue())
+	}
+	if size > 4096 {
+		t.Errorf("the edit sent %d bytes of routes, want a few hundred", size)
+	}
+	c.ack(r, routes)
+	eventually(t, "the RDS response to be counted", func() bool { return ts.counter(t, "pilot_xds_pushes", "type", "rds") == before["rds"]+1 })
+	for _, typ := range []string{"cds", "eds", "lds"} {
+		if got := ts.counter(t, "pilot_xds_pushes", "type", typ); got != before[typ] {
+			t.Errorf("pilot_xds_pushes{type=%s} went from %v to %v on a VirtualService edit", typ, before[typ], got)
+		}
+	}
+}
