@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"sort"
 	"syscall"
 	"testing"
@@ -20,15 +18,7 @@ import (
 // On SIGTERM the streams are closed one by one over the drain period, not
 // all at once, new streams are refused meanwhile, and the process exits 0.
 func TestSIGTERMDrainsStreamsOverThePeriod(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "svc.yaml"), []byte(`apiVersion: v1
-kind: Service
-metadata: {name: reviews, namespace: shop}
-spec:
-  ports: [{name: http, port: 9080}]
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	dir := reviewsConfigDir(t)
 	const streams, period = 8, 4 * time.Second
 	plain := freePort(t)
 	p := startServe(t, "--config-dir", dir, "--ca-dir", t.TempDir(), "--grpc-address", plain, "--drain-period", period.String())

@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"testing"
 	"time"
@@ -20,15 +18,7 @@ var syncedRow = regexp.MustCompile(`(?m)^ratings-0\.shop\s+sidecar\s+SYNCED\s`)
 
 // proxy-status shows a proxy that acknowledged its clusters as SYNCED.
 func TestProxyStatusShowsAConnectedProxy(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "svc.yaml"), []byte(`apiVersion: v1
-kind: Service
-metadata: {name: reviews, namespace: shop}
-spec:
-  ports: [{name: http, port: 9080}]
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	dir := reviewsConfigDir(t)
 	plain := freePort(t)
 	p := startServe(t, "--config-dir", dir, "--ca-dir", t.TempDir(), "--grpc-address", plain)
 	p.waitReady(t)

@@ -273,3 +273,15 @@ func TestTwoReplicasElectOneLeader(t *testing.T) {
 func nsObject(name string) *corev1.Namespace {
 	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
 }
+
+// reviewsConfigDir returns a config directory holding one Service,
+// reviews.shop, on port 9080.
+func reviewsConfigDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	svc := "apiVersion: v1\nkind: Service\nmetadata: {name: reviews, namespace: shop}\nspec:\n  ports: [{name: http, port: 9080}]\n"
+	if err := os.WriteFile(filepath.Join(dir, "svc.yaml"), []byte(svc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
