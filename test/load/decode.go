@@ -10,7 +10,6 @@ import (
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	// Extensions the server's configuration may carry: registered so their
@@ -48,10 +47,15 @@ func shortType(t string) string {
 
 type validator interface{ Validate() error }
 
+const hcmType = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
+
 // decode unmarshals one resource as Envoy would: the resource itself, its
-// field constraints, and every typed config (Any) inside it. An error is
-// what Envoy would NACK.
-func decode(typeURL string, value []byte) (proto.Message, error) {
+// field constraints, and the typed configs (Any) Envoy unpacks: listener
+// filters, network filters, HTTP filters, cluster transport sockets and
+// protocol options, per-filter route configs. An error is what Envoy
+// would NACK. For a listener it also returns the route names it asks for
+// over RDS.
+func decode(typeURL string, value []byte) (proto.Message, []string, error) {
 	var m proto.Message
 	switch typeURL {
 	case typeCDS:
@@ -63,95 +67,127 @@ func decode(typeURL string, value []byte) (proto.Message, error) {
 	case typeRDS:
 		m = &routev3.RouteConfiguration{}
 	default:
-		return nil, fmt.Errorf("unexpected type %s", typeURL)
+		return nil, nil, fmt.Errorf("unexpected type %s", typeURL)
 	}
 	if err := proto.Unmarshal(value, m); err != nil {
-		return nil, fmt.Errorf("unmarshal %s: %w", shortType(typeURL), err)
+		return nil, nil, fmt.Errorf("unmarshal %s: %w", shortType(typeURL), err)
 	}
 	if err := m.(validator).Validate(); err != nil {
-		return nil, fmt.Errorf("invalid %s: %w", shortType(typeURL), err)
+		return nil, nil, fmt.Errorf("invalid %s: %w", shortType(typeURL), err)
 	}
-	if typeURL != typeEDS { // endpoints carry no typed configs
-		if err := decodeAnys(m.ProtoReflect()); err != nil {
-			return nil, err
+	var routes []string
+	var err error
+	switch r := m.(type) {
+	case *clusterv3.Cluster:
+		err = unpackCluster(r)
+	case *listenerv3.Listener:
+		routes, err = unpackListener(r)
+	case *routev3.RouteConfiguration:
+		err = unpackRoutes(r)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return m, routes, nil
+}
+
+// unpack decodes and validates a typed config.
+func unpack(a *anypb.Any) (proto.Message, error) {
+	if a == nil {
+		return nil, nil
+	}
+	m, err := a.UnmarshalNew()
+	if err != nil {
+		return nil, fmt.Errorf("typed config %s: %w", a.GetTypeUrl(), err)
+	}
+	if v, ok := m.(validator); ok {
+		if err := v.Validate(); err != nil {
+			return nil, fmt.Errorf("typed config %s: %w", a.GetTypeUrl(), err)
 		}
 	}
 	return m, nil
 }
 
-var anyName = (&anypb.Any{}).ProtoReflect().Descriptor().FullName()
-
-// decodeAnys unmarshals and validates every Any under m, recursively.
-func decodeAnys(m protoreflect.Message) error {
-	var err error
-	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		if fd.Kind() != protoreflect.MessageKind && fd.Kind() != protoreflect.GroupKind {
-			return true
+func unpackAll(as map[string]*anypb.Any) error {
+	for _, a := range as {
+		if _, err := unpack(a); err != nil {
+			return err
 		}
-		switch {
-		case fd.IsList():
-			l := v.List()
-			for i := 0; i < l.Len() && err == nil; i++ {
-				err = decodeMessage(l.Get(i).Message())
-			}
-		case fd.IsMap():
-			if fd.MapValue().Kind() == protoreflect.MessageKind {
-				v.Map().Range(func(_ protoreflect.MapKey, mv protoreflect.Value) bool {
-					err = decodeMessage(mv.Message())
-					return err == nil
-				})
-			}
-		default:
-			err = decodeMessage(v.Message())
-		}
-		return err == nil
-	})
-	return err
+	}
+	return nil
 }
 
-func decodeMessage(m protoreflect.Message) error {
-	if m.Descriptor().FullName() != anyName {
-		return decodeAnys(m)
+func unpackCluster(c *clusterv3.Cluster) error {
+	if _, err := unpack(c.GetTransportSocket().GetTypedConfig()); err != nil {
+		return err
 	}
-	a, ok := m.Interface().(*anypb.Any)
-	if !ok {
-		return nil
-	}
-	inner, err := a.UnmarshalNew()
-	if err != nil {
-		return fmt.Errorf("typed config %s: %w", a.GetTypeUrl(), err)
-	}
-	if v, ok := inner.(validator); ok {
-		if err := v.Validate(); err != nil {
-			return fmt.Errorf("typed config %s: %w", a.GetTypeUrl(), err)
+	for _, m := range c.GetTransportSocketMatches() {
+		if _, err := unpack(m.GetTransportSocket().GetTypedConfig()); err != nil {
+			return err
 		}
 	}
-	return decodeAnys(inner.ProtoReflect())
+	return unpackAll(c.GetTypedExtensionProtocolOptions())
 }
 
-// routeNames lists the RouteConfigurations a listener asks for over RDS.
-func routeNames(l *listenerv3.Listener) []string {
-	var out []string
+// unpackListener decodes the listener's filters (and the HTTP filters of
+// its connection managers) and returns the route names it uses.
+func unpackListener(l *listenerv3.Listener) ([]string, error) {
+	for _, f := range l.GetListenerFilters() {
+		if _, err := unpack(f.GetTypedConfig()); err != nil {
+			return nil, err
+		}
+	}
 	chains := l.GetFilterChains()
 	if d := l.GetDefaultFilterChain(); d != nil {
 		chains = append(chains[:len(chains):len(chains)], d)
 	}
+	var routes []string
 	for _, fc := range chains {
+		if _, err := unpack(fc.GetTransportSocket().GetTypedConfig()); err != nil {
+			return nil, err
+		}
 		for _, f := range fc.GetFilters() {
-			tc := f.GetTypedConfig()
-			if tc == nil || tc.GetTypeUrl() != "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager" {
+			m, err := unpack(f.GetTypedConfig())
+			if err != nil {
+				return nil, err
+			}
+			hcm, ok := m.(*hcmv3.HttpConnectionManager)
+			if !ok {
 				continue
 			}
-			var hcm hcmv3.HttpConnectionManager
-			if err := tc.UnmarshalTo(&hcm); err != nil {
-				continue // decode has already refused such a listener
+			for _, hf := range hcm.GetHttpFilters() {
+				if _, err := unpack(hf.GetTypedConfig()); err != nil {
+					return nil, err
+				}
+			}
+			if rc := hcm.GetRouteConfig(); rc != nil {
+				if err := unpackRoutes(rc); err != nil {
+					return nil, err
+				}
 			}
 			if n := hcm.GetRds().GetRouteConfigName(); n != "" {
-				out = append(out, n)
+				routes = append(routes, n)
 			}
 		}
 	}
-	return out
+	return routes, nil
+}
+
+func unpackRoutes(rc *routev3.RouteConfiguration) error {
+	if err := unpackAll(rc.GetTypedPerFilterConfig()); err != nil {
+		return err
+	}
+	for _, vh := range rc.GetVirtualHosts() {
+		if err := unpackAll(vh.GetTypedPerFilterConfig()); err != nil {
+			return err
+		}
+		for _, r := range vh.GetRoutes() {
+			if err := unpackAll(r.GetTypedPerFilterConfig()); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // edsName is the ClusterLoadAssignment an EDS cluster asks for; "" for

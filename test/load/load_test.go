@@ -194,7 +194,7 @@ func TestDecodeRefusesWhatEnvoyWould(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = decode(tc.typeURL, b)
+			_, _, err = decode(tc.typeURL, b)
 			switch {
 			case tc.wantErr == "" && err != nil:
 				t.Fatalf("refused: %v", err)

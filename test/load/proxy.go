@@ -124,7 +124,7 @@ func (p *proxy) decodeAll(typeURL string, values [][]byte, active []*change) ([]
 	ups := make([]update, 0, len(values))
 	var hits []hit
 	for _, v := range values {
-		m, err := decode(typeURL, v)
+		m, routes, err := decode(typeURL, v)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -137,7 +137,7 @@ func (p *proxy) decodeAll(typeURL string, values [][]byte, active []*change) ([]
 			}
 		case *listenerv3.Listener:
 			u.name = p.f.names.id(r.GetName())
-			for _, n := range routeNames(r) {
+			for _, n := range routes {
 				u.refs = append(u.refs, p.f.names.id(n))
 			}
 		default:

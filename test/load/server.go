@@ -32,6 +32,10 @@ type ServerOptions struct {
 	MonitorAddr string
 	// SampleInterval is how often the server's RSS and CPU are read.
 	SampleInterval time.Duration
+	// Pprof says the binary was built with the pprof overlay
+	// (test/load/serverpprof): the tool has it serve /debug/pprof on a
+	// loopback port and fetches profiles there.
+	Pprof bool
 }
 
 // DefaultServerOptions start bin/discovery.
@@ -46,6 +50,7 @@ func (o *ServerOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.PID, "server-pid", o.PID, "measure this running server instead of starting one (needs --xds-address)")
 	fs.StringVar(&o.XDSAddr, "xds-address", o.XDSAddr, "xDS address of the running server named by --server-pid")
 	fs.StringVar(&o.MonitorAddr, "monitoring-address", o.MonitorAddr, "monitoring address (/metrics, /debug) of the running server named by --server-pid")
+	fs.BoolVar(&o.Pprof, "server-pprof", o.Pprof, "the server binary was built with the pprof overlay (go build -overlay test/load/serverpprof/overlay.json): fetch profiles from it")
 	fs.DurationVar(&o.SampleInterval, "sample-interval", o.SampleInterval, "how often the server's RSS and CPU are read")
 }
 
@@ -74,6 +79,7 @@ type serverProc struct {
 	cmd                                      *exec.Cmd
 	exited                                   chan struct{}
 	log                                      string
+	pprof                                    string // where /debug/pprof is served
 }
 
 // plainHTTP talks to the server's monitoring and readiness ports without
@@ -105,14 +111,14 @@ func freePorts(n int) ([]string, error) {
 // ready. extra are flags the caller needs (CA token file, rate limits).
 func startServer(ctx context.Context, o ServerOptions, configDir, work string, extra ...string) (*serverProc, error) {
 	if o.PID != 0 {
-		return &serverProc{pid: o.PID, xds: o.XDSAddr, monitor: o.MonitorAddr}, nil
+		return &serverProc{pid: o.PID, xds: o.XDSAddr, monitor: o.MonitorAddr, pprof: o.MonitorAddr}, nil
 	}
-	ports, err := freePorts(5)
+	ports, err := freePorts(6)
 	if err != nil {
 		return nil, err
 	}
 	s := &serverProc{xds: ports[0], secure: ports[1], monitor: ports[2], readiness: ports[3], webhook: ports[4],
-		caDir: filepath.Join(work, "ca"), exited: make(chan struct{}), log: filepath.Join(work, "server.log")}
+		caDir: filepath.Join(work, "ca"), exited: make(chan struct{}), log: filepath.Join(work, "server.log"), pprof: ports[2]}
 	args := []string{"serve", "--config-dir", configDir, "--ca-dir", s.caDir,
 		"--grpc-address", s.xds, "--secure-grpc-address", s.secure, "--monitoring-address", s.monitor,
 		"--readiness-address", s.readiness, "--webhook-address", s.webhook, "--log-level", "warn"}
@@ -123,6 +129,10 @@ func startServer(ctx context.Context, o ServerOptions, configDir, work string, e
 	}
 	s.cmd = exec.Command(o.Binary, args...)
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
+	if o.Pprof {
+		s.pprof = ports[5]
+		s.cmd.Env = append(os.Environ(), "DISCOVERY_PPROF_ADDR="+s.pprof)
+	}
 	if err := s.cmd.Start(); err != nil {
 		_ = logf.Close()
 		return nil, fmt.Errorf("start %s: %w", o.Binary, err)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -32,13 +33,17 @@ type XDSOptions struct {
 	// Profile saves the server's CPU profile (over the change phases) and
 	// heap profile, when the server exposes /debug/pprof.
 	Profile bool
+	// ProfileSeconds is the length of each CPU profile.
+	ProfileSeconds time.Duration
+	// ToolProfile writes the load tool's own CPU profile to this file.
+	ToolProfile string
 }
 
 // DefaultXDSOptions are workload S.
 func DefaultXDSOptions() XDSOptions {
 	return XDSOptions{World: DefaultWorldOptions(), Fleet: DefaultFleetOptions(), Server: DefaultServerOptions(),
 		Out: "bench-results/xds", Endpoints: 20, VirtualServices: 20, Services: 10, Reconnects: 20, Rate: 2,
-		Idle: 10 * time.Second, Timeout: 2 * time.Minute}
+		Idle: 10 * time.Second, Timeout: 2 * time.Minute, ProfileSeconds: 30 * time.Second}
 }
 
 // AddFlags registers the run's flags.
@@ -54,7 +59,9 @@ func (o *XDSOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.Float64Var(&o.Rate, "rate", o.Rate, "changes per second within a phase")
 	fs.DurationVar(&o.Idle, "idle", o.Idle, "quiet period after the fleet connected, to measure the server's CPU at rest")
 	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "longest wait for a phase to reach every proxy")
-	fs.BoolVar(&o.Profile, "profile", o.Profile, "save the server's CPU profile over the change phases and a heap profile (needs /debug/pprof on the server)")
+	fs.StringVar(&o.ToolProfile, "tool-cpu-profile", o.ToolProfile, "write the load tool's own CPU profile to this file (to tell the client's cost from the server's)")
+	fs.BoolVar(&o.Profile, "profile", o.Profile, "save CPU profiles of the server from the start of the connect phase and of the change phases, and heap profiles after each (needs --server-pprof or a running server with /debug/pprof on --monitoring-address)")
+	fs.DurationVar(&o.ProfileSeconds, "profile-seconds", o.ProfileSeconds, "length of each CPU profile")
 }
 
 // Validate reports every invalid option.
@@ -101,6 +108,13 @@ func RunXDS(ctx context.Context, o XDSOptions, out io.Writer) (*Report, error) {
 		return nil, err
 	}
 	out = orDiscard(out)
+	if o.ToolProfile != "" {
+		stop, err := profileSelf(o.ToolProfile)
+		if err != nil {
+			return nil, err
+		}
+		defer stop()
+	}
 	dir := filepath.Join(o.Out, "world")
 	world, err := NewWorld(o.World, dir)
 	if err != nil {
@@ -165,8 +179,30 @@ func (r *run) begin() {
 	r.m0, _ = machineCPU()
 }
 
-// end records a phase of the given changes.
-func (r *run) end(name string, changes []*change, out io.Writer) PhaseResult {
+// quiesce waits until the proxies have received nothing for a second (at
+// most 30 s), so that pushes a phase caused after its changes converged
+// (a removed service's listeners and routes) count in that phase.
+func (r *run) quiesce(ctx context.Context) {
+	const quiet, most, poll = time.Second, 30 * time.Second, 100 * time.Millisecond
+	deadline := time.Now().Add(most)
+	last, since := r.fleet.totals().pushes(), time.Now()
+	for time.Since(since) < quiet && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(poll):
+		}
+		if n := r.fleet.totals().pushes(); n != last {
+			last, since = n, time.Now()
+		}
+	}
+}
+
+// end records a phase of the given changes once the proxies are quiet.
+func (r *run) end(ctx context.Context, name string, changes []*change, out io.Writer) PhaseResult {
+	if name != "idle" {
+		r.quiesce(ctx)
+	}
 	s1, t1 := r.srv.sample(), r.self.sample()
 	m1, _ := machineCPU()
 	d := r.fleet.totals().minus(r.totals0)
@@ -213,6 +249,8 @@ func slicesMax(ds []time.Duration) time.Duration {
 // complete configuration).
 func (r *run) connect(ctx context.Context, out io.Writer) (func(), error) {
 	r.begin()
+	stopProfile := r.startProfile(ctx, "connect")
+	defer stopProfile()
 	c := r.fleet.tracker.add(kindConnect, len(r.fleet.proxies), -1, nil, true)
 	wait, err := r.fleet.start(ctx, r.server.xds)
 	if err != nil {
@@ -220,7 +258,7 @@ func (r *run) connect(ctx context.Context, out io.Writer) (func(), error) {
 	}
 	werr := waitChanges(ctx, r.o.Timeout, c)
 	r.fleet.tracker.retire(c)
-	r.end(kindConnect, []*change{c}, out)
+	r.end(ctx, kindConnect, []*change{c}, out)
 	if werr != nil {
 		r.report.Notes = append(r.report.Notes, fmt.Sprintf("connect: not every proxy converged within %s", r.o.Timeout))
 	}
@@ -236,9 +274,9 @@ func (r *run) phases(ctx context.Context, out io.Writer) error {
 			return ctx.Err()
 		case <-time.After(r.o.Idle):
 		}
-		r.end("idle", nil, out)
+		r.end(ctx, "idle", nil, out)
 	}
-	stopProfile := r.startProfile(ctx)
+	stopProfile := r.startProfile(ctx, "changes")
 	defer stopProfile()
 	kinds := []struct {
 		n    int
@@ -295,7 +333,7 @@ func (r *run) changePhase(ctx context.Context, n int, make func(int, *names) (*e
 	}
 	werr := waitChanges(ctx, r.o.Timeout, cs...)
 	r.fleet.tracker.retire(cs...)
-	r.end(kind, cs, out)
+	r.end(ctx, kind, cs, out)
 	if werr != nil {
 		r.report.Notes = append(r.report.Notes, fmt.Sprintf("%s: not every proxy converged within %s", kind, r.o.Timeout))
 	}
@@ -322,33 +360,33 @@ func (r *run) reconnectPhase(ctx context.Context, out io.Writer) error {
 	}
 	werr := waitChanges(ctx, r.o.Timeout, cs...)
 	r.fleet.tracker.retire(cs...)
-	r.end(kindReconnect, cs, out)
+	r.end(ctx, kindReconnect, cs, out)
 	if werr != nil {
 		r.report.Notes = append(r.report.Notes, fmt.Sprintf("reconnect: not every proxy converged within %s", r.o.Timeout))
 	}
 	return nil
 }
 
-// startProfile fetches a CPU profile for as long as the change phases
-// last (up to 5 minutes) when asked; the returned function ends it and
-// saves a heap profile.
-func (r *run) startProfile(ctx context.Context) func() {
+// startProfile, when asked, fetches a CPU profile of the server over the
+// next ProfileSeconds under the name server-cpu-<name>.pprof; the
+// returned function waits for it and saves a heap profile
+// server-heap-<name>.pprof.
+func (r *run) startProfile(ctx context.Context, name string) func() {
 	if !r.o.Profile {
 		return func() {}
 	}
-	pctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	cpu := filepath.Join(r.o.Out, "server-cpu.pprof")
-	go func() { done <- fetchProfile(pctx, r.server.monitor, "profile?seconds=300", cpu) }()
+	cpu := filepath.Join(r.o.Out, "server-cpu-"+name+".pprof")
+	what := fmt.Sprintf("profile?seconds=%d", int(r.o.ProfileSeconds.Seconds()))
+	go func() { done <- fetchProfile(ctx, r.server.pprof, what, cpu) }()
 	return func() {
-		cancel()
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		if err := <-done; err != nil {
 			r.report.Notes = append(r.report.Notes, "CPU profile: "+err.Error())
-		} else if err == nil {
+		} else {
 			r.report.Profiles = append(r.report.Profiles, cpu)
 		}
-		heap := filepath.Join(r.o.Out, "server-heap.pprof")
-		if err := fetchProfile(ctx, r.server.monitor, "heap", heap); err != nil {
+		heap := filepath.Join(r.o.Out, "server-heap-"+name+".pprof")
+		if err := fetchProfile(ctx, r.server.pprof, "heap", heap); err != nil {
 			r.report.Notes = append(r.report.Notes, "heap profile: "+err.Error())
 		} else {
 			r.report.Profiles = append(r.report.Profiles, heap)
@@ -393,4 +431,17 @@ func gitCommit() string {
 		c += " (tree has uncommitted changes)"
 	}
 	return c
+}
+
+// profileSelf profiles the tool's CPU into path until stop is called.
+func profileSelf(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); _ = f.Close() }, nil
 }
