@@ -55,8 +55,32 @@ crds-check:
 testenv:
 	hack/testenv.sh
 
-bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./...
+# Published benchmarks (BENCHMARKS.md): workload S against the real server
+# started by the load tool (file mode, loopback), the CA at 100 clients
+# (ECDSA and RSA workload keys) and the injection webhook at 200 requests/s.
+# Reports (report.txt, report.json) land in out/bench/*; about 4 minutes.
+bench: build
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/discovery-load ./test/load
+	rm -rf out/bench/s out/bench/ca-ecdsa out/bench/ca-rsa out/bench/webhook
+	$(BIN)/discovery-load xds --server-binary $(BIN)/discovery --out out/bench/s \
+	  --services 100 --namespaces 10 --ports 2 --endpoints 10 --virtual-services 10 --proxies 100 \
+	  --endpoint-changes 20 --vs-changes 20 --service-changes 10 --reconnects 20 --rate 2 --idle 10s
+	$(BIN)/discovery-load ca --server-binary $(BIN)/discovery --out out/bench/ca-ecdsa --clients 100 --key ecdsa --duration 10s
+	$(BIN)/discovery-load ca --server-binary $(BIN)/discovery --out out/bench/ca-rsa --clients 100 --key rsa --duration 10s
+	$(BIN)/discovery-load webhook --server-binary $(BIN)/discovery --out out/bench/webhook --rate 200 --duration 30s
+
+# Workload M1 (1,000 services x 2 ports, 10,000 endpoints, 50 namespaces,
+# 1,000 delta proxies connecting at once), with server CPU and heap
+# profiles from a measurement build that adds net/http/pprof through a
+# build-time overlay (the server's code is unchanged). About 10-15 minutes.
+.PHONY: bench-m1
+bench-m1: build
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/discovery-load ./test/load
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -overlay test/load/serverpprof/overlay.json -o $(BIN)/discovery-pprof ./cmd/discovery
+	rm -rf out/bench/m1
+	$(BIN)/discovery-load xds --server-binary $(BIN)/discovery-pprof --server-pprof --profile --out out/bench/m1 \
+	  --services 1000 --namespaces 50 --ports 2 --endpoints 10 --virtual-services 100 --proxies 1000 \
+	  --endpoint-changes 20 --vs-changes 20 --service-changes 10 --reconnects 20 --rate 1 --idle 20s --timeout 10m
 
 # The container image, without a container engine: a static binary on an
 # empty base, written as a tarball for `docker load` (bin/discovery-image.tar).
