@@ -143,7 +143,7 @@ func RunCA(ctx context.Context, o CAOptions, out io.Writer) (*LatencyReport, err
 			_ = c.conn.Close()
 		}
 	}()
-	rep := &LatencyReport{Tool: "discovery-load ca", Started: time.Now(), Commit: gitCommit(), Machine: machineInfo(), ErrorKind: map[string]int{},
+	rep := &LatencyReport{Tool: "discovery-load ca", Started: time.Now(), Commit: o.Server.commit(), Machine: machineInfo(), ErrorKind: map[string]int{},
 		Params: map[string]any{"clients": o.Clients, "key": o.Key, "duration": o.Duration.String(), "rateLimit": o.KeepRateLimit}}
 	// Warm up: every client connects (TLS handshake) and is served once.
 	if err := runCAClients(ctx, clients, time.Time{}, newRecorder()); err != nil {

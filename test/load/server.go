@@ -32,6 +32,9 @@ type ServerOptions struct {
 	MonitorAddr string
 	// SampleInterval is how often the server's RSS and CPU are read.
 	SampleInterval time.Duration
+	// Commit is the commit the server was built from, for the report;
+	// empty: the commit of the working tree the tool runs in.
+	Commit string
 	// Pprof says the binary was built with the pprof overlay
 	// (test/load/serverpprof): the tool has it serve /debug/pprof on a
 	// loopback port and fetches profiles there.
@@ -50,6 +53,7 @@ func (o *ServerOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.PID, "server-pid", o.PID, "measure this running server instead of starting one (needs --xds-address)")
 	fs.StringVar(&o.XDSAddr, "xds-address", o.XDSAddr, "xDS address of the running server named by --server-pid")
 	fs.StringVar(&o.MonitorAddr, "monitoring-address", o.MonitorAddr, "monitoring address (/metrics, /debug) of the running server named by --server-pid")
+	fs.StringVar(&o.Commit, "server-commit", o.Commit, "commit the server binary was built from, for the report (default: the working tree's HEAD)")
 	fs.BoolVar(&o.Pprof, "server-pprof", o.Pprof, "the server binary was built with the pprof overlay (go build -overlay test/load/serverpprof/overlay.json): fetch profiles from it")
 	fs.DurationVar(&o.SampleInterval, "sample-interval", o.SampleInterval, "how often the server's RSS and CPU are read")
 }
@@ -182,6 +186,14 @@ func (s *serverProc) stop() {
 		_ = s.cmd.Process.Kill()
 		<-s.exited
 	}
+}
+
+// commit is the commit to report for the server.
+func (o *ServerOptions) commit() string {
+	if o.Commit != "" {
+		return o.Commit
+	}
+	return gitCommit()
 }
 
 func tail(path string, n int) string {

@@ -133,7 +133,7 @@ func RunWebhook(ctx context.Context, o WebhookOptions, out io.Writer) (*LatencyR
 	if err := postReview(ctx, client, url, body); err != nil {
 		return nil, fmt.Errorf("first request: %w", err)
 	}
-	rep := &LatencyReport{Tool: "discovery-load webhook", Started: time.Now(), Commit: gitCommit(), Machine: machineInfo(), ErrorKind: map[string]int{},
+	rep := &LatencyReport{Tool: "discovery-load webhook", Started: time.Now(), Commit: o.Server.commit(), Machine: machineInfo(), ErrorKind: map[string]int{},
 		Params: map[string]any{"rate": o.Rate, "duration": o.Duration.String(), "maxInFlight": o.MaxInFlight}}
 	rec := newRecorder()
 	w := startWindow(server.pid)

@@ -135,7 +135,7 @@ func RunXDS(ctx context.Context, o XDSOptions, out io.Writer) (*Report, error) {
 	}
 	r := &run{o: o, world: world, fleet: f, server: server,
 		srv: newSampler(server.pid, o.Server.SampleInterval), self: newSampler(os.Getpid(), o.Server.SampleInterval),
-		report: &Report{Tool: "discovery-load xds", Started: time.Now(), Commit: gitCommit(), Machine: machineInfo(),
+		report: &Report{Tool: "discovery-load xds", Started: time.Now(), Commit: o.Server.commit(), Machine: machineInfo(),
 			World: o.World, Fleet: o.Fleet, Args: o.Server.Args}}
 	sctx, stopSampling := context.WithCancel(ctx)
 	defer stopSampling()
