@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 
@@ -57,6 +58,9 @@ type fleet struct {
 	names   *names
 	tracker *tracker
 	proxies []*proxy
+	// slots bounds the responses decoded at once: the fleet's CPU is the
+	// machine's either way, and this bounds the garbage of 1,000 decodes.
+	slots chan struct{}
 
 	mu    sync.Mutex
 	notes []string // first problems seen (NACKs, dropped streams)
@@ -70,7 +74,7 @@ func newFleet(opts FleetOptions, w *World) (*fleet, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	f := &fleet{opts: opts, names: newNames(), tracker: newTracker()}
+	f := &fleet{opts: opts, names: newNames(), tracker: newTracker(), slots: make(chan struct{}, 2*runtime.GOMAXPROCS(0))}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for i := 0; i < opts.Proxies; i++ {

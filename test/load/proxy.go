@@ -121,6 +121,8 @@ func (p *proxy) stream(ctx context.Context, cc *grpc.ClientConn) error {
 // decodeAll decodes a response's resources and returns the session
 // updates and the expectations met; an error is a NACK.
 func (p *proxy) decodeAll(typeURL string, values [][]byte, active []*change) ([]update, []hit, error) {
+	p.f.slots <- struct{}{}
+	defer func() { <-p.f.slots }()
 	ups := make([]update, 0, len(values))
 	var hits []hit
 	for _, v := range values {
