@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"sort"
 	"strings"
-	"sync"
 	"sync/atomic"
 
 	"google.golang.org/protobuf/proto"
@@ -17,9 +16,9 @@ import (
 // Generator builds configuration for proxy classes and proxies. It keeps no
 // state between calls except a record of the warnings it has logged.
 type Generator struct {
-	log    *slog.Logger
-	warned sync.Map // VirtualService key@version -> true
-	ids    atomic.Uint64
+	log   *slog.Logger
+	warns warnings
+	ids   atomic.Uint64
 }
 
 // New returns a Generator that logs to log.
@@ -230,13 +229,21 @@ func (g *Generator) serviceUnit(sc *Scope, svc *model.Service, prev *ClassConfig
 	u := &unit{key: key, svc: svc}
 	grpc := sc.Proxy.IsGRPC()
 	subsets := sc.subsets(svc.Hostname)
+	dr := sc.DestinationRule(svc.Hostname)
+	if c := sc.destinationRuleConfig(svc.Hostname); c != nil {
+		g.warn(c, dr.ResourceVersion, &dr.Spec, drFields)
+	}
 	for _, port := range svc.Ports {
 		if port.Protocol == model.ProtocolUDP {
 			continue
 		}
 		for _, ss := range subsets {
 			name := ClusterName(port.Port, ss.Name, svc.Hostname)
-			g.addTo(&u.clusters, name, ClusterType, edsCluster(name, port.Protocol, !grpc))
+			c := edsCluster(name, port.Protocol, !grpc)
+			if dr != nil {
+				applyPolicy(c, policy(&dr.Spec, ss.Name, port.Port), !grpc)
+			}
+			g.addTo(&u.clusters, name, ClusterType, c)
 			g.addTo(&u.endpoints, name, EndpointType, loadAssignment(name, port, eps, ss.Labels))
 			u.edsRefs = append(u.edsRefs, name)
 		}

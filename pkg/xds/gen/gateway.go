@@ -83,7 +83,7 @@ func (g *Generator) gatewayHosts(sc *Scope, servers []gatewayServer) []*routev3.
 					continue
 				}
 				seen[h] = true
-				routes := g.vsRoutes(sc, c, ResolveHost(h, c.Key.Namespace, sc.World.DomainSuffix), 80)
+				routes := g.vsRoutes(sc, []*model.Config{c}, ResolveHost(h, c.Key.Namespace, sc.World.DomainSuffix), 80, srv.gateway)
 				if len(routes) == 0 {
 					continue
 				}

@@ -51,7 +51,7 @@ func rdsManager(statPrefix, routeName string) *hcmv3.HttpConnectionManager {
 		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{
 			ConfigSource: adsSource(), RouteConfigName: routeName,
 		}},
-		HttpFilters: []*hcmv3.HttpFilter{routerFilter()},
+		HttpFilters: []*hcmv3.HttpFilter{corsFilter(), faultFilter(), routerFilter()},
 	}
 }
 
@@ -242,6 +242,14 @@ func virtualInbound(ports []InboundPort) *listenerv3.Listener {
 func apiListener(name string) *listenerv3.Listener {
 	return &listenerv3.Listener{
 		Name:        name,
-		ApiListener: &listenerv3.ApiListener{ApiListener: mustAny(rdsManager("outbound_"+name, name))},
+		ApiListener: &listenerv3.ApiListener{ApiListener: mustAny(grpcManager(name))},
 	}
+}
+
+// grpcManager is the HttpConnectionManager of a proxyless gRPC API
+// listener: only filters grpc-go implements (fault injection, router).
+func grpcManager(name string) *hcmv3.HttpConnectionManager {
+	m := rdsManager("outbound_"+name, name)
+	m.HttpFilters = []*hcmv3.HttpFilter{faultFilter(), routerFilter()}
+	return m
 }

@@ -1,0 +1,158 @@
+package gen
+
+import (
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/meshplane/discovery/pkg/model"
+)
+
+// fieldSet is the set of supported field paths of one kind, written with
+// JSON names and without list indexes ("http.match.uri"). A field whose
+// path is in the set is supported with everything under it unless the set
+// also names some of its children; then only those children are.
+type fieldSet map[string]bool
+
+func newFieldSet(paths ...string) fieldSet {
+	fs := fieldSet{}
+	for _, p := range paths {
+		fs[p] = true
+	}
+	return fs
+}
+
+// partial reports whether the set names some field under path.
+func (fs fieldSet) partial(path string) bool {
+	for p := range fs {
+		if strings.HasPrefix(p, path+".") {
+			return true
+		}
+	}
+	return false
+}
+
+// unsupportedFields lists the populated fields of m that fs does not
+// support, with list indexes ("http[0].mirror").
+func unsupportedFields(m proto.Message, fs fieldSet) []string {
+	var out []string
+	var walk func(shown, path string, m protoreflect.Message)
+	walk = func(shown, path string, m protoreflect.Message) {
+		m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+			p, s := fd.JSONName(), fd.JSONName()
+			if path != "" {
+				p, s = path+"."+p, shown+"."+s
+			}
+			if !fs[p] && !fs.partial(p) {
+				out = append(out, s)
+				return true
+			}
+			if !fs.partial(p) || fd.Kind() != protoreflect.MessageKind || fd.IsMap() {
+				return true
+			}
+			if fd.IsList() {
+				l := v.List()
+				for i := 0; i < l.Len(); i++ {
+					walk(s+"["+itoa(int32(i))+"]", p, l.Get(i).Message())
+				}
+				return true
+			}
+			walk(s, p, v.Message())
+			return true
+		})
+	}
+	walk("", "", m.ProtoReflect())
+	sort.Strings(out)
+	return out
+}
+
+// warnings logs, once per resource version, the fields of a resource that
+// generation ignores, and counts them.
+type warnings struct {
+	once  sync.Map // kind/ns/name@resourceVersion -> true
+	mu    sync.Mutex
+	count map[[2]string]float64 // kind, field (without indexes) -> resources
+	vec   *prometheus.CounterVec
+}
+
+// warn reports the fields of c's spec (kind's fieldSet) that have no
+// effect; resourceVersion makes the report once per version.
+func (g *Generator) warn(c *model.Config, resourceVersion string, spec proto.Message, fs fieldSet) {
+	key := c.Key.String() + "@" + resourceVersion
+	if _, done := g.warns.once.LoadOrStore(key, true); done {
+		return
+	}
+	fields := unsupportedFields(spec, fs)
+	if len(fields) == 0 {
+		return
+	}
+	g.log.Warn("fields not supported yet are ignored", "kind", string(c.Key.Kind), "resource", c.Key.Namespace+"/"+c.Key.Name, "fields", fields)
+	g.warns.mu.Lock()
+	defer g.warns.mu.Unlock()
+	if g.warns.count == nil {
+		g.warns.count = map[[2]string]float64{}
+	}
+	seen := map[string]bool{}
+	for _, f := range fields {
+		f = stripIndexes(f)
+		if seen[f] {
+			continue
+		}
+		seen[f] = true
+		g.warns.count[[2]string{string(c.Key.Kind), f}]++
+		if g.warns.vec != nil {
+			g.warns.vec.WithLabelValues(string(c.Key.Kind), f).Inc()
+		}
+	}
+}
+
+func stripIndexes(s string) string {
+	var b strings.Builder
+	skip := false
+	for _, r := range s {
+		switch {
+		case r == '[':
+			skip = true
+		case r == ']':
+			skip = false
+		case !skip:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// RegisterMetrics registers discovery_xds_unsupported_fields_total{kind,
+// field}: resource versions seen with a field generation ignores.
+func (g *Generator) RegisterMetrics(reg prometheus.Registerer) error {
+	vec := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "discovery_xds_unsupported_fields_total",
+		Help: "Resource versions that set a field the xDS generator does not support yet (the field has no effect).",
+	}, []string{"kind", "field"})
+	if err := reg.Register(vec); err != nil {
+		return err
+	}
+	g.warns.mu.Lock()
+	defer g.warns.mu.Unlock()
+	for k, n := range g.warns.count {
+		vec.WithLabelValues(k[0], k[1]).Add(n)
+	}
+	g.warns.vec = vec
+	return nil
+}
+
+// UnsupportedCounts returns, per "kind field", how many resource versions
+// set a field that has no effect.
+func (g *Generator) UnsupportedCounts() map[string]float64 {
+	g.warns.mu.Lock()
+	defer g.warns.mu.Unlock()
+	out := make(map[string]float64, len(g.warns.count))
+	for k, n := range g.warns.count {
+		out[k[0]+" "+k[1]] = n
+	}
+	return out
+}
