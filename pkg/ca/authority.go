@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"encoding/pem"
+	"net"
 	"net/url"
 	"sync"
 	"time"
@@ -97,7 +98,15 @@ func (a *Authority) SignWorkload(pub crypto.PublicKey, id Identity, ttl time.Dur
 
 // signServing issues the control plane's own serving certificate for names.
 func (a *Authority) signServing(pub crypto.PublicKey, names []string, ttl time.Duration) ([]string, *x509.Certificate, error) {
-	return a.sign(pub, ttl, func(t *x509.Certificate) { t.DNSNames = names })
+	return a.sign(pub, ttl, func(t *x509.Certificate) {
+		for _, n := range names {
+			if ip := net.ParseIP(n); ip != nil {
+				t.IPAddresses = append(t.IPAddresses, ip)
+			} else {
+				t.DNSNames = append(t.DNSNames, n)
+			}
+		}
+	})
 }
 
 func (a *Authority) sign(pub crypto.PublicKey, ttl time.Duration, sans func(*x509.Certificate)) ([]string, *x509.Certificate, error) {

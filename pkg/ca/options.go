@@ -3,6 +3,7 @@ package ca
 import (
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"time"
 
@@ -56,6 +57,10 @@ type Options struct {
 	ServingCertTTL time.Duration
 	// RootPollInterval is how often file mode looks for a changed CA directory.
 	RootPollInterval time.Duration
+	// ExtraServingNames are further DNS names or IP addresses in the
+	// serving certificate, for callers that reach the control plane by
+	// another name (a remote installation's address, a webhook URL).
+	ExtraServingNames []string
 	// PublishToSystemNamespaces also publishes istio-ca-root-cert to
 	// kube-system, kube-public and kube-node-lease.
 	PublishToSystemNamespaces bool
@@ -91,6 +96,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.Float64Var(&o.CSRRateLimit, "csr-rate-limit", o.CSRRateLimit, "CSRs per second this replica signs; beyond it callers get RESOURCE_EXHAUSTED (0: no limit)")
 	fs.IntVar(&o.CSRBurst, "csr-burst", o.CSRBurst, "CSRs allowed in a burst above --csr-rate-limit")
 	fs.DurationVar(&o.ServingCertTTL, "serving-cert-ttl", o.ServingCertTTL, "lifetime of the control plane's own TLS certificate (renewed at half of it)")
+	fs.StringSliceVar(&o.ExtraServingNames, "serving-cert-extra-names", o.ExtraServingNames, "further DNS names or IP addresses for the control plane's serving certificate (for proxies or webhooks that reach it by another name, such as a remote installation's address)")
 	fs.BoolVar(&o.PublishToSystemNamespaces, "ca-publish-system-namespaces", o.PublishToSystemNamespaces, "also publish istio-ca-root-cert to kube-system, kube-public and kube-node-lease")
 }
 
@@ -132,6 +138,11 @@ func (o *Options) Validate() error {
 	if o.RootPollInterval <= 0 {
 		errs = append(errs, errors.New("root poll interval must be above 0"))
 	}
+	for _, n := range o.ExtraServingNames {
+		if net.ParseIP(n) == nil && (n == "" || strings.ContainsAny(n, "/:@ ")) {
+			errs = append(errs, fmt.Errorf("--serving-cert-extra-names entry %q is neither a DNS name nor an IP address", n))
+		}
+	}
 	if o.TokenFile != "" && o.Dir == "" {
 		errs = append(errs, errors.New("--ca-token-file is for file mode and needs --ca-dir"))
 	}
@@ -144,5 +155,5 @@ func (o *Options) servingNames() []string {
 	if o.Revision != "" && o.Revision != "default" {
 		names = append(names, "istiod-"+o.Revision+"."+o.Namespace+".svc", "discovery-"+o.Revision+"."+o.Namespace+".svc")
 	}
-	return names
+	return append(names, o.ExtraServingNames...)
 }

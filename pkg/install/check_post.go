@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // CheckOptions name the installation to check.
@@ -132,11 +133,22 @@ func (c *Client) checkInjection(ctx context.Context, revision string) CheckResul
 			_ = c.Kube.CoreV1().Namespaces().Delete(context.WithoutCancel(ctx), ns, metav1.DeleteOptions{})
 		}()
 	}
+	// The injected token volume needs a service account: name the
+	// namespace's default one, which the controller manager creates
+	// shortly after the namespace (retry while it does not exist yet).
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "injection-check", Namespace: ns, Labels: map[string]string{"app": "injection-check"}},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}}},
+		Spec: corev1.PodSpec{ServiceAccountName: "default",
+			Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}}},
 	}
-	got, err := c.Kube.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	var got *corev1.Pod
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 15*time.Second, true, func(ctx context.Context) (bool, error) {
+		got, err = c.Kube.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil && strings.Contains(err.Error(), "serviceaccount") && strings.Contains(err.Error(), "not found") {
+			return false, nil
+		}
+		return true, err
+	})
 	if err != nil {
 		r.Detail = "dry-run Pod refused: " + err.Error()
 		r.Hint = "the API server could not call the injection webhook: check the discovery Service's endpoints and the webhook's caBundle"
