@@ -36,7 +36,7 @@ type SyncStatus struct {
 
 // Syncz returns every identified stream's status, sorted by proxy ID.
 func (s *Server) Syncz() []SyncStatus {
-	var out []SyncStatus
+	out := []SyncStatus{} // an empty list, not null, when no proxy is connected
 	s.conns.Range(func(_, v any) bool {
 		c := v.(*conn)
 		c.mu.Lock()
