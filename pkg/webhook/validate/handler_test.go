@@ -70,7 +70,7 @@ func TestHandler(t *testing.T) {
 	if bad.Allowed || !strings.Contains(bad.Result.Message, "at least one host") {
 		t.Fatalf("invalid VirtualService: %+v", bad)
 	}
-	warned := response(t, serve(h, review(t, vsHead+"spec: {hosts: [a], http: [{corsPolicy: {}, route: [{destination: {host: a}}]}]}"), "application/json"))
+	warned := response(t, serve(h, review(t, vsHead+"spec: {hosts: [a], http: [{match: [{sourceLabels: {app: b}}], route: [{destination: {host: a}}]}]}"), "application/json"))
 	if !warned.Allowed || len(warned.Warnings) != 1 {
 		t.Fatalf("want allowed with one warning, got %+v", warned)
 	}

@@ -4,11 +4,16 @@ import (
 	"google.golang.org/protobuf/proto"
 	networking "istio.io/api/networking/v1alpha3"
 	security "istio.io/api/security/v1beta1"
+
+	"github.com/meshplane/discovery/pkg/model"
+	"github.com/meshplane/discovery/pkg/xds/gen"
 )
 
 // unsupported lists the fields of spec that Istio accepts but discovery
-// does not act on yet, as AdmissionReview warnings. Keep this list in step
-// with the xDS generators: a field leaves it when its generator lands.
+// does not act on yet, as AdmissionReview warnings. VirtualService and
+// DestinationRule fields come from the xDS generator itself
+// (gen.UnsupportedFields); keep the rest in step with the generators: a
+// field leaves the list when its generator lands.
 func unsupported(kind string, spec proto.Message) []string {
 	var w []string
 	warn := func(cond bool, field, what string) {
@@ -17,18 +22,11 @@ func unsupported(kind string, spec proto.Message) []string {
 		}
 	}
 	switch s := spec.(type) {
-	case *networking.VirtualService:
-		for _, r := range s.Http {
-			warn(r.Delegate != nil, "spec.http[].delegate", "delegation")
-			warn(r.Mirror != nil || len(r.Mirrors) > 0, "spec.http[].mirror", "traffic mirroring")
-			warn(r.Fault != nil, "spec.http[].fault", "fault injection")
-			warn(r.CorsPolicy != nil, "spec.http[].corsPolicy", "CORS")
+	case *networking.VirtualService, *networking.DestinationRule:
+		// The xDS generator's own list of the fields it acts on decides.
+		for _, f := range gen.UnsupportedFields(model.Kind(kind), s) {
+			warn(true, "spec."+f, "this field")
 		}
-	case *networking.DestinationRule:
-		tp := s.TrafficPolicy
-		warn(tp.GetTunnel() != nil, "spec.trafficPolicy.tunnel", "tunnelling")
-		warn(tp.GetProxyProtocol() != nil, "spec.trafficPolicy.proxyProtocol", "PROXY protocol")
-		warn(tp.GetRetryBudget() != nil, "spec.trafficPolicy.retryBudget", "a retry budget")
 	case *networking.Sidecar:
 		warn(s.GetOutboundTrafficPolicy().GetEgressProxy() != nil, "spec.outboundTrafficPolicy.egressProxy", "an egress proxy")
 		warn(s.InboundConnectionPool != nil, "spec.inboundConnectionPool", "an inbound connection pool")

@@ -71,14 +71,15 @@ func TestValidate(t *testing.T) {
 		"rejects a destination port out of range": {
 			doc:     vsHead + "spec:\n  hosts: [reviews]\n  tcp: [{route: [{destination: {host: reviews, port: {number: 70000}}}]}]",
 			problem: "port 70000 is not in 1-65535",
+			warning: "spec.tcp: this field is not supported by discovery yet",
 		},
 		"rejects an unknown field": {
 			doc:     vsHead + "spec:\n  hosts: [reviews]\n  htp: []",
 			problem: `unknown field "htp"`,
 		},
-		"warns about fault injection": {
-			doc:     vsHead + "spec:\n  hosts: [reviews]\n  http: [{fault: {abort: {httpStatus: 503, percentage: {value: 10}}}, route: [{destination: {host: reviews}}]}]",
-			warning: "fault injection is not supported by discovery yet",
+		"warns about a field the generator ignores": {
+			doc:     vsHead + "spec:\n  hosts: [reviews]\n  http: [{match: [{sourceLabels: {app: a}}], route: [{destination: {host: reviews}}]}]",
+			warning: "spec.http[].match[].sourceLabels: this field is not supported by discovery yet",
 		},
 		"rejects a DestinationRule subset without a name": {
 			doc:     "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: d}\nspec:\n  host: reviews\n  subsets: [{labels: {version: v1}}]",

@@ -156,3 +156,46 @@ func (g *Generator) UnsupportedCounts() map[string]float64 {
 	}
 	return out
 }
+
+// UnsupportedFields lists the fields of a VirtualService or DestinationRule
+// spec that generation ignores, list indexes written as "[]"
+// ("http[].mirror"); nil for other kinds. The validating webhook returns
+// them as warnings.
+func UnsupportedFields(kind model.Kind, spec proto.Message) []string {
+	var fs fieldSet
+	switch kind {
+	case model.KindVirtualService:
+		fs = vsFields
+	case model.KindDestinationRule:
+		fs = drFields
+	default:
+		return nil
+	}
+	var out []string
+	seen := map[string]bool{}
+	for _, f := range unsupportedFields(spec, fs) {
+		f = emptyIndexes(f)
+		if !seen[f] {
+			seen[f] = true
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func emptyIndexes(s string) string {
+	var b strings.Builder
+	skip := false
+	for _, r := range s {
+		switch {
+		case r == '[':
+			skip = true
+			b.WriteString("[]")
+		case r == ']':
+			skip = false
+		case !skip:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
