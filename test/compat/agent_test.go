@@ -9,21 +9,14 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/kubernetes"
-
 	"github.com/meshplane/discovery/internal/testenv"
+	"github.com/meshplane/discovery/pkg/xds/proxystatus"
 )
 
 const (
@@ -31,6 +24,8 @@ const (
 	appSA      = "client"
 	istiodSAN  = "istiod.istio-system.svc"
 	grpcTarget = "xds:///echo." + appNS + ".svc.cluster.local:7070"
+	// nodeID is the node pilot-agent makes for Pod client-0 at 127.0.0.1.
+	nodeID = "sidecar~127.0.0.1~client-0." + appNS + "~" + appNS + ".svc.cluster.local"
 	// documentationIP is from TEST-NET-1 (RFC 5737) and never routed: the
 	// API server refuses loopback endpoints, so the backend is registered
 	// at this address and the test's dialer connects to 127.0.0.1 instead.
@@ -40,136 +35,61 @@ const (
 // Istio's own agent, unchanged, gets a workload certificate from
 // discovery's CA and proxies a grpc-go xDS client to discovery, which sends
 // it the configuration that reaches a real backend registered in the API
-// server.
+// server, and then a change of that backend.
 func TestPilotAgentGetsCertificateAndProxiesXDS(t *testing.T) {
 	agentBin := pilotAgentBinary(t)
 	env := testenv.Start(t)
 	backendAddr, backendPort := startBackend(t)
 	registerBackend(t, env.Client, backendPort)
+	d := startDiscovery(t, env.Kubeconfig)
 
-	secure := freeAddr(t)
-	readiness := freeAddr(t)
-	serve := startChild(t, "discovery", exec.Command(discoveryBinary(t), "serve",
-		"--kubeconfig", env.Kubeconfig,
-		"--grpc-address", freeAddr(t), "--secure-grpc-address", secure, "--webhook-address", freeAddr(t),
-		"--monitoring-address", freeAddr(t), "--readiness-address", readiness))
-	waitFor(t, 60*time.Second, "discovery /ready", func() bool {
-		resp, err := http.Get("http://" + readiness + "/ready")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, serve)
-
-	root := t.TempDir()
-	rootPEM := meshRoot(t, env.Client, serve)
-	writeFile(t, filepath.Join(root, "var/run/secrets/istio/root-cert.pem"), rootPEM)
-	token := saToken(t, env.Client)
-	writeFile(t, filepath.Join(root, "var/run/secrets/tokens/istio-token"), []byte(token))
-
-	a := newAgent(root, secure, int(portOf(t, freeAddr(t))))
-	// In a Pod OUTPUT_CERTS is an emptyDir mount: pilot-agent writes into
-	// it but does not create it.
-	if err := os.MkdirAll(a.certDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	a := newAgent(t.TempDir(), d.secure, int(portOf(t, freeAddr(t))))
+	token := a.prepare(t, env.Client, d.proc)
+	started := time.Now()
 	agent := startChild(t, "pilot-agent", a.command(agentBin))
 
 	// (1) The certificate pilot-agent got from discovery's CA.
 	waitFor(t, 60*time.Second, "pilot-agent to write its workload certificate", func() bool {
 		return fileExists(filepath.Join(a.certDir, "cert-chain.pem")) && fileExists(filepath.Join(a.certDir, "key.pem")) &&
 			fileExists(filepath.Join(a.certDir, "root-cert.pem"))
-	}, agent, serve)
-	checkWorkloadCert(t, a.certDir, rootPEM)
+	}, agent, d.proc)
+	certAfter := time.Since(started)
+	checkWorkloadCert(t, a.certDir, a.rootPEM)
+	waitFor(t, 30*time.Second, "pilot-agent's /healthz/ready", func() bool {
+		return httpStatus("http://127.0.0.1:"+strconv.Itoa(a.statusPort)+"/healthz/ready") == http.StatusOK
+	}, agent, d.proc)
 
 	// (2) grpc-go's xDS client, with the bootstrap pilot-agent wrote, talks
 	// to discovery through pilot-agent's local xDS proxy.
 	waitFor(t, 30*time.Second, "pilot-agent's gRPC bootstrap and xDS socket", func() bool {
 		return fileExists(a.bootstrap) && fileExists(a.xdsSocket)
-	}, agent, serve)
+	}, agent, d.proc)
 	bootstrap, err := os.ReadFile(a.bootstrap)
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkBootstrap(t, bootstrap, a)
 	client := dialXDS(t, bootstrap, grpcTarget, map[string]string{documentationIP: "127.0.0.1"})
-	client.eventually(t, backendAddr, agent, serve)
+	client.eventually(t, backendAddr, agent, d.proc)
+	rpcAfter := time.Since(started)
+	checkSynced(t, d.monitor, nodeID)
 
-	for name, c := range map[string]*child{"discovery": serve, "pilot-agent": agent} {
+	// A change in the API server reaches the client through the agent.
+	movedAddr, movedPort := startBackend(t)
+	moveBackend(t, env.Client, movedPort)
+	changed := time.Now()
+	client.eventually(t, movedAddr, agent, d.proc)
+	t.Logf("pilot-agent start -> workload certificate %s, -> first RPC through xDS %s; EndpointSlice update -> RPC to the new port %s",
+		certAfter.Round(time.Millisecond), rpcAfter.Round(time.Millisecond), time.Since(changed).Round(time.Millisecond))
+
+	for name, c := range map[string]*child{"discovery": d.proc, "pilot-agent": agent} {
 		if strings.Contains(c.out.String(), token) {
 			t.Errorf("%s logged the service-account token", name)
 		}
 	}
-	if !strings.Contains(agent.out.String(), "connected to upstream XDS server: "+secure) {
-		t.Errorf("pilot-agent's log does not show its upstream connection to %s", secure)
+	if !strings.Contains(agent.out.String(), "connected to upstream XDS server: "+d.secure) {
+		t.Errorf("pilot-agent's log does not show its upstream connection to %s", d.secure)
 	}
-}
-
-// registerBackend creates the namespaces, the client's ServiceAccount, and
-// the Service echo (grpc port 7070) with one EndpointSlice endpoint at
-// documentationIP:port.
-func registerBackend(t *testing.T, kc kubernetes.Interface, port int32) {
-	t.Helper()
-	ctx := context.Background()
-	for _, ns := range []string{"istio-system", appNS} {
-		if _, err := kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: appSA, Namespace: appNS}}
-	if _, err := kc.CoreV1().ServiceAccounts(appNS).Create(ctx, sa, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "echo", Namespace: appNS},
-		Spec: corev1.ServiceSpec{
-			Selector: map[string]string{"app": "echo"},
-			Ports:    []corev1.ServicePort{{Name: "grpc", Port: 7070, TargetPort: intstr.FromInt32(port)}},
-		},
-	}
-	if _, err := kc.CoreV1().Services(appNS).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	name, ready := "grpc", true
-	es := &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Name: "echo-1", Namespace: appNS, Labels: map[string]string{discoveryv1.LabelServiceName: "echo"}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Name: &name, Port: &port}},
-		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{documentationIP}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}},
-	}
-	if _, err := kc.DiscoveryV1().EndpointSlices(appNS).Create(ctx, es, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// meshRoot waits for discovery to publish the ConfigMap istio-ca-root-cert
-// in the application's namespace and returns its root-cert.pem.
-func meshRoot(t *testing.T, kc kubernetes.Interface, serve *child) []byte {
-	t.Helper()
-	var rootPEM string
-	waitFor(t, 30*time.Second, "istio-ca-root-cert in "+appNS, func() bool {
-		cm, err := kc.CoreV1().ConfigMaps(appNS).Get(context.Background(), "istio-ca-root-cert", metav1.GetOptions{})
-		if err == nil {
-			rootPEM = cm.Data["root-cert.pem"]
-		}
-		return rootPEM != ""
-	}, serve)
-	return []byte(rootPEM)
-}
-
-// saToken is a TokenRequest token of the client's ServiceAccount for the
-// audience istio-ca, as the kubelet projects it into a Pod.
-func saToken(t *testing.T, kc kubernetes.Interface) string {
-	t.Helper()
-	exp := int64(43200)
-	tr, err := kc.CoreV1().ServiceAccounts(appNS).CreateToken(context.Background(), appSA, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{Audiences: []string{"istio-ca"}, ExpirationSeconds: &exp},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tr.Status.Token
 }
 
 // checkWorkloadCert verifies what pilot-agent wrote to OUTPUT_CERTS: a key
@@ -252,8 +172,43 @@ func checkBootstrap(t *testing.T, raw []byte, a *agentSetup) {
 		t.Errorf("bootstrap node metadata GENERATOR=%v NAMESPACE=%v, want grpc and %s",
 			b.Node.Metadata["GENERATOR"], b.Node.Metadata["NAMESPACE"], appNS)
 	}
-	if want := "sidecar~127.0.0.1~client-0." + appNS + "~" + appNS + ".svc.cluster.local"; b.Node.ID != want {
-		t.Errorf("bootstrap node id %q, want %q", b.Node.ID, want)
+	if b.Node.ID != nodeID {
+		t.Errorf("bootstrap node id %q, want %q", b.Node.ID, nodeID)
+	}
+}
+
+// checkSynced reads discovery's /debug/syncz: the stream pilot-agent
+// proxies is there as the agent's node, and every type it was sent is
+// acknowledged, none refused.
+func checkSynced(t *testing.T, monitor, id string) {
+	t.Helper()
+	var row *proxystatus.Proxy
+	waitFor(t, 10*time.Second, "every type of "+id+" SYNCED in /debug/syncz", func() bool {
+		proxies, err := proxystatus.Fetch(context.Background(), http.DefaultClient, "http://"+monitor)
+		if err != nil {
+			return false
+		}
+		row = nil
+		for i := range proxies {
+			if proxies[i].ID == id {
+				row = &proxies[i]
+			}
+		}
+		if row == nil || len(row.Types) < 4 {
+			return false
+		}
+		for _, ts := range row.Types {
+			if proxystatus.State(ts) != "SYNCED" {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("discovery's /debug/syncz for %s: class %s, delta %v, %d types SYNCED", id, row.Class, row.Delta, len(row.Types))
+	for typ, ts := range row.Types {
+		if ts.NACKs != 0 {
+			t.Errorf("%s: %d NACKs of %s (last: %+v)", id, ts.NACKs, typ, ts.LastNACK)
+		}
 	}
 }
 

@@ -2,8 +2,12 @@ package compat
 
 import (
 	"encoding/json"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"testing"
+
+	"k8s.io/client-go/kubernetes"
 )
 
 // agentSetup is how pilot-agent runs in the test: everything it would find
@@ -22,6 +26,8 @@ type agentSetup struct {
 	certDir   string // OUTPUT_CERTS
 	// statusPort is pilot-agent's status server (/healthz/ready).
 	statusPort int
+	// rootPEM is the mesh root, from the ConfigMap istio-ca-root-cert.
+	rootPEM []byte
 }
 
 func newAgent(root, caAddr string, statusPort int) *agentSetup {
@@ -35,6 +41,23 @@ func newAgent(root, caAddr string, statusPort int) *agentSetup {
 		certDir:    filepath.Join(root, "var/lib/istio/data"),
 		statusPort: statusPort,
 	}
+}
+
+// prepare puts in root what the kubelet would mount into the Pod: the
+// mesh root from the ConfigMap istio-ca-root-cert, a service-account token
+// for the audience istio-ca, and the empty OUTPUT_CERTS directory (an
+// emptyDir: pilot-agent writes into it but does not create it). It returns
+// the token.
+func (a *agentSetup) prepare(t *testing.T, kc kubernetes.Interface, serve *child) string {
+	t.Helper()
+	a.rootPEM = meshRoot(t, kc, serve)
+	writeFile(t, filepath.Join(a.root, "var/run/secrets/istio/root-cert.pem"), a.rootPEM)
+	token := saToken(t, kc)
+	writeFile(t, filepath.Join(a.root, "var/run/secrets/tokens/istio-token"), []byte(token))
+	if err := os.MkdirAll(a.certDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return token
 }
 
 // command is pilot-agent as Istio's grpc-agent injection template runs it

@@ -3,6 +3,7 @@ package compat
 import (
 	"bytes"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -152,4 +153,38 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool,
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// discovery is a running `discovery serve --kubeconfig` on loopback.
+type discovery struct {
+	proc    *child
+	secure  string // xDS and the CA, TLS
+	monitor string // /debug/*
+}
+
+// startDiscovery runs the real binary against the API server and waits
+// until it is ready.
+func startDiscovery(t *testing.T, kubeconfig string) *discovery {
+	t.Helper()
+	d := &discovery{secure: freeAddr(t), monitor: freeAddr(t)}
+	readiness := freeAddr(t)
+	d.proc = startChild(t, "discovery", exec.Command(discoveryBinary(t), "serve",
+		"--kubeconfig", kubeconfig,
+		"--grpc-address", freeAddr(t), "--secure-grpc-address", d.secure, "--webhook-address", freeAddr(t),
+		"--monitoring-address", d.monitor, "--readiness-address", readiness))
+	waitFor(t, 60*time.Second, "discovery /ready", func() bool {
+		return httpStatus("http://"+readiness+"/ready") == http.StatusOK
+	}, d.proc)
+	return d
+}
+
+// httpStatus is the status code of a GET of url, 0 when it fails.
+func httpStatus(url string) int {
+	c := &http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }
