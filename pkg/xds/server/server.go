@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -62,6 +63,9 @@ func New(opts Options, world World, log *slog.Logger, reg prometheus.Registerer)
 		opts.PushStatusSize = DefaultOptions().PushStatusSize
 	}
 	s := &Server{opts: opts, world: world, log: log, m: newMetrics(reg), gen: gen.New(log)}
+	if err := s.gen.RegisterMetrics(reg); err != nil {
+		return nil, fmt.Errorf("xds metrics: %w", err)
+	}
 	s.history = newHistory(opts.PushStatusSize)
 	s.classes.entries = map[string]*classEntry{}
 	ctx, cancel := context.WithCancel(context.Background())
