@@ -88,6 +88,7 @@ func (s *Store) Apply(events ...Event) (*Update, error) {
 		}
 	}
 	b.rebuildEndpoints()
+	b.rebuildServiceEntries()
 	if len(b.changes) == 0 {
 		return nil, errors.Join(errs...)
 	}

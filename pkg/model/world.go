@@ -70,6 +70,8 @@ type Service struct {
 	// means exported everywhere.
 	ExportTo        []string `json:"exportTo,omitempty"`
 	ResourceVersion string   `json:"resourceVersion,omitempty"`
+	// Entry is set for a host of a ServiceEntry (see serviceentry.go).
+	Entry *ServiceEntryInfo `json:"serviceEntry,omitempty"`
 }
 
 // Key names the Service.
@@ -120,8 +122,11 @@ type Endpoint struct {
 	Labels         map[string]string `json:"labels,omitempty"`
 	Pod            string            `json:"pod,omitempty"`
 	Node           string            `json:"node,omitempty"`
-	// Slice is the EndpointSlice the endpoint came from.
+	// Slice is the EndpointSlice the endpoint came from, or for a
+	// ServiceEntry the object it came from (Kind/ns/name).
 	Slice string `json:"slice"`
+	// Weight is a WorkloadEntry's load-balancing weight; 0 means 1.
+	Weight uint32 `json:"weight,omitempty"`
 }
 
 // PortFor returns the endpoint's port for the service port named name.
