@@ -197,9 +197,26 @@ type InboundPort struct {
 	Protocol model.Protocol
 }
 
-// virtualInbound accepts inbound traffic on 15006 with a filter chain per
-// pod port, to that port's inbound cluster; other ports pass through.
-func virtualInbound(ports []InboundPort) *listenerv3.Listener {
+// inboundSecurity is what Istio's security APIs add to a sidecar's inbound
+// listener: RBAC filters and the mTLS mode of each port.
+type inboundSecurity struct {
+	authz inboundAuthz
+	mtls  inboundMTLS
+}
+
+// virtualInbound accepts inbound traffic on 15006 with filter chains per
+// pod port, to that port's inbound cluster; other ports pass through. The
+// workload's AuthorizationPolicies run as RBAC filters on every chain and
+// its PeerAuthentication mode decides whether a chain takes mTLS,
+// plaintext or both.
+func virtualInbound(ports []InboundPort, sec inboundSecurity) *listenerv3.Listener {
+	passthrough := &listenerv3.FilterChain{
+		Name:    "InboundPassthroughFilterChain",
+		Filters: append(append([]*listenerv3.Filter{}, sec.authz.tcp...), tcpFilter(InboundPassthroughCluster, InboundPassthroughCluster)),
+	}
+	if sec.mtls.mode == MTLSStrict {
+		passthrough.TransportSocket = downstreamMTLS(false)
+	}
 	l := &listenerv3.Listener{
 		Name:             VirtualInbound,
 		Address:          socketAddress("0.0.0.0", VirtualInboundPort),
@@ -208,32 +225,44 @@ func virtualInbound(ports []InboundPort) *listenerv3.Listener {
 			Name:       "envoy.filters.listener.original_dst",
 			ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: mustAny(&origdstv3.OriginalDst{})},
 		}},
-		DefaultFilterChain: &listenerv3.FilterChain{
-			Name:    "InboundPassthroughFilterChain",
-			Filters: []*listenerv3.Filter{tcpFilter(InboundPassthroughCluster, InboundPassthroughCluster)},
-		},
+		DefaultFilterChain: passthrough,
 	}
+	inspect := false
 	for _, p := range ports {
-		cluster := InboundClusterName(p.Port)
-		fc := &listenerv3.FilterChain{
-			Name:             cluster,
-			FilterChainMatch: &listenerv3.FilterChainMatch{DestinationPort: wrapperspb.UInt32(uint32(p.Port))},
-		}
-		if p.Protocol.IsHTTP() {
-			rc := &routev3.RouteConfiguration{
-				Name: cluster,
-				VirtualHosts: []*routev3.VirtualHost{{
-					Name: "inbound|http|" + itoa(p.Port), Domains: []string{"*"},
-					Routes: []*routev3.Route{defaultRoute(cluster)},
-				}},
-			}
-			fc.Filters = []*listenerv3.Filter{hcmFilter(inlineManager(cluster, rc))}
-		} else {
-			fc.Filters = []*listenerv3.Filter{tcpFilter(cluster, cluster)}
-		}
-		l.FilterChains = append(l.FilterChains, fc)
+		mode := sec.mtls.forPort(p.Port)
+		inspect = inspect || mode == MTLSPermissive
+		l.FilterChains = append(l.FilterChains, securedChains(inboundChain(p, sec.authz), p, mode, sec.authz)...)
+	}
+	if inspect {
+		l.ListenerFilters = append(l.ListenerFilters, tlsInspector())
 	}
 	return l
+}
+
+// inboundChain is the plaintext chain of one pod port: an
+// HttpConnectionManager with the RBAC filters before the router, or the
+// network RBAC filters before a TCP proxy.
+func inboundChain(p InboundPort, authz inboundAuthz) *listenerv3.FilterChain {
+	cluster := InboundClusterName(p.Port)
+	fc := &listenerv3.FilterChain{
+		Name:             cluster,
+		FilterChainMatch: &listenerv3.FilterChainMatch{DestinationPort: wrapperspb.UInt32(uint32(p.Port))},
+	}
+	if !p.Protocol.IsHTTP() {
+		fc.Filters = append(append([]*listenerv3.Filter{}, authz.tcp...), tcpFilter(cluster, cluster))
+		return fc
+	}
+	rc := &routev3.RouteConfiguration{
+		Name: cluster,
+		VirtualHosts: []*routev3.VirtualHost{{
+			Name: "inbound|http|" + itoa(p.Port), Domains: []string{"*"},
+			Routes: []*routev3.Route{defaultRoute(cluster)},
+		}},
+	}
+	m := inlineManager(cluster, rc)
+	m.HttpFilters = append(append([]*hcmv3.HttpFilter{}, authz.http...), m.HttpFilters...)
+	fc.Filters = []*listenerv3.Filter{hcmFilter(m)}
+	return fc
 }
 
 // apiListener is the Listener a proxyless gRPC client asks for when it dials

@@ -72,7 +72,8 @@ func (g *Generator) Proxy(w *model.World, p *model.Proxy, cls *ClassConfig) (out
 		c := inboundCluster(ip.Port)
 		clusters.add(c.Name, c)
 	}
-	listeners.add(VirtualInbound, virtualInbound(pc.InboundPorts))
+	sec := inboundSecurity{authz: g.authorization(w, p), mtls: g.peerAuthentication(w, p)}
+	listeners.add(VirtualInbound, virtualInbound(pc.InboundPorts, sec))
 	for _, err := range append(clusters.errs, listeners.errs...) {
 		g.log.Error("generated resource left out", "proxy", p.ID, "error", err)
 	}

@@ -157,8 +157,8 @@ func (g *Generator) UnsupportedCounts() map[string]float64 {
 	return out
 }
 
-// UnsupportedFields lists the fields of a VirtualService or DestinationRule
-// spec that generation ignores, list indexes written as "[]"
+// UnsupportedFields lists the fields of a VirtualService, DestinationRule,
+// AuthorizationPolicy or PeerAuthentication spec that generation ignores, list indexes written as "[]"
 // ("http[].mirror"); nil for other kinds. The validating webhook returns
 // them as warnings.
 func UnsupportedFields(kind model.Kind, spec proto.Message) []string {
@@ -168,6 +168,10 @@ func UnsupportedFields(kind model.Kind, spec proto.Message) []string {
 		fs = vsFields
 	case model.KindDestinationRule:
 		fs = drFields
+	case model.KindAuthorizationPolicy:
+		fs = authzFields
+	case model.KindPeerAuthentication:
+		fs = peerAuthnFields
 	default:
 		return nil
 	}

@@ -1,0 +1,175 @@
+package gen
+
+import (
+	"sort"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	tlsinspectorv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/tls_inspector/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	security "istio.io/api/security/v1beta1"
+	securityv1 "istio.io/client-go/pkg/apis/security/v1"
+
+	"github.com/meshplane/discovery/pkg/model"
+)
+
+// MTLSMode is the effective PeerAuthentication mode of an inbound port.
+type MTLSMode = security.PeerAuthentication_MutualTLS_Mode
+
+// The effective modes (UNSET never is one: it inherits).
+const (
+	MTLSDisable    = security.PeerAuthentication_MutualTLS_DISABLE
+	MTLSPermissive = security.PeerAuthentication_MutualTLS_PERMISSIVE
+	MTLSStrict     = security.PeerAuthentication_MutualTLS_STRICT
+)
+
+// IstioInboundALPN are the ALPN values an Istio sidecar offers for mTLS;
+// a PERMISSIVE port tells mesh TLS from the application's own by them.
+var IstioInboundALPN = []string{"istio-peer-exchange", "istio", "istio-http/1.0", "istio-http/1.1", "istio-h2"}
+
+// peerAuthnFields are the PeerAuthentication fields generation acts on:
+// all of them.
+var peerAuthnFields = newFieldSet("selector", "mtls", "portLevelMtls")
+
+// inboundMTLS is the mTLS mode of a workload and of its ports.
+type inboundMTLS struct {
+	mode  MTLSMode
+	ports map[uint32]MTLSMode
+}
+
+// forPort is port's mode: its port-level mode, else the workload's.
+func (m inboundMTLS) forPort(port int32) MTLSMode {
+	if pm, ok := m.ports[uint32(port)]; ok {
+		return pm
+	}
+	return m.mode
+}
+
+// oldest orders PeerAuthentications as Istio resolves conflicts: the
+// oldest first, then by name.
+func oldest(cs []*model.Config) {
+	sort.SliceStable(cs, func(i, j int) bool {
+		a, b := cs[i].Object.(*securityv1.PeerAuthentication), cs[j].Object.(*securityv1.PeerAuthentication)
+		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+			return a.CreationTimestamp.Before(&b.CreationTimestamp)
+		}
+		return cs[i].Key.Name < cs[j].Key.Name
+	})
+}
+
+// peerAuthentication resolves p's mTLS modes: the workload policy (p's
+// namespace, selector matching), else the namespace policy (no selector),
+// else the mesh policy (root namespace, no selector), else PERMISSIVE; an
+// UNSET mode inherits from the next level. Port-level modes come from the
+// workload policy only, as in Istio.
+func (g *Generator) peerAuthentication(w *model.World, p *model.Proxy) inboundMTLS {
+	var workload, namespace, mesh []*model.Config
+	for _, c := range w.Configs(model.KindPeerAuthentication) {
+		pa, ok := c.Object.(*securityv1.PeerAuthentication)
+		if !ok || (c.Key.Namespace != p.Namespace && c.Key.Namespace != RootNamespace) {
+			continue
+		}
+		g.warn(c, pa.ResourceVersion, &pa.Spec, peerAuthnFields)
+		sel := pa.Spec.GetSelector().GetMatchLabels()
+		switch {
+		case c.Key.Namespace == p.Namespace && len(sel) > 0:
+			if labelsMatch(sel, p.Labels()) {
+				workload = append(workload, c)
+			}
+		case len(sel) > 0:
+			// A selector in the root namespace selects root namespace
+			// workloads only, handled above.
+		case c.Key.Namespace == p.Namespace:
+			namespace = append(namespace, c)
+		default:
+			mesh = append(mesh, c)
+		}
+		if len(sel) == 0 && len(pa.Spec.GetPortLevelMtls()) > 0 {
+			g.warnOnce(c, pa.ResourceVersion, "portLevelMtls", "portLevelMtls needs a workload selector; ignored")
+		}
+	}
+	out := inboundMTLS{mode: MTLSPermissive}
+	for _, level := range [][]*model.Config{mesh, namespace, workload} {
+		if len(level) == 0 {
+			continue
+		}
+		oldest(level)
+		if m := level[0].Object.(*securityv1.PeerAuthentication).Spec.GetMtls().GetMode(); m != security.PeerAuthentication_MutualTLS_UNSET {
+			out.mode = m
+		}
+	}
+	if len(workload) > 0 {
+		for port, m := range workload[0].Object.(*securityv1.PeerAuthentication).Spec.GetPortLevelMtls() {
+			if m.GetMode() != security.PeerAuthentication_MutualTLS_UNSET {
+				if out.ports == nil {
+					out.ports = map[uint32]MTLSMode{}
+				}
+				out.ports[port] = m.GetMode()
+			}
+		}
+	}
+	return out
+}
+
+// downstreamMTLS is the server side of Istio mTLS: the workload
+// certificate (SDS default), client certificates required and checked
+// against the mesh roots (SDS ROOTCA).
+func downstreamMTLS(http bool) *corev3.TransportSocket {
+	ctx := &tlsv3.DownstreamTlsContext{
+		RequireClientCertificate: wrapperspb.Bool(true),
+		CommonTlsContext: &tlsv3.CommonTlsContext{
+			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{sdsSecret(SDSDefault)},
+			ValidationContextType: &tlsv3.CommonTlsContext_CombinedValidationContext{
+				CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
+					DefaultValidationContext:         &tlsv3.CertificateValidationContext{},
+					ValidationContextSdsSecretConfig: sdsSecret(SDSRootCA),
+				},
+			},
+		},
+	}
+	if http {
+		ctx.CommonTlsContext.AlpnProtocols = []string{"h2", "http/1.1"}
+	}
+	return &corev3.TransportSocket{
+		Name:       "envoy.transport_sockets.tls",
+		ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: mustAny(ctx)},
+	}
+}
+
+func tlsInspector() *listenerv3.ListenerFilter {
+	return &listenerv3.ListenerFilter{
+		Name:       "envoy.filters.listener.tls_inspector",
+		ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: mustAny(&tlsinspectorv3.TlsInspector{})},
+	}
+}
+
+// securedChains turns a port's plaintext chain into the chains of mode:
+// DISABLE keeps it; STRICT adds mTLS to it (plaintext then fails the
+// handshake); PERMISSIVE has an mTLS chain for Istio's ALPN, a chain that
+// passes the application's own TLS through to the port's cluster, and the
+// plaintext chain for the rest.
+func securedChains(plain *listenerv3.FilterChain, p InboundPort, mode MTLSMode, authz inboundAuthz) []*listenerv3.FilterChain {
+	switch mode {
+	case MTLSDisable:
+		return []*listenerv3.FilterChain{plain}
+	case MTLSStrict:
+		plain.TransportSocket = downstreamMTLS(p.Protocol.IsHTTP())
+		return []*listenerv3.FilterChain{plain}
+	}
+	port := wrapperspb.UInt32(uint32(p.Port))
+	mtls := &listenerv3.FilterChain{
+		Name:             plain.Name + "-mtls",
+		FilterChainMatch: &listenerv3.FilterChainMatch{DestinationPort: port, TransportProtocol: "tls", ApplicationProtocols: IstioInboundALPN},
+		Filters:          plain.Filters,
+		TransportSocket:  downstreamMTLS(p.Protocol.IsHTTP()),
+	}
+	cluster := InboundClusterName(p.Port)
+	appTLS := &listenerv3.FilterChain{
+		Name:             plain.Name + "-tls",
+		FilterChainMatch: &listenerv3.FilterChainMatch{DestinationPort: port, TransportProtocol: "tls"},
+		Filters:          append(append([]*listenerv3.Filter{}, authz.tcp...), tcpFilter(cluster, cluster)),
+	}
+	plain.FilterChainMatch = &listenerv3.FilterChainMatch{DestinationPort: port, TransportProtocol: "raw_buffer"}
+	return []*listenerv3.FilterChain{mtls, appTLS, plain}
+}
