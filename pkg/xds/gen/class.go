@@ -234,18 +234,20 @@ func (g *Generator) serviceUnit(sc *Scope, svc *model.Service, prev *ClassConfig
 		g.warn(c, dr.ResourceVersion, &dr.Spec, drFields)
 	}
 	for _, port := range svc.Ports {
-		if port.Protocol == model.ProtocolUDP {
+		if port.Protocol == model.ProtocolUDP || (grpc && skipsGRPC(svc)) {
 			continue
 		}
 		for _, ss := range subsets {
 			name := ClusterName(port.Port, ss.Name, svc.Hostname)
-			c := edsCluster(name, port.Protocol, !grpc)
+			c := serviceCluster(svc, name, port, eps, ss.Labels, !grpc)
 			if dr != nil {
 				applyPolicy(c, policy(&dr.Spec, ss.Name, port.Port), !grpc)
 			}
 			g.addTo(&u.clusters, name, ClusterType, c)
-			g.addTo(&u.endpoints, name, EndpointType, loadAssignment(name, port, eps, ss.Labels))
-			u.edsRefs = append(u.edsRefs, name)
+			if usesEDS(svc) {
+				g.addTo(&u.endpoints, name, EndpointType, loadAssignment(name, port, eps, ss.Labels))
+				u.edsRefs = append(u.edsRefs, name)
+			}
 		}
 		if grpc {
 			name := RouteName(svc.Hostname, port.Port)
@@ -288,7 +290,7 @@ func (g *Generator) UpdateEndpoints(prev *ClassConfig, w *model.World, services 
 	var changed []string
 	for _, nn := range services {
 		u := prev.units[nn]
-		if u == nil {
+		if u == nil || !usesEDS(u.svc) {
 			continue
 		}
 		svc := u.svc

@@ -20,6 +20,7 @@ func loadAssignment(name string, port model.Port, eps *model.ServiceEndpoints, s
 		return cla
 	}
 	groups := map[model.Locality][]*endpointv3.LbEndpoint{}
+	weights := map[model.Locality]uint32{}
 	for _, ep := range eps.Endpoints {
 		if !matchLabels(subset, ep.Labels) {
 			continue
@@ -32,11 +33,16 @@ func loadAssignment(name string, port model.Port, eps *model.ServiceEndpoints, s
 		if !ep.Ready {
 			health = corev3.HealthStatus_UNHEALTHY
 		}
+		weight := ep.Weight
+		if weight == 0 {
+			weight = 1
+		}
 		groups[ep.Locality] = append(groups[ep.Locality], &endpointv3.LbEndpoint{
 			HostIdentifier:      &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{Address: socketAddress(ep.Address, target)}},
 			HealthStatus:        health,
-			LoadBalancingWeight: wrapperspb.UInt32(1),
+			LoadBalancingWeight: wrapperspb.UInt32(weight),
 		})
+		weights[ep.Locality] += weight
 	}
 	locs := make([]model.Locality, 0, len(groups))
 	for l := range groups {
@@ -57,7 +63,7 @@ func loadAssignment(name string, port model.Port, eps *model.ServiceEndpoints, s
 		cla.Endpoints = append(cla.Endpoints, &endpointv3.LocalityLbEndpoints{
 			Locality:            &corev3.Locality{Region: l.Region, Zone: l.Zone, SubZone: l.Subzone},
 			LbEndpoints:         lbs,
-			LoadBalancingWeight: wrapperspb.UInt32(uint32(len(lbs))),
+			LoadBalancingWeight: wrapperspb.UInt32(weights[l]),
 		})
 	}
 	return cla

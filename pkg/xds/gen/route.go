@@ -15,7 +15,9 @@ import (
 // only), the addresses, each with and without the port.
 func hostNames(svc *model.Service, port int32, clientNS string) []string {
 	bare := []string{svc.Hostname, svc.Name + "." + svc.Namespace + ".svc", svc.Name + "." + svc.Namespace}
-	if svc.Namespace == clientNS {
+	if svc.Entry != nil {
+		bare = bare[:1] // a ServiceEntry host has no short names
+	} else if svc.Namespace == clientNS {
 		bare = append(bare, svc.Name)
 	}
 	bare = append(bare, svc.Addresses...)

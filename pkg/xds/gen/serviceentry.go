@@ -1,0 +1,92 @@
+package gen
+
+import (
+	"strconv"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+
+	"github.com/meshplane/discovery/pkg/model"
+)
+
+// Services made from ServiceEntries differ from Kubernetes Services only in
+// their outbound clusters, chosen by the entry's resolution as in Istio:
+//
+//	STATIC           EDS, endpoints from the entry (as for a Kubernetes Service)
+//	NONE             ORIGINAL_DST: the connection goes where the application sent it
+//	DNS              STRICT_DNS, the endpoints' addresses (or the host) resolved by the proxy
+//	DNS_ROUND_ROBIN  LOGICAL_DNS, the first endpoint's address (or the host)
+//
+// Proxyless gRPC has no original destination: NONE entries get no cluster
+// and no listener there, and both DNS resolutions become LOGICAL_DNS, the
+// one DNS cluster type grpc-go accepts.
+
+// usesEDS reports whether svc's clusters get their endpoints over EDS.
+func usesEDS(svc *model.Service) bool {
+	return svc.Entry == nil || svc.Entry.Resolution == model.ResolutionStatic
+}
+
+// skipsGRPC reports whether a proxyless gRPC client cannot reach svc.
+func skipsGRPC(svc *model.Service) bool {
+	return svc.Entry != nil && svc.Entry.Resolution == model.ResolutionNone
+}
+
+// serviceCluster builds the outbound cluster of one service port and subset.
+func serviceCluster(svc *model.Service, name string, port model.Port, eps *model.ServiceEndpoints, subset map[string]string, envoy bool) *clusterv3.Cluster {
+	c := edsCluster(name, port.Protocol, envoy)
+	if usesEDS(svc) {
+		return c
+	}
+	c.EdsClusterConfig = nil
+	switch svc.Entry.Resolution {
+	case model.ResolutionNone:
+		c.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_ORIGINAL_DST}
+		c.LbPolicy = clusterv3.Cluster_CLUSTER_PROVIDED
+	case model.ResolutionDNS, model.ResolutionDNSRoundRobin:
+		kind := clusterv3.Cluster_STRICT_DNS
+		if svc.Entry.Resolution == model.ResolutionDNSRoundRobin || !envoy {
+			kind = clusterv3.Cluster_LOGICAL_DNS
+		}
+		c.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: kind}
+		c.DnsLookupFamily = clusterv3.Cluster_V4_ONLY
+		c.LoadAssignment = dnsAssignment(name, svc, port, eps, subset, kind == clusterv3.Cluster_LOGICAL_DNS)
+	}
+	return c
+}
+
+// dnsAssignment lists the addresses a DNS cluster resolves: the matching
+// endpoints' addresses at their ports, or the host itself at the port's
+// target port. A LOGICAL_DNS cluster takes exactly one.
+func dnsAssignment(name string, svc *model.Service, port model.Port, eps *model.ServiceEndpoints, subset map[string]string, one bool) *endpointv3.ClusterLoadAssignment {
+	var lbs []*endpointv3.LbEndpoint
+	if eps != nil {
+		for _, ep := range eps.Endpoints {
+			target, ok := endpointPort(ep, port)
+			if !ok || !matchLabels(subset, ep.Labels) {
+				continue
+			}
+			lbs = append(lbs, dnsEndpoint(ep.Address, target))
+		}
+	}
+	if len(lbs) == 0 {
+		target, err := strconv.Atoi(port.TargetPort)
+		if err != nil || target <= 0 {
+			target = int(port.Port)
+		}
+		lbs = append(lbs, dnsEndpoint(svc.Hostname, int32(target)))
+	}
+	if one {
+		lbs = lbs[:1]
+	}
+	return &endpointv3.ClusterLoadAssignment{
+		ClusterName: name,
+		Endpoints:   []*endpointv3.LocalityLbEndpoints{{Locality: &corev3.Locality{}, LbEndpoints: lbs}},
+	}
+}
+
+func dnsEndpoint(host string, port int32) *endpointv3.LbEndpoint {
+	return &endpointv3.LbEndpoint{HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
+		Address: socketAddress(host, port),
+	}}}
+}
