@@ -172,12 +172,14 @@ func (g *Generator) fixed(bs map[string]*builder) {
 // hosts without an address; it returns the route names the listeners use.
 // A port's listener is reused from prev when its services are unchanged.
 func (g *Generator) sidecarOutbound(sc *Scope, bs map[string]*builder, cc, prev *ClassConfig) []string {
-	bs[ListenerType].add(VirtualOutbound, virtualOutbound())
+	bs[ListenerType].add(VirtualOutbound, sc.applyOutboundPolicy(virtualOutbound()))
+	g.warnSidecar(sc)
 	ports, byPort := servicesByPort(sc)
 	cc.ports = map[int32]*portUnit{}
 	var refs []string
 	for _, port := range ports {
 		var kb strings.Builder
+		fmt.Fprintf(&kb, "%v|", sc.RegistryOnly())
 		for _, svc := range byPort[port] {
 			fmt.Fprintf(&kb, "%p,", svc)
 		}
@@ -185,6 +187,7 @@ func (g *Generator) sidecarOutbound(sc *Scope, bs map[string]*builder, cc, prev 
 		pu := prev.port(port)
 		if pu == nil || pu.key != key {
 			l, lrefs, addressless := outboundListener(port, byPort[port])
+			sc.applyOutboundPolicy(l)
 			r, err := NewResource(l.Name, ListenerType, l)
 			if err != nil {
 				bs[ListenerType].errs = append(bs[ListenerType].errs, err)
@@ -196,7 +199,7 @@ func (g *Generator) sidecarOutbound(sc *Scope, bs map[string]*builder, cc, prev 
 		bs[ListenerType].reuse(pu.listener)
 		refs = append(refs, pu.refs...)
 		if len(pu.addressless) > 0 {
-			rc := g.portRoute(sc, port, pu.addressless)
+			rc := sc.applyRoutePolicy(g.portRoute(sc, port, pu.addressless))
 			bs[RouteType].add(rc.Name, rc)
 		}
 	}
@@ -233,6 +236,7 @@ func (g *Generator) serviceUnit(sc *Scope, svc *model.Service, prev *ClassConfig
 	if c := sc.destinationRuleConfig(svc.Hostname); c != nil {
 		g.warn(c, dr.ResourceVersion, &dr.Spec, drFields)
 	}
+	g.warnEntry(sc.World, svc, eps)
 	for _, port := range svc.Ports {
 		if port.Protocol == model.ProtocolUDP || (grpc && skipsGRPC(svc)) {
 			continue

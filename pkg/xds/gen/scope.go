@@ -23,12 +23,15 @@ type Scope struct {
 	vs map[string][]*model.Config
 	// dr maps a host to its DestinationRule.
 	dr map[string]*model.Config
+	// sidecar is the Sidecar that applies to the class, or nil.
+	sidecar *egressScope
 }
 
 // NewScope computes what proxies of p's class see of w.
 func NewScope(w *model.World, p *model.Proxy) *Scope {
 	sc := &Scope{World: w, Proxy: p, visible: map[model.NamespacedName]bool{}, vs: map[string][]*model.Config{}, dr: map[string]*model.Config{}}
 	egress := sidecarScope(w, p.Namespace)
+	sc.sidecar = egress
 	for _, s := range w.Services() {
 		if exportedTo(s.ExportTo, s.Namespace, p.Namespace) && egress.allows(s) {
 			sc.Services = append(sc.Services, s)

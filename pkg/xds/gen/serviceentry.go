@@ -2,10 +2,12 @@ package gen
 
 import (
 	"strconv"
+	"strings"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 
 	"github.com/meshplane/discovery/pkg/model"
 )
@@ -89,4 +91,40 @@ func dnsEndpoint(host string, port int32) *endpointv3.LbEndpoint {
 	return &endpointv3.LbEndpoint{HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
 		Address: socketAddress(host, port),
 	}}}
+}
+
+// entryFields and workloadEntryFields are the ServiceEntry and WorkloadEntry
+// fields generation honours; others are logged and counted.
+var (
+	entryFields = newFieldSet("hosts", "addresses", "ports", "location", "resolution", "workloadSelector", "exportTo",
+		"endpoints.address", "endpoints.ports", "endpoints.labels", "endpoints.locality", "endpoints.weight", "endpoints.serviceAccount")
+	workloadEntryFields = newFieldSet("address", "ports", "labels", "locality", "weight", "serviceAccount")
+)
+
+// warnEntry logs the unsupported fields of the ServiceEntry behind svc and
+// of the WorkloadEntries its endpoints came from.
+func (g *Generator) warnEntry(w *model.World, svc *model.Service, eps *model.ServiceEndpoints) {
+	if svc.Entry == nil {
+		return
+	}
+	if c := w.Config(model.KindServiceEntry, svc.Namespace, svc.Entry.Name); c != nil {
+		if se, ok := c.Object.(*networkingv1.ServiceEntry); ok {
+			g.warn(c, se.ResourceVersion, &se.Spec, entryFields)
+		}
+	}
+	if eps == nil {
+		return
+	}
+	prefix := string(model.KindWorkloadEntry) + "/" + svc.Namespace + "/"
+	for _, ep := range eps.Endpoints {
+		name, ok := strings.CutPrefix(ep.Slice, prefix)
+		if !ok {
+			continue
+		}
+		if c := w.Config(model.KindWorkloadEntry, svc.Namespace, name); c != nil {
+			if we, ok := c.Object.(*networkingv1.WorkloadEntry); ok {
+				g.warn(c, we.ResourceVersion, &we.Spec, workloadEntryFields)
+			}
+		}
+	}
 }

@@ -20,6 +20,9 @@ const RootNamespace = "istio-system"
 type egressScope struct {
 	ns    string // the Sidecar's namespace, for "."
 	hosts [][2]string
+	// registryOnly is outboundTrafficPolicy mode REGISTRY_ONLY.
+	registryOnly bool
+	cfg          *model.Config
 }
 
 // sidecarScope finds the namespace-wide Sidecar for proxies of ns: its own
@@ -33,7 +36,7 @@ func sidecarScope(w *model.World, ns string) *egressScope {
 			if !ok || c.Key.Namespace != where || sc.Spec.GetWorkloadSelector() != nil {
 				continue
 			}
-			es := &egressScope{ns: where}
+			es := &egressScope{ns: where, registryOnly: registryOnly(&sc.Spec), cfg: c}
 			for _, l := range sc.Spec.GetEgress() {
 				for _, h := range l.GetHosts() {
 					hns, name, ok := strings.Cut(h, "/")

@@ -1,0 +1,83 @@
+package gen
+
+import (
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	apinetworking "istio.io/api/networking/v1alpha3"
+	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
+)
+
+// Outbound traffic policy, as Istio defines it: with ALLOW_ANY (the mesh
+// default) traffic to a destination the proxy does not know passes through
+// to where the application sent it; with REGISTRY_ONLY, set by the
+// Sidecar that applies to the class, it goes to BlackHoleCluster, and HTTP
+// requests for unknown hosts on a shared port get a 502.
+
+// sidecarFields are the Sidecar fields generation honours; the others are
+// logged and counted as unsupported.
+var sidecarFields = newFieldSet("egress.hosts", "outboundTrafficPolicy.mode")
+
+// RegistryOnly reports whether the class's Sidecar sets outbound traffic
+// policy REGISTRY_ONLY.
+func (sc *Scope) RegistryOnly() bool {
+	return sc.sidecar != nil && sc.sidecar.registryOnly
+}
+
+// warnSidecar logs the unsupported fields of the Sidecar that applies to
+// the class, once per version.
+func (g *Generator) warnSidecar(sc *Scope) {
+	if sc.sidecar == nil || sc.sidecar.cfg == nil {
+		return
+	}
+	if s, ok := sc.sidecar.cfg.Object.(*networkingv1.Sidecar); ok {
+		g.warn(sc.sidecar.cfg, s.ResourceVersion, &s.Spec, sidecarFields)
+	}
+}
+
+// registryOnly reads the Sidecar's mode. REGISTRY_ONLY is the enum's zero
+// value, so an absent policy must not be read as one: it means the mesh
+// default, ALLOW_ANY.
+func registryOnly(spec *apinetworking.Sidecar) bool {
+	p := spec.GetOutboundTrafficPolicy()
+	return p != nil && p.GetMode() == apinetworking.OutboundTrafficPolicy_REGISTRY_ONLY
+}
+
+// applyOutboundPolicy sends l's passthrough filter chains to
+// BlackHoleCluster when the class is REGISTRY_ONLY.
+func (sc *Scope) applyOutboundPolicy(l *listenerv3.Listener) *listenerv3.Listener {
+	if !sc.RegistryOnly() {
+		return l
+	}
+	block := func(fc *listenerv3.FilterChain) {
+		if fc != nil && fc.Name == "PassthroughFilterChain" {
+			fc.Filters = []*listenerv3.Filter{tcpFilter(BlackHoleCluster, BlackHoleCluster)}
+		}
+	}
+	for _, fc := range l.FilterChains {
+		block(fc)
+	}
+	block(l.DefaultFilterChain)
+	return l
+}
+
+// applyRoutePolicy replaces the catch-all virtual host of a port's shared
+// RouteConfiguration with one that answers 502 when the class is
+// REGISTRY_ONLY.
+func (sc *Scope) applyRoutePolicy(rc *routev3.RouteConfiguration) *routev3.RouteConfiguration {
+	if !sc.RegistryOnly() {
+		return rc
+	}
+	for i, vh := range rc.VirtualHosts {
+		if vh.Name == "allow_any" {
+			rc.VirtualHosts[i] = &routev3.VirtualHost{
+				Name: "block_all", Domains: []string{"*"},
+				Routes: []*routev3.Route{{
+					Name:   "block_all",
+					Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
+					Action: &routev3.Route_DirectResponse{DirectResponse: &routev3.DirectResponseAction{Status: 502}},
+				}},
+			}
+		}
+	}
+	return rc
+}
