@@ -51,8 +51,8 @@ func (c *ProxyConfig) Len(typeURL string) int {
 	return c.Class.Sets[typeURL].Len() + c.Own[typeURL].Len()
 }
 
-// Proxy adds p's own configuration to its class's. Proxyless gRPC clients
-// and gateways have none; a sidecar gets an inbound cluster and a
+// Proxy adds p's own configuration to its class's. Gateways have none; a
+// proxyless gRPC workload gets the server-side listeners of its ports; a sidecar gets an inbound cluster and a
 // virtualInbound filter chain for each port of the services that select
 // its labels.
 func (g *Generator) Proxy(w *model.World, p *model.Proxy, cls *ClassConfig) (out *ProxyConfig) {
@@ -63,7 +63,10 @@ func (g *Generator) Proxy(w *model.World, p *model.Proxy, cls *ClassConfig) (out
 			out = &ProxyConfig{Class: cls, Own: map[string]*Set{}}
 		}
 	}()
-	if p.IsGRPC() || p.Type != model.ProxySidecar {
+	if p.IsGRPC() {
+		return g.grpcServer(w, p, pc)
+	}
+	if p.Type != model.ProxySidecar {
 		return pc
 	}
 	pc.InboundPorts = inboundPorts(w, p)

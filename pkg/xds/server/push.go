@@ -141,7 +141,10 @@ func changeMatters(k model.Key, p *model.Proxy, w *model.World, old *gen.Scope) 
 		return k.Namespace == p.Namespace && k.Name == p.PodName
 	case model.KindSidecar:
 		return k.Namespace == p.Namespace || k.Namespace == gen.RootNamespace
-	case model.KindPeerAuthentication, model.KindAuthorizationPolicy, model.KindRequestAuthentication:
+	case model.KindPeerAuthentication, model.KindAuthorizationPolicy:
+		// They shape the proxy's own inbound configuration.
+		return k.Namespace == p.Namespace || k.Namespace == gen.RootNamespace
+	case model.KindRequestAuthentication:
 		return false // not used by the generators yet
 	}
 	return true
