@@ -18,6 +18,8 @@ type gatewayServer struct {
 	gateway string // namespace/name
 	ns      string
 	hosts   []string // namespace/host or host, as written
+	// redirect is tls.httpsRedirect: plain HTTP is redirected to https.
+	redirect bool
 }
 
 // gateway adds a router's listeners (one per Gateway server port, named
@@ -26,19 +28,28 @@ type gatewayServer struct {
 // Gateway; it returns the route names the listeners use.
 func (g *Generator) gateway(sc *Scope, bs map[string]*builder) []string {
 	byPort := map[uint32][]gatewayServer{}
+	tlsByPort := map[uint32][]*tlsServer{}
 	for _, c := range sc.World.Configs(model.KindGateway) {
 		gw, ok := c.Object.(*networkingv1.Gateway)
 		if !ok || len(gw.Spec.GetSelector()) == 0 || !matchLabels(gw.Spec.GetSelector(), sc.Proxy.Labels()) {
 			continue
 		}
-		for _, s := range gw.Spec.GetServers() {
+		g.warnGateway(c)
+		for i, s := range gw.Spec.GetServers() {
 			proto := strings.ToUpper(s.GetPort().GetProtocol())
+			if proto == "HTTPS" {
+				if ts, ok := gatewayTLSServer(c, i, s); ok {
+					tlsByPort[ts.port] = append(tlsByPort[ts.port], ts)
+					continue
+				}
+			}
 			if proto != "HTTP" && proto != "HTTP2" && proto != "GRPC" {
-				g.log.Warn("gateway server protocol not supported yet", "gateway", c.Key.String(), "protocol", proto)
+				g.log.Warn("gateway server not supported yet", "gateway", c.Key.String(), "protocol", proto, "tlsMode", s.GetTls().GetMode().String())
 				continue
 			}
 			byPort[s.GetPort().GetNumber()] = append(byPort[s.GetPort().GetNumber()], gatewayServer{
 				gateway: c.Key.Namespace + "/" + c.Key.Name, ns: c.Key.Namespace, hosts: s.GetHosts(),
+				redirect: s.GetTls().GetHttpsRedirect(),
 			})
 		}
 	}
@@ -52,6 +63,7 @@ func (g *Generator) gateway(sc *Scope, bs map[string]*builder) []string {
 		name := "http." + itoa(int32(port))
 		rc := &routev3.RouteConfiguration{Name: name, ValidateClusters: wrapperspb.Bool(false)}
 		rc.VirtualHosts = g.gatewayHosts(sc, byPort[port])
+		requireTLS(rc.VirtualHosts, byPort[port])
 		bs[RouteType].add(name, rc)
 		l := &listenerv3.Listener{
 			Name:             "0.0.0.0_" + itoa(int32(port)),
@@ -63,6 +75,32 @@ func (g *Generator) gateway(sc *Scope, bs map[string]*builder) []string {
 		}
 		bs[ListenerType].add(l.Name, l)
 		refs = append(refs, name)
+	}
+	return append(refs, g.gatewayTLS(sc, bs, tlsByPort, byPort)...)
+}
+
+// gatewayTLS adds the listeners and routes of the HTTPS servers; a port
+// that also has plain HTTP servers keeps those.
+func (g *Generator) gatewayTLS(sc *Scope, bs map[string]*builder, tlsByPort map[uint32][]*tlsServer, httpPorts map[uint32][]gatewayServer) []string {
+	ports := make([]uint32, 0, len(tlsByPort))
+	for p := range tlsByPort {
+		ports = append(ports, p)
+	}
+	sort.Slice(ports, func(i, j int) bool { return ports[i] < ports[j] })
+	var refs []string
+	for _, port := range ports {
+		if len(httpPorts[port]) > 0 {
+			g.log.Warn("gateway port has both HTTP and HTTPS servers; HTTPS left out", "port", port)
+			continue
+		}
+		for _, s := range tlsByPort[port] {
+			rc := &routev3.RouteConfiguration{Name: s.name, ValidateClusters: wrapperspb.Bool(false)}
+			rc.VirtualHosts = g.gatewayHosts(sc, []gatewayServer{s.gatewayServer})
+			bs[RouteType].add(s.name, rc)
+			refs = append(refs, s.name)
+		}
+		l := tlsListener(port, tlsByPort[port])
+		bs[ListenerType].add(l.Name, l)
 	}
 	return refs
 }

@@ -126,3 +126,20 @@ func TestUnsupportedSidecarAndEntryFieldsAreCounted(t *testing.T) {
 		}
 	}
 }
+
+func TestUnsupportedGatewayTLSIsCounted(t *testing.T) {
+	w, p := loadCase(t, "testdata/gatewaytls")
+	g := New(quietLog())
+	if _, err := g.Class(w, p, nil); err != nil {
+		t.Fatal(err)
+	}
+	counts := g.UnsupportedCounts()
+	if counts["Gateway servers.tls.credentialName"] != 1 {
+		t.Errorf("credentialName counted %v times, want 1 (all: %v)", counts["Gateway servers.tls.credentialName"], counts)
+	}
+	for k := range counts {
+		if strings.Contains(k, "httpsRedirect") || strings.Contains(k, "serverCertificate") {
+			t.Errorf("supported field reported: %s", k)
+		}
+	}
+}
