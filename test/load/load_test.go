@@ -71,7 +71,7 @@ func TestXDSRunReachesEveryProxyWithEveryChange(t *testing.T) {
 			o.World = WorldOptions{Services: 12, Namespaces: 3, Ports: 2, EndpointsPer: 3, VirtualServices: 3, DomainSuffix: "cluster.local"}
 			o.Fleet.Proxies, o.Fleet.SotW = 6, sotw
 			o.Endpoints, o.VirtualServices, o.Services, o.Reconnects = 3, 3, 4, 3
-			o.Rate, o.Idle, o.Timeout = 20, 200*time.Millisecond, time.Minute
+			o.Rate, o.Idle, o.Timeout = 20, 200*time.Millisecond, 30*time.Second
 			var log strings.Builder
 			rep, err := RunXDS(context.Background(), o, &log)
 			if err != nil {
@@ -187,7 +187,10 @@ func TestDecodeRefusesWhatEnvoyWould(t *testing.T) {
 	}{
 		"refuses a cluster without a name":                  {typeCDS, &clusterv3.Cluster{}, "invalid cds"},
 		"refuses a listener whose filter config is unknown": {typeLDS, hcmWithUnknownFilter, "not.a.Known.Type"},
-		"accepts a plain EDS cluster":                       {typeCDS, &clusterv3.Cluster{Name: "outbound|80||a.b.svc.cluster.local", ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS}}, ""},
+		"accepts Istio's own extensions, which Istio's Envoy knows": {typeLDS, &listenerv3.Listener{Name: "l", FilterChains: []*listenerv3.FilterChain{{Filters: []*listenerv3.Filter{{
+			Name: "istio.metadata_exchange", ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: &anypb.Any{TypeUrl: "type.googleapis.com/istio.envoy.config.filter.network.metadata_exchange.Config"}},
+		}}}}}, ""},
+		"accepts a plain EDS cluster": {typeCDS, &clusterv3.Cluster{Name: "outbound|80||a.b.svc.cluster.local", ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS}}, ""},
 	} {
 		t.Run(name, func(t *testing.T) {
 			b, err := proto.Marshal(tc.msg)
