@@ -3,12 +3,14 @@ package gen
 import (
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	rbacv3 "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
 	httprbacv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	netrbacv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/rbac/v3"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	security "istio.io/api/security/v1beta1"
 	securityv1 "istio.io/client-go/pkg/apis/security/v1"
 
@@ -106,6 +108,13 @@ func (g *Generator) rbacRules(aps []*model.Config, tcp bool) map[security.Author
 		for i, r := range ap.Spec.GetRules() {
 			b := &ruleBuilder{tcp: tcp}
 			pol := b.rule(r)
+			if !validUTF8(r.ProtoReflect()) {
+				// Strings Envoy cannot take: the rule matches nothing
+				// if it allows and everything if it denies.
+				b.skip()
+				pol = &rbacv3.Policy{Principals: []*rbacv3.Principal{allOfIDs(nil)}, Permissions: []*rbacv3.Permission{allOfPerms(nil)}}
+				g.warnOnce(c, ap.ResourceVersion, fmt.Sprint("utf8:", i), "AuthorizationPolicy rule holds invalid UTF-8", "rule", i)
+			}
 			for _, k := range b.badKeys {
 				g.warnOnce(c, ap.ResourceVersion, "when:"+k, "AuthorizationPolicy condition key not supported", "key", k)
 			}
@@ -256,4 +265,28 @@ func (b *ruleBuilder) destIPPerms(vals []string) []*rbacv3.Permission {
 		out = append(out, &rbacv3.Permission{Rule: &rbacv3.Permission_DestinationIp{DestinationIp: r}})
 	}
 	return out
+}
+
+// validUTF8 reports whether every string in m is valid UTF-8, which
+// protobuf requires of Envoy's configuration.
+func validUTF8(m protoreflect.Message) bool {
+	ok := true
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		switch {
+		case fd.IsList() && fd.Kind() == protoreflect.StringKind:
+			for i := 0; i < v.List().Len() && ok; i++ {
+				ok = utf8.ValidString(v.List().Get(i).String())
+			}
+		case fd.IsList() && fd.Kind() == protoreflect.MessageKind:
+			for i := 0; i < v.List().Len() && ok; i++ {
+				ok = validUTF8(v.List().Get(i).Message())
+			}
+		case fd.Kind() == protoreflect.StringKind:
+			ok = utf8.ValidString(v.String())
+		case fd.Kind() == protoreflect.MessageKind && !fd.IsMap():
+			ok = validUTF8(v.Message())
+		}
+		return ok
+	})
+	return ok
 }
