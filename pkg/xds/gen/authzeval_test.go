@@ -178,7 +178,7 @@ func (e rbacEval) allowed(filters []*rbacv3.RBAC, rq request) bool {
 
 // chainRBAC returns the RBAC rules of the virtualInbound chain named name,
 // from its HTTP filters (before the router) or its network filters.
-func chainRBAC(t *testing.T, pc *ProxyConfig, name string) []*rbacv3.RBAC {
+func chainRBAC(t testing.TB, pc *ProxyConfig, name string) []*rbacv3.RBAC {
 	t.Helper()
 	m, err := pc.Get(ListenerType, VirtualInbound).Any.UnmarshalNew()
 	if err != nil {
