@@ -107,6 +107,12 @@ func (w *World) removeLast(n *names) (*edit, error) {
 		e.expects = append(e.expects, expectation{typeURL: typeCDS, name: n.id(clusterName(p.port, s.host(w.opts.DomainSuffix))), removed: true})
 	}
 	path := filepath.Join(w.dir, w.serviceFile(s))
-	e.write = func() error { return os.Remove(path) }
+	content := w.serviceYAML(s)
+	e.write = func() error {
+		if w.kube != nil {
+			return w.kube.delete(w.ctx, content)
+		}
+		return os.Remove(path)
+	}
 	return e, nil
 }

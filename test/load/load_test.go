@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/meshplane/discovery/internal/testenv"
 	"github.com/meshplane/discovery/pkg/model"
 )
 
@@ -81,6 +82,23 @@ func TestXDSRunReachesEveryProxyWithEveryChange(t *testing.T) {
 			checkJSON(t, filepath.Join(o.Out, "report.json"))
 		})
 	}
+}
+
+func TestXDSRunOnARealAPIServer(t *testing.T) {
+	bin := discoveryBinary(t)
+	env := testenv.Start(t)
+	o := DefaultXDSOptions()
+	o.Server.Binary, o.Kubeconfig, o.Out = bin, env.Kubeconfig, t.TempDir()
+	o.World = WorldOptions{Services: 12, Namespaces: 3, Ports: 2, EndpointsPer: 3, VirtualServices: 3, DomainSuffix: "cluster.local"}
+	o.Fleet.Proxies = 6
+	o.Endpoints, o.VirtualServices, o.Services, o.Reconnects = 3, 3, 4, 3
+	o.Rate, o.Idle, o.Timeout = 20, 200*time.Millisecond, 30*time.Second
+	var log strings.Builder
+	rep, err := RunXDS(context.Background(), o, &log)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, log.String())
+	}
+	checkReport(t, rep, o)
 }
 
 // checkReport: every phase reached every proxy it concerns, nothing was

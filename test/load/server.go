@@ -123,9 +123,12 @@ func startServer(ctx context.Context, o ServerOptions, configDir, work string, e
 	}
 	s := &serverProc{xds: ports[0], secure: ports[1], monitor: ports[2], readiness: ports[3], webhook: ports[4],
 		caDir: filepath.Join(work, "ca"), exited: make(chan struct{}), log: filepath.Join(work, "server.log"), pprof: ports[2]}
-	args := []string{"serve", "--config-dir", configDir, "--ca-dir", s.caDir,
+	args := []string{"serve",
 		"--grpc-address", s.xds, "--secure-grpc-address", s.secure, "--monitoring-address", s.monitor,
 		"--readiness-address", s.readiness, "--webhook-address", s.webhook, "--log-level", "warn"}
+	if configDir != "" { // file mode: the CA lives in a directory too
+		args = append(args, "--config-dir", configDir, "--ca-dir", s.caDir)
+	}
 	args = append(append(args, extra...), o.Args...)
 	logf, err := os.Create(s.log)
 	if err != nil {

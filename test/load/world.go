@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -98,6 +99,9 @@ func (s *service) host(suffix string) string {
 type World struct {
 	opts WorldOptions
 	dir  string
+	// kube, when set, receives the world instead of dir.
+	kube *kubeSink
+	ctx  context.Context
 
 	mu       sync.Mutex
 	services []*service // by index; nil once removed
@@ -108,16 +112,33 @@ type World struct {
 
 // NewWorld generates the world into dir, which must be empty or absent.
 func NewWorld(opts WorldOptions, dir string) (*World, error) {
-	if err := opts.Validate(); err != nil {
-		return nil, err
-	}
 	if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 {
 		return nil, fmt.Errorf("world directory %s is not empty", dir)
 	}
-	w := &World{opts: opts, dir: dir, vsEdits: map[int]int{}, nextIP: 10<<24 | 128<<16}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
+	return newWorld(context.Background(), opts, dir, nil)
+}
+
+// NewKubeWorld generates the world into the API server of kubeconfig.
+func NewKubeWorld(ctx context.Context, opts WorldOptions, kubeconfig string) (*World, error) {
+	k, err := newKubeSink(ctx, kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	// The control plane's namespace holds its CA Secret and Lease.
+	if err := k.apply(ctx, "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: istio-system\n"); err != nil {
+		return nil, err
+	}
+	return newWorld(ctx, opts, "", k)
+}
+
+func newWorld(ctx context.Context, opts WorldOptions, dir string, k *kubeSink) (*World, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	w := &World{opts: opts, dir: dir, kube: k, ctx: ctx, vsEdits: map[int]int{}, nextIP: 10<<24 | 128<<16}
 	if err := w.writeFile("namespaces.yaml", w.namespacesYAML()); err != nil {
 		return nil, err
 	}
@@ -152,7 +173,7 @@ func (w *World) newEndpoint() string {
 func (w *World) newService() *service {
 	i := w.nextSvc
 	w.nextSvc++
-	s := &service{Namespace: w.namespace(i), Name: fmt.Sprintf("svc-%d", i), ClusterIP: ipString(10<<24 | 96<<16 + uint32(i) + 1)}
+	s := &service{Namespace: w.namespace(i), Name: fmt.Sprintf("svc-%d", i), ClusterIP: ipString(10<<24 | 96<<16 + uint32(i) + 11)}
 	for j := 0; j < w.opts.EndpointsPer; j++ {
 		s.Endpoints = append(s.Endpoints, w.newEndpoint())
 	}
@@ -168,8 +189,12 @@ func (w *World) writeService(s *service) error {
 	return w.writeFile(w.serviceFile(s), w.serviceYAML(s))
 }
 
-// writeFile writes rel under the world directory atomically.
+// writeFile writes rel under the world directory atomically, or applies
+// its documents to the API server.
 func (w *World) writeFile(rel, content string) error {
+	if w.kube != nil {
+		return w.kube.apply(w.ctx, content)
+	}
 	path := filepath.Join(w.dir, rel)
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err

@@ -22,6 +22,9 @@ type XDSOptions struct {
 	Server ServerOptions
 	// Out is the directory for the world, the server's log and the report.
 	Out string
+	// Kubeconfig, when set, writes the world into that API server (and
+	// starts the server with --kubeconfig) instead of a config directory.
+	Kubeconfig string
 	// Changes per kind.
 	Endpoints, VirtualServices, Services, Reconnects int
 	// Rate is changes per second within a phase.
@@ -52,6 +55,7 @@ func (o *XDSOptions) AddFlags(fs *pflag.FlagSet) {
 	o.Fleet.AddFlags(fs)
 	o.Server.AddFlags(fs)
 	fs.StringVar(&o.Out, "out", o.Out, "directory for the world, the server log, profiles and report.json/report.txt (must not hold a world yet)")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "write the world into this API server (and start discovery serve --kubeconfig) instead of a config directory")
 	fs.IntVar(&o.Endpoints, "endpoint-changes", o.Endpoints, "endpoint changes (one endpoint of a service replaced)")
 	fs.IntVar(&o.VirtualServices, "vs-changes", o.VirtualServices, "VirtualService edits")
 	fs.IntVar(&o.Services, "service-changes", o.Services, "services added and removed (alternately)")
@@ -115,16 +119,7 @@ func RunXDS(ctx context.Context, o XDSOptions, out io.Writer) (*Report, error) {
 		}
 		defer stop()
 	}
-	dir := filepath.Join(o.Out, "world")
-	world, err := NewWorld(o.World, dir)
-	if err != nil {
-		return nil, err
-	}
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return nil, err
-	}
-	server, err := startServer(ctx, o.Server, abs, o.Out)
+	world, server, err := o.startWorld(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -162,6 +157,33 @@ func RunXDS(ctx context.Context, o XDSOptions, out io.Writer) (*Report, error) {
 		return r.report, errors.Join(err, werr)
 	}
 	return r.report, err
+}
+
+// startWorld writes the world (files or API server) and starts the server
+// on it.
+func (o *XDSOptions) startWorld(ctx context.Context) (*World, *serverProc, error) {
+	if err := os.MkdirAll(o.Out, 0o755); err != nil {
+		return nil, nil, err
+	}
+	if o.Kubeconfig != "" {
+		world, err := NewKubeWorld(ctx, o.World, o.Kubeconfig)
+		if err != nil {
+			return nil, nil, err
+		}
+		server, err := startServer(ctx, o.Server, "", o.Out, "--kubeconfig", o.Kubeconfig)
+		return world, server, err
+	}
+	dir := filepath.Join(o.Out, "world")
+	world, err := NewWorld(o.World, dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	server, err := startServer(ctx, o.Server, abs, o.Out)
+	return world, server, err
 }
 
 func orDiscard(w io.Writer) io.Writer {
