@@ -177,8 +177,15 @@ func TestBootstrapOnARealAPIServer(t *testing.T) {
 	if _, err := client.Uninstall(ctx, UninstallOptions{Purge: true}); err != nil {
 		t.Fatal(err)
 	}
-	if left, _ := client.listManaged(ctx, selector(""), true); len(left) != 0 {
-		t.Errorf("after purge: %d managed objects left", len(left))
+	// A CRD goes once the API server has removed its objects (its
+	// finalizer): wait for that rather than count at once.
+	var left2 int
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		objs, err := client.listManaged(ctx, selector(""), true)
+		left2 = len(objs)
+		return err == nil && left2 == 0, nil
+	}); err != nil {
+		t.Errorf("after purge: %d managed objects left", left2)
 	}
 	if _, err := env.Client.CoreV1().ConfigMaps("istio-system").Get(ctx, "not-ours", metav1.GetOptions{}); err != nil {
 		t.Errorf("an object without our labels was touched: %v", err)
