@@ -247,6 +247,11 @@ func (g *Generator) serviceUnit(sc *Scope, svc *model.Service, prev *ClassConfig
 			if dr != nil {
 				applyPolicy(c, policy(&dr.Spec, ss.Name, port.Port), !grpc)
 			}
+			if !grpc {
+				// Istio's auto mTLS (on by default): mTLS to endpoints whose
+				// pods run a sidecar, unless the DestinationRule says otherwise.
+				autoMTLS(c)
+			}
 			g.addTo(&u.clusters, name, ClusterType, c)
 			if usesEDS(svc) {
 				g.addTo(&u.endpoints, name, EndpointType, loadAssignment(name, port, eps, ss.Labels))

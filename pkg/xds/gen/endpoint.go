@@ -41,6 +41,7 @@ func loadAssignment(name string, port model.Port, eps *model.ServiceEndpoints, s
 			HostIdentifier:      &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{Address: socketAddress(ep.Address, target)}},
 			HealthStatus:        health,
 			LoadBalancingWeight: wrapperspb.UInt32(weight),
+			Metadata:            tlsModeMetadata(ep),
 		})
 		weights[ep.Locality] += weight
 	}
