@@ -172,6 +172,14 @@ func UnsupportedFields(kind model.Kind, spec proto.Message) []string {
 		fs = authzFields
 	case model.KindPeerAuthentication:
 		fs = peerAuthnFields
+	case model.KindGateway:
+		fs = gatewayFields
+	case model.KindServiceEntry:
+		fs = entryFields
+	case model.KindWorkloadEntry:
+		fs = workloadEntryFields
+	case model.KindSidecar:
+		fs = sidecarFields
 	default:
 		return nil
 	}
