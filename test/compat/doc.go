@@ -9,8 +9,9 @@
 // Run them with:
 //
 //	eval "$(hack/testenv.sh)"; eval "$(hack/istio-agent.sh)"
-//	go test ./test/compat/
+//	COMPAT_REQUIRED=1 TESTENV_REQUIRED=1 go test ./test/compat/
 //
-// Without a pilot-agent binary (COMPAT_PILOT_AGENT, else .cache/bin) the
-// tests skip with the reason, or fail when TESTENV_REQUIRED or CI is set.
+// Without a pilot-agent binary (COMPAT_PILOT_AGENT, else .cache/bin), or
+// with -short, the tests skip with the reason, unless COMPAT_REQUIRED or CI
+// is set, when they fail.
 package compat

@@ -101,6 +101,10 @@ func (a *agentSetup) command(bin string) *exec.Cmd {
 		"ISTIO_META_DNS_CAPTURE=false",
 		"DISABLE_ENVOY=true",
 		"GRPC_XDS_BOOTSTRAP=" + a.bootstrap,
+		// Not in the template: without it pilot-agent probes cloud
+		// metadata servers (169.254.169.254, fd00:ec2::254) and DNS to
+		// find its platform. The test stays on loopback.
+		"CLOUD_PLATFORM=none",
 		// The template's CA_ADDR is istiod.istio-system.svc:15012, a name
 		// that does not resolve here. Without CA_ADDR pilot-agent uses the
 		// discovery address for the CA too, and checks both serving

@@ -44,9 +44,14 @@ func discoveryBinary(t *testing.T) string {
 }
 
 // pilotAgentBinary finds the pilot-agent that hack/istio-agent.sh built. It
-// skips the test without one, unless TESTENV_REQUIRED or CI asks for it.
+// skips the test without one (and with -short), unless COMPAT_REQUIRED or
+// CI asks for it.
 func pilotAgentBinary(t *testing.T) string {
 	t.Helper()
+	required := os.Getenv("COMPAT_REQUIRED") != "" || os.Getenv("CI") != ""
+	if testing.Short() && !required {
+		t.Skip("-short: the compatibility test runs pilot-agent, discovery and a kube-apiserver")
+	}
 	candidates := []string{os.Getenv("COMPAT_PILOT_AGENT")}
 	if wd, err := os.Getwd(); err == nil {
 		candidates = append(candidates, filepath.Join(wd, "..", "..", ".cache", "bin", "pilot-agent"))
@@ -60,7 +65,7 @@ func pilotAgentBinary(t *testing.T) string {
 		}
 	}
 	msg := "no pilot-agent binary: run eval \"$(hack/istio-agent.sh)\" (sets COMPAT_PILOT_AGENT)"
-	if os.Getenv("TESTENV_REQUIRED") != "" || os.Getenv("CI") != "" {
+	if required {
 		t.Fatal(msg)
 	}
 	t.Skip(msg)
@@ -99,6 +104,8 @@ func startChild(t *testing.T, name string, cmd *exec.Cmd) *child {
 	t.Helper()
 	c := &child{name: name, cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = c.out, c.out
+	// Wait returns even if a grandchild still holds the output pipe.
+	cmd.WaitDelay = 5 * time.Second
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
