@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
 	"github.com/meshplane/discovery/pkg/ca"
@@ -30,34 +31,84 @@ import (
 	"github.com/meshplane/discovery/pkg/xds/streamauth"
 )
 
-// run wires the parts together and serves until ctx ends.
+// run wires the parts together and serves until ctx ends, then drains.
 func (o *serveOptions) run(ctx context.Context) error {
 	log := o.logger()
 	// client-go logs through klog: send it to the same structured log.
 	klog.SetSlogLogger(log.With("component", "client-go"))
 	reg := prometheus.NewRegistry()
-	cfg, err := o.restConfig()
+	cfg, client, err := o.cluster(log)
 	if err != nil {
 		return err
+	}
+	p, err := o.build(ctx, cfg, client, log, reg)
+	if err != nil {
+		return err
+	}
+	// A signal ends ctx; the runner's context ends only once the streams
+	// have been drained.
+	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelRun()
+	go func() {
+		select {
+		case <-runCtx.Done():
+		case <-ctx.Done():
+			p.drain(runCtx, o.drainPeriod, log)
+			cancelRun()
+		}
+	}()
+	log.Info("discovery starting", "version", currentVersion().Version, "revision", o.revision, "trustDomain", o.trustDomain)
+	err = p.runner.Start(runCtx)
+	log.Info("discovery stopped", "err", err)
+	return err
+}
+
+// cluster finds the API server, if any. Without one, the CA lives in
+// --ca-dir or its default.
+func (o *serveOptions) cluster(log *slog.Logger) (*rest.Config, kubernetes.Interface, error) {
+	cfg, err := o.restConfig()
+	if err != nil {
+		return nil, nil, err
 	}
 	client, err := newKubeClient(cfg)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	if client == nil && o.ca.Dir == "" {
 		if o.ca.Dir, err = defaultCADir(); err != nil {
-			return err
+			return nil, nil, err
 		}
 		log.Info("file mode: keeping the CA in the default directory", "dir", o.ca.Dir)
 	}
 	if cfg != nil {
 		log.Info("reading the cluster", "host", cfg.Host, "namespace", o.namespace)
 	}
+	return cfg, client, nil
+}
 
+// parts are the running process: its components and what drains it.
+type parts struct {
+	runner   *leader.Runner
+	xds      *xdsserver.Server
+	guard    *streamauth.Guard
+	draining atomic.Bool
+}
+
+// drain refuses new xDS streams and closes the open ones over period.
+func (p *parts) drain(ctx context.Context, period time.Duration, log *slog.Logger) {
+	p.draining.Store(true)
+	p.guard.Drain()
+	log.Info("shutting down: draining xDS streams", "period", period)
+	n := p.xds.Drain(ctx, period)
+	log.Info("xDS streams drained", "streams", n)
+}
+
+// build constructs every part and registers it with the leader runner.
+func (o *serveOptions) build(ctx context.Context, cfg *rest.Config, client kubernetes.Interface, log *slog.Logger, reg *prometheus.Registry) (*parts, error) {
 	store := model.NewStore(model.StoreOptions{DomainSuffix: o.domainSuffix})
 	sources, fileSource, err := o.sources(cfg, log, reg)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	mon := monitor.New(o.monitor, reg, log)
 	mon.HandleDebug("registryz", monitor.RegistryzHandler(store.World))
@@ -65,85 +116,54 @@ func (o *serveOptions) run(ctx context.Context) error {
 	if fileSource != nil {
 		fileSource.RegisterDebug(mon.Mux())
 	}
-
 	authority, err := ca.New(ctx, o.ca, client, log, reg)
 	if err != nil {
-		return fmt.Errorf("start CA: %w", err)
+		return nil, fmt.Errorf("start CA: %w", err)
 	}
-
 	authority.RegisterDebug(mon.Mux())
-
-	xds, err := xdsserver.New(o.xds, store, log.With("component", "xds"), reg)
-	if err != nil {
-		return err
+	p := &parts{guard: streamauth.New(authority, log.With("component", "xds-auth"), reg)}
+	if p.xds, err = xdsserver.New(o.xds, store, log.With("component", "xds"), reg); err != nil {
+		return nil, err
 	}
-	xds.RegisterDebug(mon.Mux())
-
+	p.xds.RegisterDebug(mon.Mux())
 	webhooks, err := o.webhooks(authority, client, reg, log, mon)
 	if err != nil {
-		return err
+		return nil, err
 	}
-
-	guard := streamauth.New(authority, log.With("component", "xds-auth"), reg)
-	plain, secure := o.grpcServers(authority.ServerTLSConfig(), guard)
+	plain, secure := o.grpcServers(authority.ServerTLSConfig(), p.guard)
 	authority.Register(secure)
-	xds.Register(secure)
-	if plain != nil {
-		xds.Register(plain)
-	}
+	p.xds.Register(secure)
 
-	runner := leader.NewRunner(o.leader, client, o.namespace, leader.LeaseName(o.revision), identity(), log.With("component", "leader"))
-	runner.Add("monitor", false, mon.Start)
+	p.runner = leader.NewRunner(o.leader, client, o.namespace, leader.LeaseName(o.revision), identity(), log.With("component", "leader"))
+	p.runner.Add("monitor", false, mon.Start)
 	for _, src := range sources {
 		mon.AddReadyCheck("source "+src.Name(), synced(src))
-		runner.Add("source "+src.Name(), false, func(ctx context.Context) error { return src.Start(ctx, store) })
+		p.runner.Add("source "+src.Name(), false, func(ctx context.Context) error { return src.Start(ctx, store) })
 	}
-	runner.Add("ca", false, authority.Start)
-	runner.Add("xds", false, xds.Start)
-	for _, c := range webhooks {
-		runner.Add(c.name, c.needsLeader, c.start)
-	}
-	if client != nil {
-		publisher, err := authority.NewRootPublisher()
-		if err != nil {
-			return err
-		}
-		runner.Add("root-cert publisher", true, publisher.Start)
-	}
-	if plain != nil {
-		runner.Add("grpc", false, serveGRPC("grpc", o.grpcAddr, plain, log))
-	}
-	runner.Add("secure grpc", false, serveGRPC("secure grpc", o.secureAddr, secure, log))
-
-	// A signal ends ctx; the runner's context ends only once the streams
-	// have been drained.
-	var draining atomic.Bool
 	mon.AddReadyCheck("shutdown", func() error {
-		if draining.Load() {
+		if p.draining.Load() {
 			return errors.New("draining")
 		}
 		return nil
 	})
-	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelRun()
-	go func() {
-		select {
-		case <-runCtx.Done():
-			return
-		case <-ctx.Done():
+	p.runner.Add("ca", false, authority.Start)
+	p.runner.Add("xds", false, p.xds.Start)
+	for _, c := range webhooks {
+		p.runner.Add(c.name, c.needsLeader, c.start)
+	}
+	if client != nil {
+		publisher, err := authority.NewRootPublisher()
+		if err != nil {
+			return nil, err
 		}
-		draining.Store(true)
-		guard.Drain()
-		log.Info("shutting down: draining xDS streams", "period", o.drainPeriod)
-		n := xds.Drain(runCtx, o.drainPeriod)
-		log.Info("xDS streams drained", "streams", n)
-		cancelRun()
-	}()
-
-	log.Info("discovery starting", "version", currentVersion().Version, "revision", o.revision, "trustDomain", o.trustDomain)
-	err = runner.Start(runCtx)
-	log.Info("discovery stopped", "err", err)
-	return err
+		p.runner.Add("root-cert publisher", true, publisher.Start)
+	}
+	if plain != nil {
+		p.xds.Register(plain)
+		p.runner.Add("grpc", false, serveGRPC("grpc", o.grpcAddr, plain, log))
+	}
+	p.runner.Add("secure grpc", false, serveGRPC("secure grpc", o.secureAddr, secure, log))
+	return p, nil
 }
 
 // component is a long-running part for the leader.Runner.
