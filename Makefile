@@ -21,11 +21,12 @@ run: build
 	$(BIN)/discovery serve --config-dir $(EXAMPLE)
 
 # Everything CI runs: generated code current, formatting, vet, and every test
-# including the integration suite on a real etcd + kube-apiserver, which
-# hack/testenv.sh installs or builds on first use.
+# including the integration suite on a real etcd + kube-apiserver, and the
+# compatibility test with Istio's own pilot-agent; hack/testenv.sh and
+# hack/istio-agent.sh install or build them on first use.
 test: proto-check crds-check fmt-check vet
-	set -euo pipefail; eval "$$(hack/testenv.sh)"; \
-	TESTENV_REQUIRED=1 $(GO) test -count=1 -timeout 45m ./...
+	set -euo pipefail; eval "$$(hack/testenv.sh)"; eval "$$(hack/istio-agent.sh)"; \
+	TESTENV_REQUIRED=1 COMPAT_REQUIRED=1 $(GO) test -count=1 -timeout 45m ./...
 
 # Fast tests only: integration tests skip (with the reason) without testenv.
 test-unit:
