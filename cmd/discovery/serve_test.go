@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -23,32 +22,8 @@ import (
 	"github.com/meshplane/discovery/internal/testenv"
 )
 
-var (
-	buildOnce sync.Once
-	binary    string
-	buildErr  error
-)
-
-// discoveryBinary builds the command once per test run.
-func discoveryBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "discovery-bin")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binary = filepath.Join(dir, "discovery")
-		out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binary
-}
+// discoveryBinary is the real discovery command, built once per run.
+func discoveryBinary(t *testing.T) string { return testenv.DiscoveryBinary(t) }
 
 // proc is a running `discovery serve`.
 type proc struct {

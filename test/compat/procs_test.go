@@ -2,7 +2,6 @@ package compat
 
 import (
 	"bytes"
-	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -16,32 +15,8 @@ import (
 	"github.com/meshplane/discovery/internal/testenv"
 )
 
-var (
-	buildOnce sync.Once
-	binary    string
-	buildErr  error
-)
-
-// discoveryBinary builds ./cmd/discovery once per test run.
-func discoveryBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "compat-discovery")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binary = filepath.Join(dir, "discovery")
-		cmd := exec.Command("go", "build", "-o", binary, "github.com/meshplane/discovery/cmd/discovery")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/discovery: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binary
-}
+// discoveryBinary is the real discovery command, built once per run.
+func discoveryBinary(t *testing.T) string { return testenv.DiscoveryBinary(t) }
 
 // pilotAgentBinary finds the pilot-agent that hack/istio-agent.sh built. It
 // skips the test without one (and with -short), unless COMPAT_REQUIRED or
