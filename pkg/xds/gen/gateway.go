@@ -38,7 +38,7 @@ func (g *Generator) gateway(sc *Scope, bs map[string]*builder) []string {
 		for i, s := range gw.Spec.GetServers() {
 			proto := strings.ToUpper(s.GetPort().GetProtocol())
 			if proto == "HTTPS" {
-				if ts, ok := gatewayTLSServer(c, i, s); ok {
+				if ts, ok := gatewayTLSServer(c, i, s, g.credentials()); ok {
 					tlsByPort[ts.port] = append(tlsByPort[ts.port], ts)
 					continue
 				}

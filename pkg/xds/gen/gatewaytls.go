@@ -22,17 +22,26 @@ import (
 //	                                 (MUTUAL also checks clients against caCertificates)
 //	HTTPS server, ISTIO_MUTUAL       terminated with the proxy's own workload certificate
 //	                                 from its agent's SDS (default, ROOTCA)
+//	HTTPS server, SIMPLE or MUTUAL   terminated with the Secret credentialName of the
+//	with credentialName              gateway's namespace, sent by this server over ADS
+//	                                 (kubernetes://NAME, kubernetes://NAME-cacert; see
+//	                                 credential.go); only with a cluster (EnableCredentials)
 //
 // One filter chain per HTTPS server, matched by SNI on its hosts, with its
 // own RouteConfiguration named https.PORT.PORTNAME.GATEWAY.NAMESPACE, as in
-// Istio. Not done, and reported as unsupported fields: credentialName
-// (needs Secrets in the World and an SDS server that sends a Secret only to
-// proxies of its namespace), PASSTHROUGH and AUTO_PASSTHROUGH (need TLS
-// routes), OPTIONAL_MUTUAL, and the TLS version, cipher, SAN and hash
-// restrictions. A server that needs one of them gets no filter chain.
+// Istio. Not done, and reported as unsupported fields: PASSTHROUGH and
+// AUTO_PASSTHROUGH (need TLS routes), OPTIONAL_MUTUAL, and the TLS version,
+// cipher, SAN and hash restrictions; credentialName in file mode, where no
+// Secrets are read. A server that needs one of them gets no filter chain.
 
 // gatewayFields are the Gateway fields generation honours.
 var gatewayFields = newFieldSet("selector", "servers.port", "servers.hosts", "servers.name",
+	"servers.tls.httpsRedirect", "servers.tls.mode", "servers.tls.serverCertificate", "servers.tls.privateKey",
+	"servers.tls.caCertificates", "servers.tls.credentialName")
+
+// gatewayFieldsNoSecrets are gatewayFields in file mode: no Secrets, so no
+// credentialName.
+var gatewayFieldsNoSecrets = newFieldSet("selector", "servers.port", "servers.hosts", "servers.name",
 	"servers.tls.httpsRedirect", "servers.tls.mode", "servers.tls.serverCertificate", "servers.tls.privateKey",
 	"servers.tls.caCertificates")
 
@@ -46,7 +55,8 @@ type tlsServer struct {
 
 // gatewayTLSServer turns an HTTPS server into a tlsServer, or reports why
 // it cannot be served.
-func gatewayTLSServer(c *model.Config, i int, s *networking.Server) (*tlsServer, bool) {
+// credentials tells whether credentialName can be served.
+func gatewayTLSServer(c *model.Config, i int, s *networking.Server, credentials bool) (*tlsServer, bool) {
 	tls := s.GetTls()
 	ctx := &tlsv3.DownstreamTlsContext{CommonTlsContext: &tlsv3.CommonTlsContext{AlpnProtocols: []string{"h2", "http/1.1"}}}
 	file := func(p string) *corev3.DataSource {
@@ -54,7 +64,14 @@ func gatewayTLSServer(c *model.Config, i int, s *networking.Server) (*tlsServer,
 	}
 	switch tls.GetMode() {
 	case networking.ServerTLSSettings_SIMPLE, networking.ServerTLSSettings_MUTUAL:
-		if tls.GetCredentialName() != "" || tls.GetServerCertificate() == "" || tls.GetPrivateKey() == "" {
+		if tls.GetCredentialName() != "" {
+			if !credentials {
+				return nil, false
+			}
+			credentialContext(ctx, tls)
+			break
+		}
+		if tls.GetServerCertificate() == "" || tls.GetPrivateKey() == "" {
 			return nil, false
 		}
 		ctx.CommonTlsContext.TlsCertificates = []*tlsv3.TlsCertificate{{
@@ -92,9 +109,23 @@ func gatewayTLSServer(c *model.Config, i int, s *networking.Server) (*tlsServer,
 
 // warnGateway logs the Gateway's unsupported fields once per version.
 func (g *Generator) warnGateway(c *model.Config) {
-	if gw, ok := c.Object.(*networkingv1.Gateway); ok {
-		g.warn(c, gw.ResourceVersion, &gw.Spec, gatewayFields)
+	gw, ok := c.Object.(*networkingv1.Gateway)
+	if !ok {
+		return
 	}
+	if g.credentials() {
+		g.warn(c, gw.ResourceVersion, &gw.Spec, gatewayFields)
+		return
+	}
+	if _, done := g.warns.once.Load(c.Key.String() + "@" + gw.ResourceVersion); !done {
+		for _, s := range gw.Spec.GetServers() {
+			if s.GetTls().GetCredentialName() != "" {
+				g.log.Warn("gateway server names a credentialName, but no Secrets are read without a cluster: the server is left out",
+					"gateway", c.Key.Namespace+"/"+c.Key.Name, "port", s.GetPort().GetNumber(), "credentialName", s.GetTls().GetCredentialName())
+			}
+		}
+	}
+	g.warn(c, gw.ResourceVersion, &gw.Spec, gatewayFieldsNoSecrets)
 }
 
 // tlsListener builds the listener of one HTTPS port: a filter chain per

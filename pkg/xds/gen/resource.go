@@ -23,7 +23,7 @@ const (
 var TypeURLs = []string{ClusterType, EndpointType, ListenerType, RouteType}
 
 // ShortType is the short name of a type URL used in metrics: cds, eds, lds
-// or rds ("other" for anything else).
+// rds or sds ("other" for anything else).
 func ShortType(typeURL string) string {
 	switch typeURL {
 	case ClusterType:
@@ -34,6 +34,8 @@ func ShortType(typeURL string) string {
 		return "lds"
 	case RouteType:
 		return "rds"
+	case SecretType:
+		return "sds"
 	}
 	return "other"
 }

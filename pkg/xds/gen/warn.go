@@ -4,6 +4,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
@@ -77,6 +78,9 @@ type warnings struct {
 	mu    sync.Mutex
 	count map[[2]string]float64 // kind, field (without indexes) -> resources
 	vec   *prometheus.CounterVec
+	// credentials is set when gateway credentials are served over SDS
+	// (EnableCredentials): credentialName is then supported.
+	credentials atomic.Bool
 }
 
 // warn reports the fields of c's spec (kind's fieldSet) that have no
