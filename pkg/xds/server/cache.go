@@ -64,7 +64,7 @@ func (wt watcher) CreateDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Subscr
 	// An answer that changes no subscription needs no look at an unchanged
 	// configuration.
 	quiet := req.GetResponseNonce() != "" && len(req.GetResourceNamesSubscribe()) == 0 &&
-		len(req.GetResourceNamesUnsubscribe()) == 0 && c.cfg != nil && c.checked[t] == c.cfg.Version(t)
+		len(req.GetResourceNamesUnsubscribe()) == 0 && c.cfg != nil && knownType(t) && c.checked[t] == c.cfg.Version(t)
 	if !quiet && c.respondDelta(w, nil) {
 		return func() {}, nil
 	}
@@ -107,7 +107,8 @@ func (c *conn) unchanged(t string, req *cachev3.Request, sub cachev3.Subscriptio
 	prev, prevWild := c.subs[t], c.wildcard[t]
 	subs := sub.SubscribedResources()
 	c.subs[t], c.wildcard[t] = subs, sub.IsWildcard()
-	if req.GetResponseNonce() == "" || c.cfg == nil || c.checked[t] != c.cfg.Version(t) {
+	// Secrets (sds.go) and unknown types are not in the configuration.
+	if !knownType(t) || req.GetResponseNonce() == "" || c.cfg == nil || c.checked[t] != c.cfg.Version(t) {
 		return false
 	}
 	if prevWild != sub.IsWildcard() || len(prev) != len(subs) {

@@ -96,6 +96,7 @@ func (cb callbacks) sent(key streamKey, typeURL, version, nonce string, resp any
 	}
 	st := c.typeStatus(typeURL)
 	st.SentVersion, st.SentNonce, st.Sent = version, nonce, time.Now()
+	c.sentNonce(typeURL, resp, nonce)
 	c.mu.Unlock()
 	cb.s.m.pushes.WithLabelValues(gen.ShortType(typeURL)).Inc()
 }

@@ -89,6 +89,7 @@ type conn struct {
 	started     map[string]bool                // delta types requested at least once
 	reqs        map[string]any                 // outstanding request pointers, by type
 	status      map[string]*typeStatus
+	answers     answered // what each ACK or NACK answers, for the Observer (verdict.go)
 	unanswered  int       // pushes with no open watch to answer
 	pushFirst   time.Time // first change of the push being delivered
 	closed      bool
@@ -135,6 +136,7 @@ func (c *conn) observe(t, nonce, version string, errDetail *status.Status) {
 		c.s.m.reject(gen.ShortType(t))
 		c.logger().Warn("proxy rejected configuration; it keeps its last accepted version",
 			"type", gen.ShortType(t), "rejected", st.SentVersion, "kept", version, "nonce", nonce, "error", errDetail.GetMessage())
+		c.verdict(t, nonce, errDetail.GetMessage(), true)
 		return
 	}
 	if nonce == st.SentNonce {
@@ -143,6 +145,7 @@ func (c *conn) observe(t, nonce, version string, errDetail *status.Status) {
 		}
 		st.AckedVersion = version
 		st.Acked = time.Now()
+		c.verdict(t, nonce, "", false)
 	}
 }
 
@@ -250,6 +253,7 @@ func (c *conn) deliverSotw(w *sotwWatch, resp *discovery.DiscoveryResponse, next
 	select {
 	case w.ch <- &cachev3.PassthroughResponse{Request: w.req, DiscoveryResponse: resp, ReturnedResources: next}:
 		c.inflight[resp.GetTypeUrl()] = &inflight{resp: resp, names: undo}
+		c.handed(resp.GetTypeUrl(), resp, next, undo)
 	default:
 		// Each watch is answered at most once and the server's channel
 		// holds one response per type, so this does not happen.
@@ -346,6 +350,7 @@ func (c *conn) respondDelta(w *deltaWatch, dirty []string) bool {
 func (c *conn) deliverDelta(w *deltaWatch, resp *discovery.DeltaDiscoveryResponse, next map[string]string) bool {
 	select {
 	case w.ch <- &cachev3.DeltaPassthroughResponse{DeltaRequest: w.req, DeltaDiscoveryResponse: resp, NextVersionMap: next}:
+		c.handed(resp.GetTypeUrl(), resp, nil, nil)
 	default:
 		c.logger().Error("xDS response channel full; response dropped", "type", resp.GetTypeUrl())
 		return false

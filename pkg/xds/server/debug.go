@@ -135,6 +135,13 @@ func (c *conn) configDump() (*adminv3.ConfigDump, error) {
 		}
 		out.Configs = append(out.Configs, a)
 	}
+	secrets, err := c.secretsDump() // private keys redacted
+	if err != nil {
+		return nil, err
+	}
+	if secrets != nil {
+		out.Configs = append(out.Configs, secrets)
+	}
 	return out, nil
 }
 

@@ -41,6 +41,8 @@ type Server struct {
 	log   *slog.Logger
 	m     *metrics
 	gen   *gen.Generator
+	// observer learns of ACKs and NACKs (verdict.go); nil for none.
+	observer Observer
 
 	xds       serverv3.Server
 	xdsCancel context.CancelFunc

@@ -1,0 +1,136 @@
+package server
+
+import (
+	"time"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+
+	"github.com/meshplane/discovery/pkg/xds/gen"
+)
+
+// Verdict is a proxy's answer to one response: an ACK or a NACK, with the
+// resources that response carried.
+type Verdict struct {
+	ProxyID string
+	TypeURL string
+	Nonce   string
+	// Rejected is set for a NACK; Error is then Envoy's error detail.
+	Rejected bool
+	Error    string
+	Time     time.Time
+	// Names are the resources of the answered response.
+	Names []string
+	cfg   *gen.ProxyConfig
+}
+
+// Sources returns the Istio configs the answered resources were built from.
+// It reads only immutable configuration, so an observer may call it later
+// and from any goroutine.
+func (v Verdict) Sources() []gen.ConfigRef {
+	if v.cfg == nil {
+		return nil
+	}
+	seen := map[gen.ConfigRef]bool{}
+	var out []gen.ConfigRef
+	for _, n := range v.Names {
+		for _, r := range v.cfg.Sources(v.TypeURL, n) {
+			if !seen[r] {
+				seen[r] = true
+				out = append(out, r)
+			}
+		}
+	}
+	return out
+}
+
+// Observer learns of proxies' answers. Its methods are called on the xDS
+// path with a stream's lock held: they must return at once (queue, never
+// block, never call back into the Server).
+type Observer interface {
+	// Rejected is called for every NACK of a response this server sent.
+	Rejected(Verdict)
+	// WantsAccepts reports whether Accepted should be called: ACKs are
+	// frequent, so they are passed on only while the observer waits for
+	// some.
+	WantsAccepts() bool
+	// Accepted is called for an ACK while WantsAccepts reports true.
+	Accepted(Verdict)
+}
+
+// SetObserver makes o learn of every ACK and NACK. Call it before Start.
+func (s *Server) SetObserver(o Observer) { s.observer = o }
+
+// answered remembers, per type, the resources of the responses handed to
+// the stream and of the last one sent, so that an ACK or NACK, which names
+// only a nonce, can be traced to resources.
+type answered struct {
+	pending map[string]*sentRecord // handed to go-control-plane, not yet seen sent
+	last    map[string]*sentRecord // last sent, with its nonce
+}
+
+type sentRecord struct {
+	resp  any
+	nonce string
+	names []string
+	cfg   *gen.ProxyConfig
+}
+
+// handed records a response just handed to go-control-plane: a delta
+// response names its resources; a state-of-the-world one carries those
+// in undo (Route, Endpoint) or every name of next (Listener, Cluster).
+// Called with c.mu held; costs nothing without an observer.
+func (c *conn) handed(t string, resp any, next map[string]string, undo []string) {
+	if c.s.observer == nil {
+		return
+	}
+	names := undo
+	if d, ok := resp.(*discovery.DeltaDiscoveryResponse); ok {
+		names = make([]string, len(d.GetResources()))
+		for i, r := range d.GetResources() {
+			names[i] = r.GetName()
+		}
+	} else if names == nil {
+		names = mapKeys(next)
+	}
+	if c.answers.pending == nil {
+		c.answers.pending, c.answers.last = map[string]*sentRecord{}, map[string]*sentRecord{}
+	}
+	c.answers.pending[t] = &sentRecord{resp: resp, names: names, cfg: c.cfg}
+}
+
+// sentNonce notes the nonce of a response go-control-plane sent. Called
+// with c.mu held.
+func (c *conn) sentNonce(t string, resp any, nonce string) {
+	if p := c.answers.pending[t]; p != nil && p.resp == resp {
+		p.nonce = nonce
+		c.answers.last[t] = p
+		delete(c.answers.pending, t)
+	}
+}
+
+// verdict passes an answer to the observer. Called with c.mu held.
+func (c *conn) verdict(t, nonce string, errDetail string, rejected bool) {
+	o := c.s.observer
+	if o == nil || c.proxy == nil || (!rejected && !o.WantsAccepts()) {
+		return
+	}
+	rec := c.answers.last[t]
+	if rec == nil || rec.nonce != nonce {
+		return
+	}
+	v := Verdict{ProxyID: c.proxy.ID, TypeURL: t, Nonce: nonce, Rejected: rejected, Error: errDetail,
+		Time: time.Now(), Names: rec.names, cfg: rec.cfg}
+	if rejected {
+		o.Rejected(v)
+		return
+	}
+	o.Accepted(v)
+}
+
+func mapKeys(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
