@@ -93,6 +93,7 @@ type conn struct {
 	unanswered  int       // pushes with no open watch to answer
 	pushFirst   time.Time // first change of the push being delivered
 	closed      bool
+	secrets     secretState // gateway credentials (sds.go)
 }
 
 func newConn(s *Server, key streamKey, ctl *streamCtl) *conn {
@@ -176,6 +177,9 @@ func (c *conn) respondSotw(w *sotwWatch, dirty []string) bool {
 	}
 	t := w.req.GetTypeUrl()
 	initial := w.req.GetResponseNonce() == ""
+	if t == gen.SecretType {
+		return c.respondSecretSotw(w, initial)
+	}
 	if !knownType(t) {
 		if !initial {
 			return false
@@ -272,6 +276,9 @@ func (c *conn) respondDelta(w *deltaWatch, dirty []string) bool {
 	}
 	t := w.req.GetTypeUrl()
 	initial := w.initial
+	if t == gen.SecretType {
+		return c.respondSecretDelta(w)
+	}
 	if !knownType(t) {
 		if !initial {
 			return false

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/meshplane/discovery/pkg/credentials"
 	"github.com/meshplane/discovery/pkg/model"
 	"github.com/meshplane/discovery/pkg/xds/gen"
 	"github.com/meshplane/discovery/pkg/xds/push"
@@ -53,6 +54,10 @@ type Server struct {
 	reqs      sync.Map // request pointer -> *conn, between OnStreamRequest and CreateWatch
 	classes   classCache
 	history   *history
+
+	// Gateway credentials (sds.go); nil without a cluster.
+	creds       credentials.Reader
+	credsDenied *prometheus.CounterVec
 }
 
 // New returns a Server reading from world. It subscribes to world's
@@ -75,7 +80,7 @@ func New(opts Options, world World, log *slog.Logger, reg prometheus.Registerer)
 	s.xds = serverv3.NewServer(ctx, watcher{s}, callbacks{s}, sotwv3.WithOrderedADS(),
 		// An empty Route or Endpoint request names nothing; only Listener
 		// and Cluster requests may be Envoy's legacy wildcard.
-		sotwv3.DeactivateLegacyWildcardForTypes([]string{gen.RouteType, gen.EndpointType}))
+		sotwv3.DeactivateLegacyWildcardForTypes([]string{gen.RouteType, gen.EndpointType, gen.SecretType}))
 	s.debouncer = push.NewDebouncer(opts.DebounceAfter, opts.DebounceMax, s.onPush)
 	s.queue = push.NewQueue(opts.PushConcurrency, mergeItems, s.work)
 	world.Subscribe(s.debouncer.Enqueue)
