@@ -89,7 +89,7 @@ type conn struct {
 	started     map[string]bool                // delta types requested at least once
 	reqs        map[string]any                 // outstanding request pointers, by type
 	status      map[string]*typeStatus
-	answers     answered // what each ACK or NACK answers, for the Observer (verdict.go)
+	answers     answered  // what each ACK or NACK answers, for the Observer (verdict.go)
 	unanswered  int       // pushes with no open watch to answer
 	pushFirst   time.Time // first change of the push being delivered
 	closed      bool
