@@ -148,6 +148,11 @@ func (o *serveOptions) build(ctx context.Context, cfg *rest.Config, client kuber
 	})
 	p.runner.Add("ca", false, authority.Start)
 	p.runner.Add("xds", false, p.xds.Start)
+	if client != nil {
+		if err := gatewayCredentials(ctx, client, p, mon, log, reg); err != nil {
+			return nil, err
+		}
+	}
 	for _, c := range webhooks {
 		p.runner.Add(c.name, c.needsLeader, c.start)
 	}

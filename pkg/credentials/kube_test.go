@@ -10,9 +10,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -192,4 +195,33 @@ func TestKubeReadsAndNotifies(t *testing.T) {
 			return !ok && rec.count("gw/cert") == before+1
 		})
 	})
+}
+
+func TestCanRead(t *testing.T) {
+	cases := map[string]struct {
+		allowed map[string]bool
+		want    bool
+	}{
+		"list and watch allowed is enough": {map[string]bool{"list": true, "watch": true}, true},
+		"list without watch is not":        {map[string]bool{"list": true}, false},
+		"nothing allowed leaves it off":    {map[string]bool{}, false},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			client := fake.NewClientset()
+			client.PrependReactor("create", "selfsubjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				r := a.(k8stesting.CreateAction).GetObject().(*authorizationv1.SelfSubjectAccessReview)
+				ra := r.Spec.ResourceAttributes
+				if ra.Resource != "secrets" || ra.Namespace != "" {
+					t.Errorf("asked about %+v, want secrets in every namespace", ra)
+				}
+				r.Status.Allowed = tc.allowed[ra.Verb]
+				return true, r, nil
+			})
+			got, err := CanRead(context.Background(), client)
+			if err != nil || got != tc.want {
+				t.Errorf("CanRead = %v, %v; want %v", got, err, tc.want)
+			}
+		})
+	}
 }

@@ -38,8 +38,8 @@ type secretState struct {
 }
 
 // UseCredentials makes the server serve gateway credentials read from r
-// over ADS, and the generator refer to them. Call it once, before Register
-// and Start.
+// over ADS, and the generator refer to them. Call it once, before the
+// server serves streams.
 func (s *Server) UseCredentials(r credentials.Reader, reg prometheus.Registerer) error {
 	denied := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "discovery_xds_secrets_denied_total",

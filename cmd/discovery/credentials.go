@@ -1,0 +1,42 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/meshplane/discovery/pkg/credentials"
+	"github.com/meshplane/discovery/pkg/monitor"
+)
+
+// gatewayCredentials serves Gateway credentialName Secrets over SDS when
+// the service account may read Secrets in every namespace; otherwise it
+// says why credentialName stays unsupported. Call it before serving.
+func gatewayCredentials(ctx context.Context, client kubernetes.Interface, p *parts, mon *monitor.Server, log *slog.Logger, reg prometheus.Registerer) error {
+	ok, err := credentials.CanRead(ctx, client)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		log.Warn("gateway credentials off: this service account may not list and watch Secrets in every namespace; Gateway servers with credentialName are left out")
+		return nil
+	}
+	k, err := credentials.NewKube(client, log.With("component", "credentials"), reg)
+	if err != nil {
+		return err
+	}
+	if err := p.xds.UseCredentials(k, reg); err != nil {
+		return err
+	}
+	mon.AddReadyCheck("gateway credentials", func() error {
+		if !k.HasSynced() {
+			return errors.New("Secrets not read yet")
+		}
+		return nil
+	})
+	p.runner.Add("gateway credentials", false, k.Start)
+	return nil
+}
