@@ -13,6 +13,10 @@
 // logged; the proxy keeps its last good configuration and is sent nothing
 // more for that type until the configuration changes.
 //
+// Gateway credentials (Gateway tls.credentialName) are served as SDS
+// Secrets over ADS when UseCredentials gave the server a Secret reader; a
+// Secret goes only to gateways of its own namespace (see sds.go).
+//
 // Debug handlers: /debug/syncz, /debug/config_dump?proxyID=ID and
 // /debug/push_status.
 package server
