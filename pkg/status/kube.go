@@ -2,6 +2,7 @@ package status
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -15,6 +16,10 @@ import (
 
 	"github.com/meshplane/discovery/pkg/xds/gen"
 )
+
+// ErrEvent is wrapped by a Write error when the condition was written but
+// the Event was not.
+var ErrEvent = errors.New("could not create Event")
 
 // FieldManager is the field manager of the Reporter's writes.
 const FieldManager = "discovery-status"
@@ -70,7 +75,7 @@ func (k *KubeWriter) Write(ctx context.Context, ref gen.ConfigRef, c Condition, 
 		return nil
 	}
 	if err := k.event(ctx, obj, ref, c.Time, event); err != nil {
-		return fmt.Errorf("event on %s: %w", ref.Key, err)
+		return fmt.Errorf("%w on %s: %w", ErrEvent, ref.Key, err)
 	}
 	return nil
 }

@@ -15,7 +15,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"result"}),
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "discovery_status_writes_total",
-			Help: "Reports on Istio resources, by condition status (True: rejected, False: accepted again) and result: written, failed, suppressed (within --status-nack-interval), logged (no cluster).",
+			Help: "Reports on Istio resources, by condition status (True: rejected, False: accepted again) and result: written, failed, event_failed (condition written, Event not), suppressed (within --status-nack-interval), logged (no cluster).",
 		}, []string{"condition", "result"}),
 	}
 	for _, c := range []prometheus.Collector{m.verdicts, m.writes} {

@@ -2,6 +2,7 @@ package status
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync/atomic"
@@ -191,6 +192,11 @@ func (r *Reporter) write(ctx context.Context, ref gen.ConfigRef, c Condition, ev
 	defer cancel()
 	if err := r.w.Write(wctx, ref, c, event); err != nil {
 		log.Warn("could not report proxy verdict on Istio resource", "error", err)
+		if errors.Is(err, ErrEvent) {
+			// The condition is written; only the Event is missing.
+			r.m.writes.WithLabelValues(c.Status, "event_failed").Inc()
+			return true
+		}
 		r.m.writes.WithLabelValues(c.Status, "failed").Inc()
 		return false
 	}

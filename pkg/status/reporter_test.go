@@ -3,6 +3,7 @@ package status
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strconv"
@@ -29,9 +30,10 @@ type write struct {
 
 // fakeWriter records writes; fail makes the next write fail.
 type fakeWriter struct {
-	mu     sync.Mutex
-	writes []write
-	fail   bool
+	mu        sync.Mutex
+	writes    []write
+	fail      bool
+	failEvent bool
 }
 
 func (f *fakeWriter) Write(_ context.Context, ref gen.ConfigRef, c Condition, event string) error {
@@ -42,6 +44,10 @@ func (f *fakeWriter) Write(_ context.Context, ref gen.ConfigRef, c Condition, ev
 		return errors.New("injected")
 	}
 	f.writes = append(f.writes, write{ref, c, event})
+	if f.failEvent {
+		f.failEvent = false
+		return fmt.Errorf("%w: injected", ErrEvent)
+	}
 	return nil
 }
 
@@ -103,9 +109,10 @@ func newReporter(t *testing.T, w Writer) (*Reporter, *prometheus.Registry) {
 func TestReporter(t *testing.T) {
 	t0 := time.Unix(1_800_000_000, 0)
 	cases := map[string]struct {
-		reports []report
-		fail    bool
-		want    []string // status/reason/generation/event? of each write
+		reports   []report
+		fail      bool
+		failEvent bool
+		want      []string // status/reason/generation/event? of each write
 	}{
 		"a NACK sets the condition True with an Event naming the proxy and the error": {
 			reports: []report{rep(true, "p1", t0, vsRef(2))},
@@ -135,10 +142,15 @@ func TestReporter(t *testing.T) {
 			fail:    true,
 			want:    []string{"True ProxyNACK 2 event"},
 		},
+		"a failed Event still counts as reported (the condition is written)": {
+			reports:   []report{rep(true, "p1", t0, vsRef(2)), rep(true, "p1", t0.Add(time.Second), vsRef(2))},
+			failEvent: true,
+			want:      []string{"True ProxyNACK 2 event"},
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			fw := &fakeWriter{fail: tc.fail}
+			fw := &fakeWriter{fail: tc.fail, failEvent: tc.failEvent}
 			r, _ := newReporter(t, fw)
 			for _, rp := range tc.reports {
 				r.handle(context.Background(), rp)
