@@ -38,5 +38,6 @@ func gatewayCredentials(ctx context.Context, client kubernetes.Interface, p *par
 		return nil
 	})
 	p.runner.Add("gateway credentials", false, k.Start)
+	log.Info("gateway credentials on: Gateway credentialName Secrets are served over SDS to gateways of their namespace")
 	return nil
 }

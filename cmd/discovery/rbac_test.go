@@ -101,6 +101,9 @@ func TestServeRunsWithTheChartsServiceAccount(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "denied the request") || !strings.Contains(err.Error(), "host") {
 		t.Errorf("a VirtualService without hosts: %v; want our webhook's refusal", err)
 	}
+	if !strings.Contains(p.out.String(), "gateway credentials on") {
+		t.Error("the chart's RBAC does not let serve read gateway credentials")
+	}
 	if log := strings.ToLower(p.out.String()); strings.Contains(log, "forbidden") {
 		t.Errorf("serve was refused something with the chart's RBAC:\n%s", p.out.String())
 	}
