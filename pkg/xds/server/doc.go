@@ -13,6 +13,11 @@
 // logged; the proxy keeps its last good configuration and is sent nothing
 // more for that type until the configuration changes.
 //
+// An Observer (SetObserver; verdict.go) learns of every NACK, and of ACKs
+// while it asks for them, as a Verdict naming the proxy, Envoy's error and
+// the resources of the answered response; Verdict.Sources traces them to
+// the Istio configs they were built from (pkg/status reports those).
+//
 // Gateway credentials (Gateway tls.credentialName) are served as SDS
 // Secrets over ADS when UseCredentials gave the server a Secret reader; a
 // Secret goes only to gateways of its own namespace (see sds.go).
