@@ -24,7 +24,6 @@ import (
 	"github.com/meshplane/discovery/pkg/leader"
 	"github.com/meshplane/discovery/pkg/model"
 	"github.com/meshplane/discovery/pkg/monitor"
-	"github.com/meshplane/discovery/pkg/status"
 	"github.com/meshplane/discovery/pkg/webhook/inject"
 	webhookserver "github.com/meshplane/discovery/pkg/webhook/server"
 	"github.com/meshplane/discovery/pkg/webhook/validate"
@@ -149,7 +148,7 @@ func (o *serveOptions) build(ctx context.Context, cfg *rest.Config, client kuber
 	})
 	p.runner.Add("ca", false, authority.Start)
 	p.runner.Add("xds", false, p.xds.Start)
-	if err := statusReporter(status.DefaultOptions(), cfg, client, p, log, reg); err != nil {
+	if err := statusReporter(o.status, cfg, client, p, log, reg); err != nil {
 		return nil, err
 	}
 	if client != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/meshplane/discovery/pkg/config/kube"
 	"github.com/meshplane/discovery/pkg/leader"
 	"github.com/meshplane/discovery/pkg/monitor"
+	"github.com/meshplane/discovery/pkg/status"
 	"github.com/meshplane/discovery/pkg/webhook/inject"
 	webhookserver "github.com/meshplane/discovery/pkg/webhook/server"
 	xdsserver "github.com/meshplane/discovery/pkg/xds/server"
@@ -49,6 +50,7 @@ type serveOptions struct {
 	webhook webhookserver.Options
 	inject  inject.Options
 	patcher webhookserver.PatcherOptions
+	status  status.Options
 }
 
 func defaultServeOptions() *serveOptions {
@@ -69,6 +71,7 @@ func defaultServeOptions() *serveOptions {
 		leader:       leader.DefaultOptions(),
 		xds:          xdsserver.DefaultOptions(),
 		webhook:      webhookserver.DefaultOptions(),
+		status:       status.DefaultOptions(),
 	}
 }
 
@@ -113,6 +116,7 @@ files in DIR, watched for changes.`,
 	o.webhook.AddFlags(fs)
 	o.inject.AddFlags(fs)
 	o.patcher.AddFlags(fs)
+	o.status.AddFlags(fs)
 	return cmd
 }
 
@@ -139,7 +143,7 @@ func (o *serveOptions) validate() error {
 	o.ca.TrustDomain, o.ca.Namespace, o.ca.Revision = o.trustDomain, o.namespace, o.revision
 	o.inject.Namespace, o.inject.Revision = o.namespace, o.revision
 	o.patcher.Namespace, o.patcher.Revision = o.namespace, o.revision
-	for _, v := range []interface{ Validate() error }{&o.file, &o.kube, &o.monitor, &o.leader, &o.xds, &o.webhook, &o.inject, &o.patcher} {
+	for _, v := range []interface{ Validate() error }{&o.file, &o.kube, &o.monitor, &o.leader, &o.xds, &o.webhook, &o.inject, &o.patcher, &o.status} {
 		if err := v.Validate(); err != nil {
 			errs = append(errs, err)
 		}
