@@ -69,9 +69,9 @@ func TestValidate(t *testing.T) {
 			problem: "only one of route, redirect",
 		},
 		"rejects a destination port out of range": {
-			doc:     vsHead + "spec:\n  hosts: [reviews]\n  tcp: [{route: [{destination: {host: reviews, port: {number: 70000}}}]}]",
+			doc:     vsHead + "spec:\n  hosts: [reviews]\n  tcp: [{match: [{sourceLabels: {app: a}}], route: [{destination: {host: reviews, port: {number: 70000}}}]}]",
 			problem: "port 70000 is not in 1-65535",
-			warning: "spec.tcp: this field is not supported by discovery yet",
+			warning: "spec.tcp[].match[].sourceLabels: this field is not supported by discovery yet",
 		},
 		"rejects an unknown field": {
 			doc:     vsHead + "spec:\n  hosts: [reviews]\n  htp: []",

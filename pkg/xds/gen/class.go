@@ -184,9 +184,13 @@ func (g *Generator) sidecarOutbound(sc *Scope, bs map[string]*builder, cc, prev 
 			fmt.Fprintf(&kb, "%p,", svc)
 		}
 		key := kb.String()
+		if hasL4Routes(sc, byPort[port]) {
+			// tcp and tls routes may name any service: always rebuilt.
+			key = ""
+		}
 		pu := prev.port(port)
-		if pu == nil || pu.key != key {
-			l, lrefs, addressless := outboundListener(port, byPort[port])
+		if pu == nil || pu.key != key || key == "" {
+			l, lrefs, addressless := g.outboundListener(sc, port, byPort[port])
 			sc.applyOutboundPolicy(l)
 			r, err := NewResource(l.Name, ListenerType, l)
 			if err != nil {

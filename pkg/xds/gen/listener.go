@@ -1,7 +1,6 @@
 package gen
 
 import (
-	"net/netip"
 	"sort"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -117,11 +116,12 @@ func servicesByPort(sc *Scope) ([]int32, map[int32][]*model.Service) {
 // outboundListener builds the listener of one service port number, named
 // 0.0.0.0_PORT and not bound (virtualOutbound hands connections over). Each
 // service address on the port has its own filter chain: HTTP ports use RDS
-// with the service port's own RouteConfiguration (HOST:PORT), other ports
-// a TCP proxy to the service's cluster. Hosts without an address share the
+// with the service port's own RouteConfiguration (HOST:PORT), TCP ports a
+// TCP proxy routed by the host's VirtualService tcp routes, TLS ports
+// chains matched by SNI (tcproute.go). Hosts without an address share the
 // default chain, which uses the RouteConfiguration named PORT. It returns
 // the listener, the route names it uses and the addressless HTTP services.
-func outboundListener(port int32, svcs []*model.Service) (*listenerv3.Listener, []string, []*model.Service) {
+func (g *Generator) outboundListener(sc *Scope, port int32, svcs []*model.Service) (*listenerv3.Listener, []string, []*model.Service) {
 	l := &listenerv3.Listener{
 		Name:             "0.0.0.0_" + itoa(port),
 		Address:          socketAddress("0.0.0.0", port),
@@ -130,21 +130,27 @@ func outboundListener(port int32, svcs []*model.Service) (*listenerv3.Listener, 
 	}
 	var refs []string
 	var addressless []*model.Service
-	seen := map[netip.Prefix]bool{}
+	claims := chainClaims{}
 	for _, svc := range svcs {
 		p, _ := svc.PortByNumber(port)
-		if len(svc.Addresses) == 0 {
+		switch {
+		case isTLS(p.Protocol):
+			l.FilterChains = append(l.FilterChains, g.meshTLSChains(sc, svc, port, claims)...)
+		case len(svc.Addresses) == 0:
 			if p.Protocol.IsHTTP() {
 				addressless = append(addressless, svc)
 			}
-			continue
-		}
-		if fc := serviceChain(svc, p, seen); fc != nil {
-			l.FilterChains = append(l.FilterChains, fc)
-			if p.Protocol.IsHTTP() {
-				refs = append(refs, fc.Name)
+		default:
+			if fc := g.serviceChain(sc, svc, p, claims); fc != nil {
+				l.FilterChains = append(l.FilterChains, fc)
+				if p.Protocol.IsHTTP() {
+					refs = append(refs, fc.Name)
+				}
 			}
 		}
+	}
+	if usesSNI(l) {
+		l.ListenerFilters = []*listenerv3.ListenerFilter{tlsInspector()}
 	}
 	if len(addressless) > 0 {
 		l.DefaultFilterChain = &listenerv3.FilterChain{
@@ -161,23 +167,11 @@ func outboundListener(port int32, svcs []*model.Service) (*listenerv3.Listener, 
 	return l, refs, addressless
 }
 
-func serviceChain(svc *model.Service, p model.Port, seen map[netip.Prefix]bool) *listenerv3.FilterChain {
-	match := &listenerv3.FilterChainMatch{}
-	for _, a := range svc.Addresses {
-		ip, err := netip.ParseAddr(a)
-		if err != nil {
-			continue
-		}
-		pfx := netip.PrefixFrom(ip, ip.BitLen())
-		if seen[pfx] {
-			continue
-		}
-		seen[pfx] = true
-		match.PrefixRanges = append(match.PrefixRanges, &corev3.CidrRange{
-			AddressPrefix: ip.String(), PrefixLen: wrapperspb.UInt32(uint32(ip.BitLen())),
-		})
-	}
-	if len(match.PrefixRanges) == 0 {
+// serviceChain is the filter chain of a plaintext service port, matched by
+// the service's addresses that no earlier chain claimed.
+func (g *Generator) serviceChain(sc *Scope, svc *model.Service, p model.Port, claims chainClaims) *listenerv3.FilterChain {
+	match := &listenerv3.FilterChainMatch{PrefixRanges: addressRanges(svc.Addresses)}
+	if len(match.PrefixRanges) == 0 || !claims.claim(match) {
 		return nil
 	}
 	name := RouteName(svc.Hostname, p.Port)
@@ -185,8 +179,7 @@ func serviceChain(svc *model.Service, p model.Port, seen map[netip.Prefix]bool) 
 	if p.Protocol.IsHTTP() {
 		fc.Filters = []*listenerv3.Filter{hcmFilter(rdsManager("outbound_"+name, name))}
 	} else {
-		cluster := ClusterName(p.Port, "", svc.Hostname)
-		fc.Filters = []*listenerv3.Filter{tcpFilter(cluster, cluster)}
+		fc.Filters = []*listenerv3.Filter{g.meshTCPFilter(sc, svc, p.Port)}
 	}
 	return fc
 }

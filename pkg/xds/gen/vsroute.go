@@ -35,6 +35,12 @@ var vsFields = newFieldSet(
 	"http.corsPolicy.allowHeaders", "http.corsPolicy.exposeHeaders", "http.corsPolicy.maxAge",
 	"http.corsPolicy.allowCredentials",
 	"http.headers",
+	// tcp and tls routes (tcproute.go); sourceLabels and sourceNamespace
+	// are not honoured.
+	"tcp.match.port", "tcp.match.destinationSubnets", "tcp.match.gateways",
+	"tcp.route.destination", "tcp.route.weight",
+	"tls.match.sniHosts", "tls.match.port", "tls.match.destinationSubnets", "tls.match.gateways",
+	"tls.route.destination", "tls.route.weight",
 )
 
 // vsRoutes translates the http routes of the VirtualServices bound to host

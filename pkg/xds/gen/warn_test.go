@@ -20,6 +20,19 @@ func TestUnsupportedFields(t *testing.T) {
 				Fault: &networking.HTTPFaultInjection{Abort: &networking.HTTPFaultInjection_Abort{ErrorType: &networking.HTTPFaultInjection_Abort_HttpStatus{HttpStatus: 503}}},
 			}}},
 		},
+		"tcp and tls routes produce no warning": {
+			vs: &networking.VirtualService{
+				Hosts: []string{"a"},
+				Tcp: []*networking.TCPRoute{{
+					Match: []*networking.L4MatchAttributes{{Port: 5432, DestinationSubnets: []string{"10.0.0.0/8"}, Gateways: []string{"mesh"}}},
+					Route: []*networking.RouteDestination{{Destination: &networking.Destination{Host: "a"}, Weight: 100}},
+				}},
+				Tls: []*networking.TLSRoute{{
+					Match: []*networking.TLSMatchAttributes{{SniHosts: []string{"a.example.com"}, Port: 443}},
+					Route: []*networking.RouteDestination{{Destination: &networking.Destination{Host: "a"}}},
+				}},
+			},
+		},
 		"unsupported fields are named with their index": {
 			vs: &networking.VirtualService{Hosts: []string{"a"}, Http: []*networking.HTTPRoute{
 				{Route: []*networking.HTTPRouteDestination{{Destination: &networking.Destination{Host: "a"}}}},
@@ -28,8 +41,8 @@ func TestUnsupportedFields(t *testing.T) {
 					Match:    []*networking.HTTPMatchRequest{{SourceLabels: map[string]string{"app": "x"}}},
 					Retries:  &networking.HTTPRetry{Attempts: 2, RetryRemoteLocalities: wrapperspb.Bool(true)},
 				},
-			}, Tcp: []*networking.TCPRoute{{}}},
-			want: "http[1].delegate,http[1].match[0].sourceLabels,http[1].retries.retryRemoteLocalities,tcp",
+			}, Tcp: []*networking.TCPRoute{{Match: []*networking.L4MatchAttributes{{Port: 1, SourceLabels: map[string]string{"app": "x"}}}}}},
+			want: "http[1].delegate,http[1].match[0].sourceLabels,http[1].retries.retryRemoteLocalities,tcp[0].match[0].sourceLabels",
 		},
 	}
 	for name, tc := range vsTests {
