@@ -8,6 +8,7 @@ import (
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+	networking "istio.io/api/networking/v1alpha3"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 
 	"github.com/meshplane/discovery/pkg/model"
@@ -29,6 +30,7 @@ type gatewayServer struct {
 func (g *Generator) gateway(sc *Scope, bs map[string]*builder) []string {
 	byPort := map[uint32][]gatewayServer{}
 	tlsByPort := map[uint32][]*tlsServer{}
+	passByPort := map[uint32][]gatewayServer{}
 	for _, c := range sc.World.Configs(model.KindGateway) {
 		gw, ok := c.Object.(*networkingv1.Gateway)
 		if !ok || len(gw.Spec.GetSelector()) == 0 || !matchLabels(gw.Spec.GetSelector(), sc.Proxy.Labels()) {
@@ -37,6 +39,12 @@ func (g *Generator) gateway(sc *Scope, bs map[string]*builder) []string {
 		g.warnGateway(c)
 		for i, s := range gw.Spec.GetServers() {
 			proto := strings.ToUpper(s.GetPort().GetProtocol())
+			if (proto == "TLS" || proto == "HTTPS") && s.GetTls().GetMode() == networking.ServerTLSSettings_PASSTHROUGH {
+				passByPort[s.GetPort().GetNumber()] = append(passByPort[s.GetPort().GetNumber()], gatewayServer{
+					gateway: c.Key.Namespace + "/" + c.Key.Name, ns: c.Key.Namespace, hosts: s.GetHosts(),
+				})
+				continue
+			}
 			if proto == "HTTPS" {
 				if ts, ok := gatewayTLSServer(c, i, s, g.credentials()); ok {
 					tlsByPort[ts.port] = append(tlsByPort[ts.port], ts)
@@ -76,21 +84,28 @@ func (g *Generator) gateway(sc *Scope, bs map[string]*builder) []string {
 		bs[ListenerType].add(l.Name, l)
 		refs = append(refs, name)
 	}
-	return append(refs, g.gatewayTLS(sc, bs, tlsByPort, byPort)...)
+	return append(refs, g.gatewayTLS(sc, bs, tlsByPort, passByPort, byPort)...)
 }
 
-// gatewayTLS adds the listeners and routes of the HTTPS servers; a port
+// gatewayTLS adds the listeners and routes of the HTTPS and PASSTHROUGH
+// servers, which share a port's listener (SNI tells them apart); a port
 // that also has plain HTTP servers keeps those.
-func (g *Generator) gatewayTLS(sc *Scope, bs map[string]*builder, tlsByPort map[uint32][]*tlsServer, httpPorts map[uint32][]gatewayServer) []string {
-	ports := make([]uint32, 0, len(tlsByPort))
-	for p := range tlsByPort {
-		ports = append(ports, p)
+func (g *Generator) gatewayTLS(sc *Scope, bs map[string]*builder, tlsByPort map[uint32][]*tlsServer, passByPort map[uint32][]gatewayServer, httpPorts map[uint32][]gatewayServer) []string {
+	seen := map[uint32]bool{}
+	var ports []uint32
+	for _, m := range []map[uint32]int{lens(tlsByPort), lens(passByPort)} {
+		for p := range m {
+			if !seen[p] {
+				seen[p] = true
+				ports = append(ports, p)
+			}
+		}
 	}
 	sort.Slice(ports, func(i, j int) bool { return ports[i] < ports[j] })
 	var refs []string
 	for _, port := range ports {
 		if len(httpPorts[port]) > 0 {
-			g.log.Warn("gateway port has both HTTP and HTTPS servers; HTTPS left out", "port", port)
+			g.log.Warn("gateway port has both HTTP and TLS servers; TLS left out", "port", port)
 			continue
 		}
 		for _, s := range tlsByPort[port] {
@@ -100,9 +115,26 @@ func (g *Generator) gatewayTLS(sc *Scope, bs map[string]*builder, tlsByPort map[
 			refs = append(refs, s.name)
 		}
 		l := tlsListener(port, tlsByPort[port])
+		claims := chainClaims{}
+		for _, fc := range l.FilterChains {
+			claims.claim(fc.GetFilterChainMatch())
+		}
+		l.FilterChains = append(l.FilterChains, g.passthroughChains(sc, port, passByPort[port], claims)...)
+		if len(l.FilterChains) == 0 {
+			g.log.Warn("gateway TLS port has no filter chain (no VirtualService tls route matches its servers); no listener", "port", port)
+			continue
+		}
 		bs[ListenerType].add(l.Name, l)
 	}
 	return refs
+}
+
+func lens[V any](m map[uint32][]V) map[uint32]int {
+	out := make(map[uint32]int, len(m))
+	for k, v := range m {
+		out[k] = len(v)
+	}
+	return out
 }
 
 // gatewayHosts builds one virtual host per host a bound VirtualService

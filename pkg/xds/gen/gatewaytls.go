@@ -29,10 +29,14 @@ import (
 //
 // One filter chain per HTTPS server, matched by SNI on its hosts, with its
 // own RouteConfiguration named https.PORT.PORTNAME.GATEWAY.NAMESPACE, as in
-// Istio. Not done, and reported as unsupported fields: PASSTHROUGH and
-// AUTO_PASSTHROUGH (need TLS routes), OPTIONAL_MUTUAL, and the TLS version,
-// cipher, SAN and hash restrictions; credentialName in file mode, where no
-// Secrets are read. A server that needs one of them gets no filter chain.
+// Istio. TLS or HTTPS servers in PASSTHROUGH mode share the port's
+// listener: a chain per SNI name of the bound VirtualServices' tls routes,
+// not terminated, tcp_proxy to the destination (gatewaypass.go). Not done:
+// AUTO_PASSTHROUGH and OPTIONAL_MUTUAL (logged, the server is left out),
+// TCP servers (logged), and, reported as unsupported fields, the TLS
+// version, cipher, SAN and hash restrictions; credentialName in file mode,
+// where no Secrets are read. A server that needs one of them gets no
+// filter chain.
 
 // gatewayFields are the Gateway fields generation honours.
 var gatewayFields = newFieldSet("selector", "servers.port", "servers.hosts", "servers.name",

@@ -1,0 +1,64 @@
+package gen
+
+import (
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
+
+	"github.com/meshplane/discovery/pkg/model"
+)
+
+// passthroughChains builds the filter chains of a Gateway port's
+// PASSTHROUGH servers: one per tls route match of a VirtualService bound to
+// the server, matched on the match's sniHosts that the server's hosts
+// allow, with a tcp_proxy to the route's destinations. The TLS session is
+// not terminated. A destination without a port takes the service's only
+// port, else the server's port. Matches claimed by an earlier chain (an
+// HTTPS server or another route) are left out.
+func (g *Generator) passthroughChains(sc *Scope, port uint32, servers []gatewayServer, claims chainClaims) []*listenerv3.FilterChain {
+	var out []*listenerv3.FilterChain
+	for _, srv := range servers {
+		for _, c := range sc.World.Configs(model.KindVirtualService) {
+			vs, ok := c.Object.(*networkingv1.VirtualService)
+			if !ok || !appliesTo(c, srv.gateway) || !anyHostAllowed(srv, c.Key.Namespace, vs.Spec.GetHosts()) {
+				continue
+			}
+			g.warn(c, vs.ResourceVersion, &vs.Spec, vsFields)
+			for i, r := range vs.Spec.GetTls() {
+				f := tcpRouteFilter(sc, c.Key.Namespace, r.GetRoute(), "", int32(port))
+				if f == nil {
+					continue
+				}
+				for j, m := range r.GetMatch() {
+					if !l4Holds(m, c.Key.Namespace, int32(port), srv.gateway) {
+						continue
+					}
+					var names []string
+					for _, sni := range m.GetSniHosts() {
+						if hostAllowed(srv, c.Key.Namespace, sni) {
+							names = append(names, sni)
+						}
+					}
+					match := &listenerv3.FilterChainMatch{ServerNames: sortedCopy(names)}
+					if len(names) == 0 || !claims.claim(match) {
+						continue
+					}
+					out = append(out, &listenerv3.FilterChain{
+						Name:             "passthrough." + itoa(int32(port)) + "." + c.Key.Namespace + "." + c.Key.Name + ".tls." + itoa(int32(i)) + "." + itoa(int32(j)),
+						FilterChainMatch: match,
+						Filters:          []*listenerv3.Filter{f},
+					})
+				}
+			}
+		}
+	}
+	return out
+}
+
+func anyHostAllowed(srv gatewayServer, ns string, hosts []string) bool {
+	for _, h := range hosts {
+		if hostAllowed(srv, ns, h) {
+			return true
+		}
+	}
+	return false
+}
