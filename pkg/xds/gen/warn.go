@@ -164,7 +164,9 @@ func (g *Generator) UnsupportedCounts() map[string]float64 {
 // UnsupportedFields lists the fields of a VirtualService, DestinationRule,
 // AuthorizationPolicy or PeerAuthentication spec that generation ignores, list indexes written as "[]"
 // ("http[].mirror"); nil for other kinds. The validating webhook returns
-// them as warnings.
+// them as warnings. Of the L4 routes, tcp and tls routes are supported
+// except their sourceLabels and sourceNamespace matches (tcproute.go);
+// Gateway AUTO_PASSTHROUGH and TCP servers are logged and left out.
 func UnsupportedFields(kind model.Kind, spec proto.Message) []string {
 	var fs fieldSet
 	switch kind {
