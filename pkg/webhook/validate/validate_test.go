@@ -93,9 +93,8 @@ func TestValidate(t *testing.T) {
 			doc:     "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: g}\nspec:\n  servers: [{port: {number: 443, name: https, protocol: HTTPS}, hosts: ['*']}]",
 			problem: "needs tls settings",
 		},
-		"accepts a Gateway with a credential, warning that credentials are not served yet": {
-			doc:     "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: g}\nspec:\n  servers: [{port: {number: 443, name: https, protocol: HTTPS}, hosts: ['ns/*.example.com'], tls: {mode: SIMPLE, credentialName: cert}}]",
-			warning: "spec.servers[].tls.credentialName: this field is not supported by discovery yet",
+		"accepts a Gateway with a credential": {
+			doc: "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: g}\nspec:\n  servers: [{port: {number: 443, name: https, protocol: HTTPS}, hosts: ['ns/*.example.com'], tls: {mode: SIMPLE, credentialName: cert}}]",
 		},
 		"rejects a ServiceEntry with STATIC resolution and no endpoints": {
 			doc:     "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: s}\nspec:\n  hosts: [db.example]\n  ports: [{number: 5432, name: pg, protocol: TCP}]\n  resolution: STATIC",
