@@ -42,6 +42,9 @@ type CAOptions struct {
 	Duration time.Duration
 	// Key is the workload key type: ecdsa (P-256) or rsa (2048).
 	Key string
+	// Rate, when above 0, sends that many CSRs per second in all (open
+	// loop) instead of each client sending as fast as it is answered.
+	Rate float64
 	// KeepRateLimit leaves the server's CSR rate limit at its default.
 	KeepRateLimit bool
 }
@@ -58,6 +61,7 @@ func (o *CAOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.Clients, "clients", o.Clients, "concurrent clients (one TLS connection and identity each)")
 	fs.DurationVar(&o.Duration, "duration", o.Duration, "measured window")
 	fs.StringVar(&o.Key, "key", o.Key, "workload key type: ecdsa (P-256) or rsa (2048 bits)")
+	fs.Float64Var(&o.Rate, "rate", o.Rate, "CSRs per second in all, on schedule (open loop; latency from the scheduled time); 0: every client sends as soon as it is answered (closed loop)")
 	fs.BoolVar(&o.KeepRateLimit, "keep-rate-limit", o.KeepRateLimit, "keep the server's default --csr-rate-limit (else it is turned off to measure capacity)")
 }
 
@@ -72,6 +76,9 @@ func (o *CAOptions) Validate() error {
 	}
 	if o.Duration <= 0 {
 		errs = append(errs, errors.New("--duration must be positive"))
+	}
+	if o.Rate < 0 {
+		errs = append(errs, fmt.Errorf("--rate %g: must not be negative", o.Rate))
 	}
 	if o.Key != "ecdsa" && o.Key != "rsa" {
 		errs = append(errs, fmt.Errorf("--key %q: must be ecdsa or rsa", o.Key))
@@ -144,18 +151,23 @@ func RunCA(ctx context.Context, o CAOptions, out io.Writer) (*LatencyReport, err
 		}
 	}()
 	rep := &LatencyReport{Tool: "discovery-load ca", Started: time.Now(), Commit: o.Server.commit(), Machine: machineInfo(), ErrorKind: map[string]int{},
-		Params: map[string]any{"clients": o.Clients, "key": o.Key, "duration": o.Duration.String(), "rateLimit": o.KeepRateLimit}}
+		Params: map[string]any{"clients": o.Clients, "key": o.Key, "duration": o.Duration.String(), "rateLimit": o.KeepRateLimit, "rate": o.Rate}}
 	// Warm up: every client connects (TLS handshake) and is served once.
-	if err := runCAClients(ctx, clients, time.Time{}, newRecorder()); err != nil {
+	if err := runCAClients(ctx, clients, time.Time{}, 0, newRecorder()); err != nil {
 		return nil, fmt.Errorf("first CSR: %w", err)
 	}
 	rec := newRecorder()
 	w := startWindow(server.pid)
 	deadline := time.Now().Add(o.Duration)
-	_ = runCAClients(ctx, clients, deadline, rec)
+	_ = runCAClients(ctx, clients, deadline, o.Rate, rec)
 	w.stop(rep)
 	rec.fill(rep, time.Since(w.start).Seconds())
-	rep.Notes = append(rep.Notes, "each client has its own TLS connection (set up before the window), bearer token and key; a CSR is sent as soon as the previous answer arrives")
+	rep.Notes = append(rep.Notes, "each client has its own TLS connection (set up before the window), bearer token and key")
+	if o.Rate > 0 {
+		rep.Notes = append(rep.Notes, "open loop: CSRs leave on schedule; latency counts from the scheduled time")
+	} else {
+		rep.Notes = append(rep.Notes, "closed loop: a client sends its next CSR as soon as the previous answer arrives, so the server is saturated and latency includes its queue")
+	}
 	return rep, rep.write(o.Out, out)
 }
 
@@ -204,25 +216,37 @@ func makeCSR(keyType, uri string) ([]byte, error) {
 }
 
 // runCAClients has each client send CSRs until deadline (zero: one each).
-// It returns the first error of a one-shot run.
-func runCAClients(ctx context.Context, clients []*caClient, deadline time.Time, rec *recorder) error {
+// With rate > 0 the clients share that many requests per second, each on
+// its own schedule (open loop: latency counts from the scheduled time);
+// otherwise each sends as soon as its previous answer arrives. It returns
+// the first error of a one-shot run.
+func runCAClients(ctx context.Context, clients []*caClient, deadline time.Time, rate float64, rec *recorder) error {
 	var wg sync.WaitGroup
-	errc := make(chan error, len(clients))
-	for _, c := range clients {
+	errc := make(chan error, 1)
+	start := time.Now()
+	var every time.Duration
+	if rate > 0 {
+		every = time.Duration(float64(len(clients)) / rate * float64(time.Second))
+	}
+	for i, c := range clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			rctx := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+c.token)
-			for first := true; first || time.Now().Before(deadline); first = false {
+			due := start.Add(every * time.Duration(i) / time.Duration(len(clients)))
+			for first := true; first || due.Before(deadline); first = false {
+				if every > 0 {
+					select {
+					case <-ctx.Done():
+					case <-time.After(time.Until(due)):
+					}
+				} else {
+					due = time.Now()
+				}
 				if ctx.Err() != nil {
 					return
 				}
-				start := time.Now()
-				resp, err := c.pb.CreateCertificate(rctx, c.req)
-				if err == nil && len(resp.GetCertChain()) < 2 {
-					err = fmt.Errorf("chain of %d certificates", len(resp.GetCertChain()))
-				}
-				if err != nil {
+				if err := c.send(rctx); err != nil {
 					rec.fail(status.Code(err).String())
 					select {
 					case errc <- err:
@@ -231,13 +255,24 @@ func runCAClients(ctx context.Context, clients []*caClient, deadline time.Time, 
 					if deadline.IsZero() {
 						return
 					}
-					continue
+				} else {
+					rec.ok(time.Since(due))
 				}
-				rec.ok(time.Since(start))
+				due = due.Add(every)
 			}
 		}()
 	}
 	wg.Wait()
 	close(errc)
 	return <-errc
+}
+
+// send asks for one certificate and checks the chain has the leaf and its
+// issuer at least.
+func (c *caClient) send(ctx context.Context) error {
+	resp, err := c.pb.CreateCertificate(ctx, c.req)
+	if err == nil && len(resp.GetCertChain()) < 2 {
+		err = fmt.Errorf("chain of %d certificates", len(resp.GetCertChain()))
+	}
+	return err
 }

@@ -165,17 +165,28 @@ func checkJSON(t *testing.T, path string) {
 }
 
 func TestCABenchmarkSignsEveryCSR(t *testing.T) {
-	for name, key := range map[string]string{"ECDSA P-256 workload keys are signed": "ecdsa", "RSA 2048 workload keys are signed": "rsa"} {
+	for name, tc := range map[string]struct {
+		key  string
+		rate float64
+	}{
+		"ECDSA P-256 workload keys are signed as fast as clients ask": {"ecdsa", 0},
+		"RSA 2048 workload keys are signed as fast as clients ask":    {"rsa", 0},
+		"CSRs sent on schedule are all signed":                        {"ecdsa", 40},
+	} {
 		t.Run(name, func(t *testing.T) {
 			o := DefaultCAOptions()
 			o.Server.Binary = discoveryBinary(t)
-			o.Out, o.Clients, o.Duration, o.Key = t.TempDir(), 4, 300*time.Millisecond, key
+			o.Out, o.Clients, o.Duration, o.Key, o.Rate = t.TempDir(), 4, 300*time.Millisecond, tc.key, tc.rate
 			rep, err := RunCA(context.Background(), o, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if rep.Errors != 0 || rep.Requests == 0 || rep.PerSecond <= 0 || rep.Latency.P99 <= 0 {
 				t.Errorf("report: %+v", rep)
+			}
+			// 40/s for 0.3 s from 4 clients: 3 each.
+			if tc.rate > 0 && rep.Requests != 12 {
+				t.Errorf("%d requests on schedule, want 12", rep.Requests)
 			}
 		})
 	}

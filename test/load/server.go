@@ -136,6 +136,8 @@ func startServer(ctx context.Context, o ServerOptions, configDir, work string, e
 	}
 	s.cmd = exec.Command(o.Binary, args...)
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
+	// The server goes with the tool, however the tool ends.
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if o.Pprof {
 		s.pprof = ports[5]
 		s.cmd.Env = append(os.Environ(), "DISCOVERY_PPROF_ADDR="+s.pprof)
