@@ -73,7 +73,7 @@ bench: build
 # Workload M1 (1,000 services x 2 ports, 10,000 endpoints, 50 namespaces,
 # 1,000 delta proxies connecting at once), with server CPU and heap
 # profiles from a measurement build that adds net/http/pprof through a
-# build-time overlay (the server's code is unchanged). About 10-15 minutes.
+# build-time overlay (the server's code is unchanged). About 5 minutes.
 .PHONY: bench-m1
 bench-m1: build
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/discovery-load ./test/load
