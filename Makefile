@@ -59,7 +59,7 @@ testenv:
 # Published benchmarks (BENCHMARKS.md): workload S against the real server
 # started by the load tool (file mode, loopback), the CA at 100 clients
 # (ECDSA and RSA workload keys) and the injection webhook at 200 requests/s.
-# Reports (report.txt, report.json) land in out/bench/*; about 4 minutes.
+# Reports (report.txt, report.json) land in out/bench/*; 2-4 minutes.
 bench: build
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/discovery-load ./test/load
 	rm -rf out/bench/s out/bench/ca-ecdsa out/bench/ca-rsa out/bench/webhook

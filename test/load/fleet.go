@@ -129,7 +129,9 @@ func (f *fleet) start(ctx context.Context, addr string) (wait func(), err error)
 	if f.opts.ConnectRate > 0 {
 		interval = time.Duration(float64(time.Second) / f.opts.ConnectRate)
 	}
+	wg.Add(1) // the launcher itself, so that Wait cannot pass it
 	go func() {
+		defer wg.Done()
 		for i, p := range f.proxies {
 			if interval > 0 && i > 0 {
 				select {

@@ -269,7 +269,7 @@ func (p *proxy) settle(s *session, typeURL string, hits []hit, active []*change)
 	for _, h := range hits {
 		h.c.progress[p.idx] |= h.bit
 		if h.c.progress[p.idx]&h.c.full == h.c.full {
-			h.c.finish(p.idx, now)
+			h.c.finish(p.idx, h.c.start, now)
 		}
 	}
 	if s.complete || !s.isComplete() {
@@ -279,7 +279,7 @@ func (p *proxy) settle(s *session, typeURL string, hits []hit, active []*change)
 	p.ready.Store(true)
 	for _, c := range active {
 		if c.onComplete && c.concerns(p.idx) && !s.start.Before(c.start) {
-			c.finish(p.idx, now)
+			c.finish(p.idx, s.start, now)
 		}
 	}
 }

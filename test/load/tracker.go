@@ -102,13 +102,18 @@ func newChange(id int, kind string, proxies, target int, expects []expectation) 
 
 func (c *change) concerns(proxy int) bool { return c.target < 0 || c.target == proxy }
 
-// finish records the proxy's time once.
-func (c *change) finish(proxy int, at time.Time) {
+// finish records the proxy's time once: from the change, or from from
+// when that is later (a proxy that connected after the phase began counts
+// from its own connection).
+func (c *change) finish(proxy int, from, at time.Time) {
 	if c.progress[proxy]&doneBit != 0 {
 		return
 	}
+	if from.Before(c.start) {
+		from = c.start
+	}
 	c.progress[proxy] |= doneBit
-	c.durations[proxy].Store(max(int64(at.Sub(c.start)), 1))
+	c.durations[proxy].Store(max(int64(at.Sub(from)), 1))
 	if c.remaining.Add(-1) == 0 {
 		close(c.done)
 	}

@@ -267,8 +267,8 @@ func slicesMax(ds []time.Duration) time.Duration {
 }
 
 // connect starts the fleet and waits until every proxy holds a complete
-// configuration (phase "connect": time from the start to each proxy's
-// complete configuration).
+// configuration (phase "connect": time from each proxy's stream opening to
+// its complete configuration; all at once, that is from the phase's start).
 func (r *run) connect(ctx context.Context, out io.Writer) (func(), error) {
 	r.begin()
 	stopProfile := r.startProfile(ctx, "connect")
