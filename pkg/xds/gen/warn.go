@@ -161,32 +161,29 @@ func (g *Generator) UnsupportedCounts() map[string]float64 {
 	return out
 }
 
-// UnsupportedFields lists the fields of a VirtualService, DestinationRule,
-// AuthorizationPolicy or PeerAuthentication spec that generation ignores, list indexes written as "[]"
-// ("http[].mirror"); nil for other kinds. The validating webhook returns
-// them as warnings. Of the L4 routes, tcp and tls routes are supported
-// except their sourceLabels and sourceNamespace matches (tcproute.go);
-// Gateway AUTO_PASSTHROUGH and TCP servers are logged and left out.
+// supportedFields are, per kind, the spec fields generation acts on (Go
+// initialises it after the field sets, which it depends on).
+var supportedFields = map[model.Kind]fieldSet{
+	model.KindVirtualService:      vsFields,
+	model.KindDestinationRule:     drFields,
+	model.KindAuthorizationPolicy: authzFields,
+	model.KindPeerAuthentication:  peerAuthnFields,
+	model.KindGateway:             gatewayFields,
+	model.KindServiceEntry:        entryFields,
+	model.KindWorkloadEntry:       workloadEntryFields,
+	model.KindSidecar:             sidecarFields,
+}
+
+// UnsupportedFields lists the fields of an Istio spec that generation
+// ignores, list indexes written as "[]" ("http[].mirror"); nil for kinds
+// the generator does not read field by field. The validating webhook
+// returns them as warnings. Of the L4 routes, tcp and tls routes are
+// supported except their sourceLabels and sourceNamespace matches
+// (tcproute.go); Gateway AUTO_PASSTHROUGH and TCP servers are logged and
+// left out.
 func UnsupportedFields(kind model.Kind, spec proto.Message) []string {
-	var fs fieldSet
-	switch kind {
-	case model.KindVirtualService:
-		fs = vsFields
-	case model.KindDestinationRule:
-		fs = drFields
-	case model.KindAuthorizationPolicy:
-		fs = authzFields
-	case model.KindPeerAuthentication:
-		fs = peerAuthnFields
-	case model.KindGateway:
-		fs = gatewayFields
-	case model.KindServiceEntry:
-		fs = entryFields
-	case model.KindWorkloadEntry:
-		fs = workloadEntryFields
-	case model.KindSidecar:
-		fs = sidecarFields
-	default:
+	fs, ok := supportedFields[kind]
+	if !ok {
 		return nil
 	}
 	var out []string
