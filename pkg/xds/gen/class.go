@@ -59,7 +59,11 @@ func (c *ClassConfig) Scope() *Scope { return c.scope }
 // unit is everything generated for one service; it is reused by the next
 // generation of the class when none of its inputs changed.
 type unit struct {
-	key                                    string
+	// key names the inputs of the clusters and endpoints (the service, its
+	// endpoints and its DestinationRule); routeKey adds those of the routes
+	// (the VirtualServices of the host and what they route to). Empty
+	// means "always rebuild".
+	key, routeKey                          string
 	clusters, endpoints, listeners, routes []*Resource
 	edsRefs, routeRefs                     []string
 	svc                                    *model.Service
@@ -121,7 +125,11 @@ func (g *Generator) Class(w *model.World, p *model.Proxy, prev *ClassConfig) (ou
 	cc.Sets = map[string]*Set{}
 	for t, b := range bs {
 		errs = append(errs, b.errs...)
-		cc.Sets[t] = b.set()
+		var prevSet *Set
+		if prev != nil {
+			prevSet = prev.Sets[t]
+		}
+		cc.Sets[t] = b.setFrom(prevSet)
 	}
 	for _, err := range errs {
 		g.log.Error("generated resource left out", "class", cc.Class, "error", err)
@@ -218,29 +226,61 @@ func (c *ClassConfig) port(p int32) *portUnit {
 }
 
 // serviceUnit generates, or reuses from prev, the resources of one service.
+// A VirtualService edit changes only routeKey: the service's clusters and
+// endpoints are reused and its routes alone rebuilt, so an edit costs the
+// edited hosts, not the class (BenchmarkClassAfterEditWith100VirtualServices).
 func (g *Generator) serviceUnit(sc *Scope, svc *model.Service, prev *ClassConfig) *unit {
 	eps := sc.World.Endpoints(svc.Namespace, svc.Name)
-	hasVS := len(sc.vs[svc.Hostname]) > 0
-	key := ""
-	if !hasVS {
-		// A VirtualService may name other services; its routes are always
-		// rebuilt. Everything else depends on these objects only, and the
-		// World replaces an object when it changes.
-		key = fmt.Sprintf("%p|%p|%p", svc, eps, sc.destinationRuleConfig(svc.Hostname))
+	drc := sc.destinationRuleConfig(svc.Hostname)
+	// Everything depends on these objects only, and the World replaces an
+	// object when it changes.
+	key := fmt.Sprintf("%p|%p|%p", svc, eps, drc)
+	routeKey := key
+	if vss := sc.vs[svc.Hostname]; len(vss) > 0 {
+		routeKey = key + "|" + routeDeps(sc, vss)
 	}
-	if prev != nil && key != "" {
-		if u := prev.units[svc.Key()]; u != nil && u.key == key {
-			return u
+	var old *unit
+	if prev != nil {
+		old = prev.units[svc.Key()]
+	}
+	if old != nil && old.key == key && old.routeKey == routeKey {
+		return old
+	}
+	grpc := sc.Proxy.IsGRPC()
+	if drc != nil {
+		dr := sc.DestinationRule(svc.Hostname)
+		g.warn(drc, dr.ResourceVersion, &dr.Spec, drFields)
+	}
+	g.warnEntry(sc.World, svc, eps)
+	u := &unit{key: key, routeKey: routeKey, svc: svc}
+	if old != nil && old.key == key {
+		// Only the routes' inputs changed.
+		u.clusters, u.endpoints, u.edsRefs = old.clusters, old.endpoints, old.edsRefs
+	} else {
+		g.clusterPart(sc, svc, eps, u)
+	}
+	for _, port := range svc.Ports {
+		if port.Protocol == model.ProtocolUDP || (grpc && skipsGRPC(svc)) {
+			continue
+		}
+		if grpc {
+			name := RouteName(svc.Hostname, port.Port)
+			g.addTo(&u.listeners, name, ListenerType, apiListener(name))
+			g.addTo(&u.routes, name, RouteType, g.serviceRoute(sc, svc, port))
+			u.routeRefs = append(u.routeRefs, name)
+		} else if sc.Proxy.Type == model.ProxySidecar && port.Protocol.IsHTTP() && len(svc.Addresses) > 0 {
+			rc := g.serviceRoute(sc, svc, port, "*")
+			g.addTo(&u.routes, rc.Name, RouteType, rc)
 		}
 	}
-	u := &unit{key: key, svc: svc}
+	return u
+}
+
+// clusterPart generates the clusters and endpoints of svc into u.
+func (g *Generator) clusterPart(sc *Scope, svc *model.Service, eps *model.ServiceEndpoints, u *unit) {
 	grpc := sc.Proxy.IsGRPC()
 	subsets := sc.subsets(svc.Hostname)
 	dr := sc.DestinationRule(svc.Hostname)
-	if c := sc.destinationRuleConfig(svc.Hostname); c != nil {
-		g.warn(c, dr.ResourceVersion, &dr.Spec, drFields)
-	}
-	g.warnEntry(sc.World, svc, eps)
 	for _, port := range svc.Ports {
 		if port.Protocol == model.ProtocolUDP || (grpc && skipsGRPC(svc)) {
 			continue
@@ -262,17 +302,7 @@ func (g *Generator) serviceUnit(sc *Scope, svc *model.Service, prev *ClassConfig
 				u.edsRefs = append(u.edsRefs, name)
 			}
 		}
-		if grpc {
-			name := RouteName(svc.Hostname, port.Port)
-			g.addTo(&u.listeners, name, ListenerType, apiListener(name))
-			g.addTo(&u.routes, name, RouteType, g.serviceRoute(sc, svc, port))
-			u.routeRefs = append(u.routeRefs, name)
-		} else if sc.Proxy.Type == model.ProxySidecar && port.Protocol.IsHTTP() && len(svc.Addresses) > 0 {
-			rc := g.serviceRoute(sc, svc, port, "*")
-			g.addTo(&u.routes, rc.Name, RouteType, rc)
-		}
 	}
-	return u
 }
 
 func (g *Generator) addTo(dst *[]*Resource, name, typeURL string, m proto.Message) {
@@ -310,7 +340,7 @@ func (g *Generator) UpdateEndpoints(prev *ClassConfig, w *model.World, services 
 		eps := w.Endpoints(nn.Namespace, nn.Name)
 		nu := *u
 		nu.endpoints = nil
-		nu.key = ""
+		nu.key, nu.routeKey = "", ""
 		subsets := prev.scope.subsets(svc.Hostname)
 		for _, port := range svc.Ports {
 			if port.Protocol == model.ProtocolUDP {
