@@ -52,8 +52,10 @@ func (c *ProxyConfig) Len(typeURL string) int {
 }
 
 // Proxy adds p's own configuration to its class's. Gateways have none; a
-// proxyless gRPC workload gets the server-side listeners of its ports; a sidecar gets an inbound cluster and a
-// virtualInbound filter chain for each port of the services that select
+// proxyless gRPC workload gets the server-side listeners of its ports; a
+// sidecar gets an inbound cluster and virtualInbound filter chains for
+// each of its inbound ports: the ingress listeners of its Sidecar if that
+// has any (sidecaringress.go), else the ports of the services that select
 // its labels.
 func (g *Generator) Proxy(w *model.World, p *model.Proxy, cls *ClassConfig) (out *ProxyConfig) {
 	pc := &ProxyConfig{Class: cls, Own: map[string]*Set{}}
@@ -69,14 +71,14 @@ func (g *Generator) Proxy(w *model.World, p *model.Proxy, cls *ClassConfig) (out
 	if p.Type != model.ProxySidecar {
 		return pc
 	}
-	pc.InboundPorts = inboundPorts(w, p)
-	clusters, listeners := newBuilder(ClusterType), newBuilder(ListenerType)
-	for _, ip := range pc.InboundPorts {
-		c := inboundCluster(ip.Port)
-		clusters.add(c.Name, c)
-	}
 	sec := inboundSecurity{authz: g.authorization(w, p), mtls: g.peerAuthentication(w, p)}
-	listeners.add(VirtualInbound, virtualInbound(pc.InboundPorts, sec))
+	ports := g.inbound(w, p, sec.mtls)
+	clusters, listeners := newBuilder(ClusterType), newBuilder(ListenerType)
+	for _, ip := range ports {
+		pc.InboundPorts = append(pc.InboundPorts, ip.InboundPort)
+		clusters.add(ip.cluster.Name, ip.cluster)
+	}
+	listeners.add(VirtualInbound, inboundListener(ports, sec))
 	for _, err := range append(clusters.errs, listeners.errs...) {
 		g.log.Error("generated resource left out", "proxy", p.ID, "error", err)
 	}

@@ -30,7 +30,7 @@ type Scope struct {
 // NewScope computes what proxies of p's class see of w.
 func NewScope(w *model.World, p *model.Proxy) *Scope {
 	sc := &Scope{World: w, Proxy: p, visible: map[model.NamespacedName]bool{}, vs: map[string][]*model.Config{}, dr: map[string]*model.Config{}}
-	egress := sidecarScope(w, p.Namespace)
+	egress := sidecarScope(w, p)
 	sc.sidecar = egress
 	for _, s := range w.Services() {
 		if exportedTo(s.ExportTo, s.Namespace, p.Namespace) && egress.allows(s) {

@@ -14,42 +14,49 @@ import (
 const RootNamespace = "istio-system"
 
 // egressScope is the host filter of the Sidecar resource that applies to a
-// namespace: the union of its egress listeners' hosts, each
-// NAMESPACE/DNSNAME (NAMESPACE "." for the Sidecar's own, "*" for any, "~"
-// for none; DNSNAME "*", "*.suffix" or a name).
+// proxy: the union of its egress listeners' hosts, each NAMESPACE/DNSNAME
+// (NAMESPACE "." for the proxy's own, "*" for any, "~" for none; DNSNAME
+// "*", "*.suffix" or a name).
 type egressScope struct {
-	ns    string // the Sidecar's namespace, for "."
+	ns    string // the proxy's namespace, for "."
 	hosts [][2]string
 	// registryOnly is outboundTrafficPolicy mode REGISTRY_ONLY.
 	registryOnly bool
 	cfg          *model.Config
+	// shadowed are the other Sidecars with a workloadSelector that select
+	// the proxy too; Istio leaves that case undefined, here the oldest
+	// wins and the rest are reported.
+	shadowed []*model.Config
 }
 
-// sidecarScope finds the namespace-wide Sidecar for proxies of ns: its own
-// namespace's, else the root namespace's; nil when neither exists (every
-// exported service is visible). Sidecars with a workloadSelector are not
-// supported yet: they would make the class depend on labels.
-func sidecarScope(w *model.World, ns string) *egressScope {
-	for _, where := range []string{ns, RootNamespace} {
-		for _, c := range w.Configs(model.KindSidecar) {
-			sc, ok := c.Object.(*networkingv1.Sidecar)
-			if !ok || c.Key.Namespace != where || sc.Spec.GetWorkloadSelector() != nil {
-				continue
+// sidecarScope finds the Sidecar that applies to p (see choose in
+// classkey.go for the rule) and turns its egress listeners into a host
+// filter; nil when none applies (every exported service is visible) and
+// for gateways, to which Sidecars never apply.
+func sidecarScope(w *model.World, p *model.Proxy) *egressScope {
+	c, shadowed := indexFor(w).choose(p)
+	if c == nil {
+		return nil
+	}
+	sc := c.Object.(*networkingv1.Sidecar)
+	// "." names the namespace of the proxy, not of the Sidecar: a root
+	// namespace default with ./* limits every namespace to itself.
+	es := &egressScope{ns: p.Namespace, registryOnly: registryOnly(&sc.Spec), cfg: c, shadowed: shadowed}
+	for _, l := range sc.Spec.GetEgress() {
+		for _, h := range l.GetHosts() {
+			hns, name, ok := strings.Cut(h, "/")
+			if !ok {
+				hns, name = "*", h
 			}
-			es := &egressScope{ns: where, registryOnly: registryOnly(&sc.Spec), cfg: c}
-			for _, l := range sc.Spec.GetEgress() {
-				for _, h := range l.GetHosts() {
-					hns, name, ok := strings.Cut(h, "/")
-					if !ok {
-						hns, name = "*", h
-					}
-					es.hosts = append(es.hosts, [2]string{hns, name})
-				}
-			}
-			return es
+			es.hosts = append(es.hosts, [2]string{hns, name})
 		}
 	}
-	return nil
+	if len(sc.Spec.GetEgress()) == 0 {
+		// A Sidecar without egress listeners imports everything
+		// exported to the namespace, as Istio's default listener */* does.
+		es.hosts = [][2]string{{"*", "*"}}
+	}
+	return es
 }
 
 // allows reports whether svc passes the Sidecar's egress hosts.

@@ -1,6 +1,8 @@
 package gen
 
 import (
+	"strings"
+
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	apinetworking "istio.io/api/networking/v1alpha3"
@@ -14,8 +16,12 @@ import (
 // requests for unknown hosts on a shared port get a 502.
 
 // sidecarFields are the Sidecar fields generation honours; the others are
-// logged and counted as unsupported.
-var sidecarFields = newFieldSet("egress.hosts", "outboundTrafficPolicy.mode")
+// logged and counted as unsupported. Of the ingress fields, some values
+// are not supported (sidecarUnsupportedValues): unix domain socket
+// endpoints, captureMode NONE, TLS modes other than SIMPLE and MUTUAL.
+var sidecarFields = newFieldSet("workloadSelector", "egress.hosts", "outboundTrafficPolicy.mode",
+	"ingress.port", "ingress.bind", "ingress.captureMode", "ingress.defaultEndpoint",
+	"ingress.tls.mode", "ingress.tls.serverCertificate", "ingress.tls.privateKey", "ingress.tls.caCertificates")
 
 // RegistryOnly reports whether the class's Sidecar sets outbound traffic
 // policy REGISTRY_ONLY.
@@ -24,13 +30,24 @@ func (sc *Scope) RegistryOnly() bool {
 }
 
 // warnSidecar logs the unsupported fields of the Sidecar that applies to
-// the class, once per version.
+// the class, once per version, and the Sidecars it shadows: Istio leaves
+// the choice among several undefined, here the oldest wins.
 func (g *Generator) warnSidecar(sc *Scope) {
 	if sc.sidecar == nil || sc.sidecar.cfg == nil {
 		return
 	}
-	if s, ok := sc.sidecar.cfg.Object.(*networkingv1.Sidecar); ok {
-		g.warn(sc.sidecar.cfg, s.ResourceVersion, &s.Spec, sidecarFields)
+	s, ok := sc.sidecar.cfg.Object.(*networkingv1.Sidecar)
+	if !ok {
+		return
+	}
+	g.warn(sc.sidecar.cfg, s.ResourceVersion, &s.Spec, sidecarFields)
+	if len(sc.sidecar.shadowed) > 0 {
+		var names []string
+		for _, c := range sc.sidecar.shadowed {
+			names = append(names, c.Key.Namespace+"/"+c.Key.Name)
+		}
+		g.warnOnce(sc.sidecar.cfg, s.ResourceVersion, "shadows:"+strings.Join(names, ","),
+			"several Sidecars apply to the same workloads; the oldest is used", "ignored", names)
 	}
 }
 

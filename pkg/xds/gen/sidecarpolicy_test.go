@@ -6,6 +6,7 @@ import (
 
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	tcpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
+	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 
 	"github.com/meshplane/discovery/pkg/model"
 	"github.com/meshplane/discovery/pkg/xds/internal/worldtest"
@@ -116,14 +117,53 @@ func TestUnsupportedSidecarAndEntryFieldsAreCounted(t *testing.T) {
 	if _, err := g.Class(w, p, nil); err != nil {
 		t.Fatal(err)
 	}
-	counts := g.UnsupportedCounts()
-	if counts["Sidecar ingress"] != 1 {
-		t.Errorf("Sidecar ingress counted %v times, want 1 (all: %v)", counts["Sidecar ingress"], counts)
-	}
-	for k := range counts {
-		if strings.HasPrefix(k, "Sidecar egress") || strings.HasPrefix(k, "Sidecar outboundTrafficPolicy") {
+	for k := range g.UnsupportedCounts() {
+		if strings.HasPrefix(k, "Sidecar ") {
 			t.Errorf("supported field reported: %s", k)
 		}
+	}
+}
+
+func TestUnsupportedSidecarIngressValuesAreCounted(t *testing.T) {
+	store, err := worldtest.Decode([]byte(`apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {name: default, namespace: default, resourceVersion: "3"}
+spec:
+  inboundConnectionPool: {tcp: {maxConnections: 10}}
+  ingress:
+  - port: {number: 9080, protocol: HTTP, name: http}
+    defaultEndpoint: unix:///var/run/app.sock
+    captureMode: NONE
+  - port: {number: 9443, protocol: HTTPS, name: https}
+    defaultEndpoint: 127.0.0.1:8443
+    captureMode: IPTABLES
+    tls: {mode: ISTIO_MUTUAL, credentialName: cert}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := model.NewStore(model.StoreOptions{DomainSuffix: "cluster.local"})
+	if _, err := s.Apply(store...); err != nil {
+		t.Fatal(err)
+	}
+	g := New(quietLog())
+	p := sidecar(t, "default")
+	cc, err := g.Class(s.World(), p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Proxy(s.World(), p, cc)
+	counts := g.UnsupportedCounts()
+	for _, f := range []string{"inboundConnectionPool", "ingress.defaultEndpoint", "ingress.captureMode", "ingress.tls.mode", "ingress.tls.credentialName"} {
+		if counts["Sidecar "+f] != 1 {
+			t.Errorf("Sidecar %s counted %v times, want 1 (all: %v)", f, counts["Sidecar "+f], counts)
+		}
+	}
+	spec := s.World().Config(model.KindSidecar, "default", "default").Object.(*networkingv1.Sidecar)
+	got := strings.Join(UnsupportedFields(model.KindSidecar, &spec.Spec), ",")
+	want := "inboundConnectionPool,ingress[].tls.credentialName,ingress[].captureMode,ingress[].defaultEndpoint,ingress[].tls.mode"
+	if got != want {
+		t.Errorf("webhook warnings %q, want %q", got, want)
 	}
 }
 

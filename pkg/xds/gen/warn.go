@@ -90,7 +90,7 @@ func (g *Generator) warn(c *model.Config, resourceVersion string, spec proto.Mes
 	if _, done := g.warns.once.LoadOrStore(key, true); done {
 		return
 	}
-	fields := unsupportedFields(spec, fs)
+	fields := append(unsupportedFields(spec, fs), unsupportedValues(c.Key.Kind, spec)...)
 	if len(fields) == 0 {
 		return
 	}
@@ -174,6 +174,20 @@ var supportedFields = map[model.Kind]fieldSet{
 	model.KindSidecar:             sidecarFields,
 }
 
+// valueChecks are, per kind, the supported fields whose value may still
+// be unsupported (Sidecar ingress captureMode NONE); they are reported
+// like unsupported fields.
+var valueChecks = map[model.Kind]func(proto.Message) []string{
+	model.KindSidecar: sidecarUnsupportedValues,
+}
+
+func unsupportedValues(kind model.Kind, spec proto.Message) []string {
+	if check := valueChecks[kind]; check != nil {
+		return check(spec)
+	}
+	return nil
+}
+
 // UnsupportedFields lists the fields of an Istio spec that generation
 // ignores, list indexes written as "[]" ("http[].mirror"); nil for kinds
 // the generator does not read field by field. The validating webhook
@@ -188,7 +202,7 @@ func UnsupportedFields(kind model.Kind, spec proto.Message) []string {
 	}
 	var out []string
 	seen := map[string]bool{}
-	for _, f := range unsupportedFields(spec, fs) {
+	for _, f := range append(unsupportedFields(spec, fs), unsupportedValues(kind, spec)...) {
 		f = emptyIndexes(f)
 		if !seen[f] {
 			seen[f] = true
