@@ -331,6 +331,7 @@ func (g *Generator) UpdateEndpoints(prev *ClassConfig, w *model.World, services 
 		cc.units[k] = u
 	}
 	var changed []string
+	added := false
 	for _, nn := range services {
 		u := prev.units[nn]
 		if u == nil || !usesEDS(u.svc) {
@@ -353,6 +354,7 @@ func (g *Generator) UpdateEndpoints(prev *ClassConfig, w *model.World, services 
 		}
 		for _, r := range nu.endpoints {
 			if old := next[r.Name]; old == nil || old.Hash != r.Hash {
+				added = added || old == nil
 				next[r.Name] = r
 				changed = append(changed, r.Name)
 			}
@@ -363,8 +365,12 @@ func (g *Generator) UpdateEndpoints(prev *ClassConfig, w *model.World, services 
 	for t, s := range prev.Sets {
 		sets[t] = s
 	}
-	if len(changed) > 0 {
+	switch {
+	case added:
 		sets[EndpointType] = NewSet(EndpointType, next)
+	case len(changed) > 0:
+		// Same names: no need to sort them again.
+		sets[EndpointType] = newSetSorted(EndpointType, next, eds.Names)
 	}
 	cc.Sets = sets
 	sort.Strings(changed)

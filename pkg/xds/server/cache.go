@@ -64,7 +64,8 @@ func (wt watcher) CreateDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Subscr
 	// An answer that changes no subscription needs no look at an unchanged
 	// configuration.
 	quiet := req.GetResponseNonce() != "" && len(req.GetResourceNamesSubscribe()) == 0 &&
-		len(req.GetResourceNamesUnsubscribe()) == 0 && c.cfg != nil && knownType(t) && c.checked[t] == c.cfg.Version(t)
+		len(req.GetResourceNamesUnsubscribe()) == 0 && c.cfg != nil && knownType(t) &&
+		c.dsynced[t] && len(c.dpending[t]) == 0
 	if !quiet && c.respondDelta(w, nil) {
 		return func() {}, nil
 	}

@@ -86,14 +86,21 @@ type conn struct {
 	checked     map[string]string              // config version last compared in full, by type
 	prevVersion map[string]string              // config version before the latest setConfig, by type
 	inflight    map[string]*inflight           // sotw responses not yet seen sent, by type
-	started     map[string]bool                // delta types requested at least once
-	reqs        map[string]any                 // outstanding request pointers, by type
-	status      map[string]*typeStatus
-	answers     answered  // what each ACK or NACK answers, for the Observer (verdict.go)
-	unanswered  int       // pushes with no open watch to answer
-	pushFirst   time.Time // first change of the push being delivered
-	closed      bool
-	secrets     secretState // gateway credentials (sds.go)
+	// Delta streams: dsynced[t] is set when the versions the stream has
+	// returned are right for every name of t except those in dpending[t],
+	// the names changed by pushes that found no open watch. A push or an
+	// ACK then looks at those names only, not at every resource the proxy
+	// holds (thousands of endpoint names per proxy at 1,000 services).
+	dsynced    map[string]bool
+	dpending   map[string]map[string]struct{}
+	started    map[string]bool // delta types requested at least once
+	reqs       map[string]any  // outstanding request pointers, by type
+	status     map[string]*typeStatus
+	answers    answered  // what each ACK or NACK answers, for the Observer (verdict.go)
+	unanswered int       // pushes with no open watch to answer
+	pushFirst  time.Time // first change of the push being delivered
+	closed     bool
+	secrets    secretState // gateway credentials (sds.go)
 }
 
 func newConn(s *Server, key streamKey, ctl *streamCtl) *conn {
@@ -102,6 +109,7 @@ func newConn(s *Server, key streamKey, ctl *streamCtl) *conn {
 		sotw: map[string]*sotwWatch{}, delta: map[string]*deltaWatch{},
 		subs: map[string]map[string]struct{}{}, wildcard: map[string]bool{}, checked: map[string]string{},
 		prevVersion: map[string]string{}, inflight: map[string]*inflight{}, started: map[string]bool{},
+		dsynced: map[string]bool{}, dpending: map[string]map[string]struct{}{},
 		reqs: map[string]any{}, status: map[string]*typeStatus{},
 	}
 }
@@ -191,6 +199,9 @@ func (c *conn) respondSotw(w *sotwWatch, dirty []string) bool {
 	wildcard := w.sub.IsWildcard()
 	subscribed := w.sub.SubscribedResources()
 	version := c.cfg.Version(t)
+	if t == gen.ListenerType || t == gen.ClusterType {
+		dirty = nil // every response carries the whole state
+	}
 	each := func(fn func(name string)) {
 		switch {
 		case dirty != nil:
@@ -294,6 +305,17 @@ func (c *conn) respondDelta(w *deltaWatch, dirty []string) bool {
 	wildcard := w.sub.IsWildcard()
 	subscribed := w.sub.SubscribedResources()
 	version := c.cfg.Version(t)
+	switch {
+	case !c.dsynced[t]:
+		dirty = nil // nothing known: compare in full
+	case dirty != nil && len(c.dpending[t]) > 0:
+		dirty = withPending(dirty, c.dpending[t])
+	case dirty == nil && len(c.dpending[t]) > 0 && w.req.GetResponseNonce() != "" &&
+		len(w.req.GetResourceNamesSubscribe())+len(w.req.GetResourceNamesUnsubscribe()) == 0:
+		// An ACK after pushes that found no open watch: only what they
+		// changed.
+		dirty = withPending(nil, c.dpending[t])
+	}
 	var send []*gen.Resource
 	var removed []string
 	visit := func(n string) {
@@ -332,6 +354,10 @@ func (c *conn) respondDelta(w *deltaWatch, dirty []string) bool {
 	if dirty == nil || c.checked[t] == c.prevVersion[t] {
 		c.checked[t] = version
 	}
+	// From here the stream is right for every name but those the
+	// response carries, which it returns below.
+	c.dsynced[t] = true
+	delete(c.dpending, t)
 	if len(send) == 0 && len(removed) == 0 && !initial {
 		return false
 	}
@@ -343,6 +369,7 @@ func (c *conn) respondDelta(w *deltaWatch, dirty []string) bool {
 	}
 	resp := &discovery.DeltaDiscoveryResponse{SystemVersionInfo: version, TypeUrl: t, Resources: res, RemovedResources: removed}
 	if !c.deliverDelta(w, resp, returned) {
+		c.dsynced[t] = false
 		return false
 	}
 	for _, r := range send {
@@ -438,6 +465,9 @@ func (c *conn) setConfig(cfg *gen.ProxyConfig, dirty map[string][]string, first 
 			}
 			continue
 		}
+		if c.key.delta && knownType(t) {
+			c.deferDelta(t, names)
+		}
 		if st := c.status[t]; st != nil && st.pending {
 			stalled = true
 		}
@@ -451,6 +481,42 @@ func (c *conn) setConfig(cfg *gen.ProxyConfig, dirty map[string][]string, first 
 			c.ctl.kill("the proxy did not acknowledge configuration in time")
 		}
 	}
+}
+
+// deferDelta records names of t changed while the delta stream had no open
+// watch (nil: unknown, compare in full next time). Called with c.mu held.
+func (c *conn) deferDelta(t string, names []string) {
+	if names == nil || !c.dsynced[t] {
+		c.dsynced[t] = false
+		delete(c.dpending, t)
+		return
+	}
+	p := c.dpending[t]
+	if p == nil {
+		p = make(map[string]struct{}, len(names))
+		c.dpending[t] = p
+	}
+	for _, n := range names {
+		p[n] = struct{}{}
+	}
+}
+
+// withPending returns dirty plus the pending names not already in it.
+func withPending(dirty []string, pending map[string]struct{}) []string {
+	out := make([]string, 0, len(dirty)+len(pending))
+	seen := make(map[string]struct{}, len(dirty))
+	for _, n := range dirty {
+		if _, dup := seen[n]; !dup {
+			seen[n] = struct{}{}
+			out = append(out, n)
+		}
+	}
+	for n := range pending {
+		if _, dup := seen[n]; !dup {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 func anys(rs []*gen.Resource) []*anypb.Any {

@@ -234,10 +234,12 @@ func changedSince(prev, next *gen.ProxyConfig) map[string][]string {
 		if prev.Version(t) == next.Version(t) {
 			continue
 		}
-		if setVersion(prev.Own[t]) != setVersion(next.Own[t]) || t == gen.ClusterType || t == gen.ListenerType {
-			out[t] = nil // full-state type or own part changed: compare in full
+		if setVersion(prev.Own[t]) != setVersion(next.Own[t]) {
+			out[t] = nil // own part changed: compare in full
 			continue
 		}
+		// State-of-the-world Cluster and Listener responses carry every
+		// resource whatever the names (respondSotw); delta ones only these.
 		out[t] = next.Class.Changed[t]
 	}
 	return out

@@ -1,0 +1,64 @@
+package server
+
+import (
+	"testing"
+	"time"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+
+	"github.com/meshplane/discovery/pkg/model"
+	"github.com/meshplane/discovery/pkg/xds/gen"
+	"github.com/meshplane/discovery/pkg/xds/internal/worldtest"
+)
+
+// TestDeltaChangesWhileUnanswered: changes pushed while a delta stream has
+// not answered its last response are sent when it does, and only they: the
+// service added since (its clusters), the one added and removed since (its
+// removal), not the whole state.
+func TestDeltaChangesWhileUnanswered(t *testing.T) {
+	store := meshStore(t, 2)
+	ts := startServer(t, store)
+	c := newDeltaClient(t, ts)
+	c.send(&discovery.DeltaDiscoveryRequest{Node: node(sidecarID, nil), TypeUrl: gen.ClusterType})
+	r := c.next()
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: gen.ClusterType, ResponseNonce: r.GetNonce()})
+
+	apply(t, store, worldtest.Service("ns-0", "x", "10.96.8.1"))
+	rx := c.next()
+	if got := joined(deltaNames(rx)); got != "outbound|7070||x.ns-0.svc.cluster.local,outbound|80||x.ns-0.svc.cluster.local" {
+		t.Fatalf("adding x sent %q", got)
+	}
+	// Not answered yet: these two pushes find no open watch.
+	apply(t, store, worldtest.Service("ns-0", "y", "10.96.8.2"))
+	holds := func(name string) func() bool {
+		return func() bool {
+			found := false
+			ts.s.conns.Range(func(_, v any) bool {
+				c := v.(*conn)
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				found = c.cfg != nil && c.cfg.Get(gen.ClusterType, name) != nil
+				return false
+			})
+			return found
+		}
+	}
+	eventually(t, "the push adding y to reach the stream", holds("outbound|80||y.ns-0.svc.cluster.local"))
+	apply(t, store, model.Event{Op: model.OpDelete, Key: model.Key{Kind: model.KindService, Namespace: "ns-0", Name: "x"}})
+	eventually(t, "the push removing x to reach the stream", func() bool { return !holds("outbound|80||x.ns-0.svc.cluster.local")() })
+
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: gen.ClusterType, ResponseNonce: rx.GetNonce()})
+	select {
+	case r := <-c.recv:
+		if got := joined(deltaNames(r)); got != "outbound|7070||y.ns-0.svc.cluster.local,outbound|80||y.ns-0.svc.cluster.local" {
+			t.Errorf("after the ACK the server sent %q, want y's two clusters only", got)
+		}
+		if got := joined(r.GetRemovedResources()); got != "outbound|7070||x.ns-0.svc.cluster.local,outbound|80||x.ns-0.svc.cluster.local" {
+			t.Errorf("after the ACK the server removed %q, want x's two clusters", got)
+		}
+	case err := <-c.errc:
+		t.Fatalf("stream ended: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the changes made while the proxy had not answered were never sent")
+	}
+}
