@@ -140,31 +140,32 @@ func checkVirtualServices(ctx context.Context, t *testing.T, env *testenv.Env) {
 	cfg := rest.CopyConfig(env.Config)
 	cfg.WarningHandler = warnings
 	vs := dynamic.NewForConfigOrDie(cfg).Resource(model.KindVirtualService.GroupVersionResource()).Namespace("mesh")
-	invalid := virtualService("no-hosts", map[string]any{"http": []any{route("reviews")}})
+	// Without hosts it is a delegate, which may have http routes only.
+	invalid := virtualService("delegate-with-tcp", map[string]any{"tcp": []any{route("reviews")}})
 	var last error
-	poll(t, "the API server refuses a VirtualService without hosts", func() (bool, string) {
+	poll(t, "the API server refuses a delegate VirtualService with tcp routes", func() (bool, string) {
 		_, last = vs.Create(ctx, invalid, metav1.CreateOptions{})
 		if last == nil { // created before the webhook was in force: try again
-			_ = vs.Delete(ctx, "no-hosts", metav1.DeleteOptions{})
+			_ = vs.Delete(ctx, "delegate-with-tcp", metav1.DeleteOptions{})
 			return false, "created"
 		}
-		return strings.Contains(last.Error(), "a VirtualService must have at least one host"), last.Error()
+		return strings.Contains(last.Error(), "must have no tcp routes"), last.Error()
 	})
 	if !strings.Contains(last.Error(), "admission webhook") {
 		t.Errorf("refusal does not come from the webhook: %v", last)
 	}
 	// Valid, but with a field the generator does not act on yet: stored,
 	// with a warning the client sees.
-	valid := virtualService("with-source-labels", map[string]any{
+	valid := virtualService("with-stat-prefix", map[string]any{
 		"hosts": []any{"reviews"},
-		"http": []any{map[string]any{"match": []any{map[string]any{"sourceLabels": map[string]any{"app": "web"}}},
+		"http": []any{map[string]any{"match": []any{map[string]any{"statPrefix": "web"}},
 			"route": []any{map[string]any{"destination": map[string]any{"host": "reviews"}}}}},
 	})
 	if _, err := vs.Create(ctx, valid, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("valid VirtualService refused: %v", err)
 	}
-	if !warnings.has("sourceLabels: this field is not supported by discovery yet") {
-		t.Errorf("no warning about sourceLabels; warnings: %q", warnings.all())
+	if !warnings.has("statPrefix: this field is not supported by discovery yet") {
+		t.Errorf("no warning about statPrefix; warnings: %q", warnings.all())
 	}
 }
 

@@ -66,11 +66,11 @@ func TestHandler(t *testing.T) {
 	if !good.Allowed {
 		t.Fatalf("valid VirtualService refused: %+v", good.Result)
 	}
-	bad := response(t, serve(h, review(t, vsHead+"spec: {http: [{route: [{destination: {host: a}}]}]}"), "application/json"))
-	if bad.Allowed || !strings.Contains(bad.Result.Message, "at least one host") {
+	bad := response(t, serve(h, review(t, vsHead+"spec: {tcp: [{route: [{destination: {host: a}}]}]}"), "application/json"))
+	if bad.Allowed || !strings.Contains(bad.Result.Message, "must have no tcp routes") {
 		t.Fatalf("invalid VirtualService: %+v", bad)
 	}
-	warned := response(t, serve(h, review(t, vsHead+"spec: {hosts: [a], http: [{match: [{sourceLabels: {app: b}}], route: [{destination: {host: a}}]}]}"), "application/json"))
+	warned := response(t, serve(h, review(t, vsHead+"spec: {hosts: [a], http: [{match: [{statPrefix: b}], route: [{destination: {host: a}}]}]}"), "application/json"))
 	if !warned.Allowed || len(warned.Warnings) != 1 {
 		t.Fatalf("want allowed with one warning, got %+v", warned)
 	}

@@ -43,9 +43,23 @@ func TestValidate(t *testing.T) {
     - {destination: {host: reviews, subset: v1}, weight: 80}
     - {destination: {host: reviews, subset: v2, port: {number: 9080}}, weight: 20}`,
 		},
-		"rejects a VirtualService without hosts": {
-			doc:     vsHead + "spec:\n  http: [{route: [{destination: {host: reviews}}]}]",
-			problem: "spec.hosts: a VirtualService must have at least one host",
+		"accepts a delegate VirtualService (no hosts)": {
+			doc: vsHead + "spec:\n  exportTo: [bookinfo]\n  http: [{match: [{uri: {prefix: /reviews/v2}}], route: [{destination: {host: reviews}}]}]",
+		},
+		"rejects a delegate VirtualService with tcp routes": {
+			doc:     vsHead + "spec:\n  tcp: [{route: [{destination: {host: reviews}}]}]",
+			problem: "spec.tcp: a delegate VirtualService (no hosts) must have no tcp routes",
+		},
+		"rejects a delegate VirtualService with gateways": {
+			doc:     vsHead + "spec:\n  gateways: [edge]\n  http: [{route: [{destination: {host: reviews}}]}]",
+			problem: "spec.gateways: a delegate VirtualService (no hosts) must have no gateways",
+		},
+		"rejects a delegate VirtualService that delegates again": {
+			doc:     vsHead + "spec:\n  http: [{delegate: {name: other}}]",
+			problem: "spec.http[0].delegate: a delegate VirtualService (no hosts) cannot delegate again",
+		},
+		"accepts a root VirtualService delegating a route": {
+			doc: vsHead + "spec:\n  hosts: [reviews]\n  http: [{match: [{uri: {prefix: /reviews}}], delegate: {name: reviews-routes, namespace: team}}]",
 		},
 		"rejects weights that add up to 90": {
 			doc: vsHead + `spec:
@@ -71,15 +85,14 @@ func TestValidate(t *testing.T) {
 		"rejects a destination port out of range": {
 			doc:     vsHead + "spec:\n  hosts: [reviews]\n  tcp: [{match: [{sourceLabels: {app: a}}], route: [{destination: {host: reviews, port: {number: 70000}}}]}]",
 			problem: "port 70000 is not in 1-65535",
-			warning: "spec.tcp[].match[].sourceLabels: this field is not supported by discovery yet",
 		},
 		"rejects an unknown field": {
 			doc:     vsHead + "spec:\n  hosts: [reviews]\n  htp: []",
 			problem: `unknown field "htp"`,
 		},
 		"warns about a field the generator ignores": {
-			doc:     vsHead + "spec:\n  hosts: [reviews]\n  http: [{match: [{sourceLabels: {app: a}}], route: [{destination: {host: reviews}}]}]",
-			warning: "spec.http[].match[].sourceLabels: this field is not supported by discovery yet",
+			doc:     vsHead + "spec:\n  hosts: [reviews]\n  http: [{match: [{sourceLabels: {app: a}, statPrefix: s}], route: [{destination: {host: reviews}}]}]",
+			warning: "spec.http[].match[].statPrefix: this field is not supported by discovery yet",
 		},
 		"rejects a DestinationRule subset without a name": {
 			doc:     "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: d}\nspec:\n  host: reviews\n  subsets: [{labels: {version: v1}}]",

@@ -11,8 +11,9 @@ import (
 
 func checkVirtualService(m proto.Message, p *problems) {
 	vs := m.(*networking.VirtualService)
-	if len(vs.Hosts) == 0 {
-		p.add("spec.hosts", "a VirtualService must have at least one host")
+	delegate := len(vs.Hosts) == 0
+	if delegate {
+		checkDelegate(p, vs)
 	}
 	for i, h := range vs.Hosts {
 		checkHost(p, at("spec.hosts", i), h)
@@ -27,6 +28,9 @@ func checkVirtualService(m proto.Message, p *problems) {
 	}
 	for i, r := range vs.Http {
 		checkHTTPRoute(p, at("spec.http", i), r)
+		if delegate && r.Delegate != nil {
+			p.add(at("spec.http", i)+".delegate", "a delegate VirtualService (no hosts) cannot delegate again")
+		}
 	}
 	for i, r := range vs.Tcp {
 		checkRouteDestinations(p, at("spec.tcp", i)+".route", r.Route)
@@ -45,6 +49,21 @@ func checkVirtualService(m proto.Message, p *problems) {
 			}
 		}
 		checkRouteDestinations(p, path+".route", r.Route)
+	}
+}
+
+// checkDelegate applies Istio's rules for a VirtualService without hosts,
+// which is a delegate: only http routes, bound through its root, so no
+// gateways of its own.
+func checkDelegate(p *problems, vs *networking.VirtualService) {
+	if len(vs.Gateways) > 0 {
+		p.add("spec.gateways", "a delegate VirtualService (no hosts) must have no gateways")
+	}
+	if len(vs.Tcp) > 0 {
+		p.add("spec.tcp", "a delegate VirtualService (no hosts) must have no tcp routes")
+	}
+	if len(vs.Tls) > 0 {
+		p.add("spec.tls", "a delegate VirtualService (no hosts) must have no tls routes")
 	}
 }
 

@@ -1,7 +1,6 @@
 package gen
 
 import (
-	"sort"
 	"strings"
 
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
@@ -18,9 +17,18 @@ type Scope struct {
 	// Services are the visible services, sorted by namespace and name.
 	Services []*model.Service
 	visible  map[model.NamespacedName]bool
-	// vs maps a host to the VirtualServices that route it, in precedence
-	// order (the proxy's namespace first, then by namespace and name).
+	// vs maps a host to the VirtualServices that name it, in precedence
+	// order (vsscope.go); a service host without one for sidecars also
+	// gets the first sidecar VirtualService of the most specific wildcard
+	// covering it.
 	vs map[string][]*model.Config
+	// vsRank is each VirtualService's place in precedence order.
+	vsRank map[*model.Config]int
+	// vsWild are the wildcard hosts of vs, most specific first.
+	vsWild []string
+	// delegations are the http routes of root VirtualServices with their
+	// delegates merged in.
+	delegations map[*model.Config]*delegation
 	// dr maps a host to its DestinationRule.
 	dr map[string]*model.Config
 	// sidecar is the Sidecar that applies to the class, or nil.
@@ -38,24 +46,7 @@ func NewScope(w *model.World, p *model.Proxy) *Scope {
 			sc.visible[s.Key()] = true
 		}
 	}
-	var vss []*model.Config
-	for _, c := range w.Configs(model.KindVirtualService) {
-		vs, ok := c.Object.(*networkingv1.VirtualService)
-		if ok && exportedTo(vs.Spec.GetExportTo(), c.Key.Namespace, p.Namespace) {
-			vss = append(vss, c)
-		}
-	}
-	// The proxy's own namespace takes precedence, as in Istio.
-	sort.SliceStable(vss, func(i, j int) bool {
-		return vss[i].Key.Namespace == p.Namespace && vss[j].Key.Namespace != p.Namespace
-	})
-	for _, c := range vss {
-		vs := c.Object.(*networkingv1.VirtualService)
-		for _, h := range vs.Spec.GetHosts() {
-			host := ResolveHost(h, c.Key.Namespace, w.DomainSuffix)
-			sc.vs[host] = append(sc.vs[host], c)
-		}
-	}
+	sc.indexVirtualServices()
 	for _, c := range w.Configs(model.KindDestinationRule) {
 		dr, ok := c.Object.(*networkingv1.DestinationRule)
 		if !ok || !exportedTo(dr.Spec.GetExportTo(), c.Key.Namespace, p.Namespace) {
@@ -73,7 +64,8 @@ func NewScope(w *model.World, p *model.Proxy) *Scope {
 func (sc *Scope) Visible(nn model.NamespacedName) bool { return sc.visible[nn] }
 
 // VirtualServices returns the VirtualServices for host that apply to the
-// gateway or, for "mesh", to sidecars, in precedence order.
+// gateway or, for "mesh", to sidecars, in precedence order. For "mesh", a
+// host without one of its own gets the wildcard one that covers it.
 func (sc *Scope) VirtualServices(host, gateway string) []*model.Config {
 	var out []*model.Config
 	for _, c := range sc.vs[host] {
@@ -101,11 +93,8 @@ func appliesTo(c *model.Config, gateway string) bool {
 		return gateway == "mesh"
 	}
 	for _, g := range gws {
-		if g == gateway {
-			return true
-		}
 		// A gateway named without a namespace lives in the VirtualService's.
-		if !strings.Contains(g, "/") && g != "mesh" && c.Key.Namespace+"/"+g == gateway {
+		if resolveGatewayName(g, c.Key.Namespace) == gateway {
 			return true
 		}
 	}

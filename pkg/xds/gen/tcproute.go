@@ -29,16 +29,21 @@ import (
 //	                        VirtualServices, server_names = the sniHosts the
 //	                        server's hosts allow (gatewaytls.go)
 //
-// sourceLabels and sourceNamespace are reported as unsupported and ignored
-// (a match holds whatever the client); so are gateway TCP servers and
-// AUTO_PASSTHROUGH. A sidecar uses the first VirtualService of a host, as
-// for http routes.
+// A sidecar goes through the tcp and tls routes of every VirtualService
+// naming the host or a wildcard covering it, in precedence order
+// (vsscope.go), as Istio does. A match holds for a sidecar only when its
+// sourceLabels are among the proxy's pod labels and its sourceNamespace
+// is the proxy's (Istio's matchTCP and matchTLS); at gateways those two
+// are not applied yet. Gateway TCP servers and AUTO_PASSTHROUGH are
+// reported and left out.
 
 // l4Match is what L4MatchAttributes and TLSMatchAttributes share.
 type l4Match interface {
 	GetPort() uint32
 	GetGateways() []string
 	GetDestinationSubnets() []string
+	GetSourceLabels() map[string]string
+	GetSourceNamespace() string
 }
 
 // l4Holds reports whether m applies to port and gateway ("mesh" for
@@ -51,6 +56,15 @@ func l4Holds(m l4Match, ns string, port int32, gateway string) bool {
 		return false
 	}
 	return len(m.GetGateways()) == 0 || matchesGateway(m.GetGateways(), ns, gateway)
+}
+
+// l4HoldsFor is l4Holds for a sidecar p: the match's sourceLabels and
+// sourceNamespace must select p too.
+func l4HoldsFor(m l4Match, ns string, port int32, p *model.Proxy) bool {
+	if m == nil {
+		return true
+	}
+	return l4Holds(m, ns, port, "mesh") && sourceHolds(m.GetSourceLabels(), m.GetSourceNamespace(), p)
 }
 
 // subnetsContain reports whether one of subnets (CIDRs or addresses)
@@ -120,29 +134,25 @@ func tcpRouteFilter(sc *Scope, ns string, rds []*networking.RouteDestination, ho
 	}
 }
 
-// meshVS returns the VirtualService a sidecar uses for host (the first),
-// reporting the others and the VirtualService's unsupported fields.
-func (g *Generator) meshVS(sc *Scope, host string) *model.Config {
-	vss := sc.VirtualServices(host, "mesh")
-	if len(vss) == 0 {
-		return nil
+// meshL4VirtualServices are the VirtualServices whose tcp and tls routes
+// a sidecar goes through for host, their unsupported fields reported.
+func (g *Generator) meshL4VirtualServices(sc *Scope, host string) []*model.Config {
+	vss := sc.l4VirtualServices(host)
+	for _, c := range vss {
+		vs := c.Object.(*networkingv1.VirtualService)
+		g.warn(c, vs.ResourceVersion, &vs.Spec, vsFields)
 	}
-	if len(vss) > 1 {
-		g.warnShadowed(vss, host)
-	}
-	vs := vss[0].Object.(*networkingv1.VirtualService)
-	g.warn(vss[0], vs.ResourceVersion, &vs.Spec, vsFields)
-	return vss[0]
+	return vss
 }
 
 // meshTCPFilter is the tcp_proxy of a sidecar's chain for a TCP service
-// port: the first tcp route of the host's VirtualService that holds, else
+// port: the first tcp route of the host's VirtualServices that holds, else
 // the port's default cluster.
 func (g *Generator) meshTCPFilter(sc *Scope, svc *model.Service, port int32) *listenerv3.Filter {
-	if c := g.meshVS(sc, svc.Hostname); c != nil {
+	for _, c := range g.meshL4VirtualServices(sc, svc.Hostname) {
 		vs := c.Object.(*networkingv1.VirtualService)
 		for _, r := range vs.Spec.GetTcp() {
-			if !tcpRouteHolds(r, c.Key.Namespace, port, svc.Addresses) {
+			if !tcpRouteHolds(r, c.Key.Namespace, port, svc.Addresses, sc.Proxy) {
 				continue
 			}
 			if f := tcpRouteFilter(sc, c.Key.Namespace, r.GetRoute(), svc.Hostname, port); f != nil {
@@ -154,12 +164,12 @@ func (g *Generator) meshTCPFilter(sc *Scope, svc *model.Service, port int32) *li
 	return tcpFilter(cluster, cluster)
 }
 
-func tcpRouteHolds(r *networking.TCPRoute, ns string, port int32, addrs []string) bool {
+func tcpRouteHolds(r *networking.TCPRoute, ns string, port int32, addrs []string, p *model.Proxy) bool {
 	if len(r.GetMatch()) == 0 {
 		return true
 	}
 	for _, m := range r.GetMatch() {
-		if l4Holds(m, ns, port, "mesh") && subnetsContain(m.GetDestinationSubnets(), addrs) {
+		if l4HoldsFor(m, ns, port, p) && subnetsContain(m.GetDestinationSubnets(), addrs) {
 			return true
 		}
 	}
@@ -238,29 +248,8 @@ func isTLS(p model.Protocol) bool { return p == model.ProtocolHTTPS || p == mode
 func (g *Generator) meshTLSChains(sc *Scope, svc *model.Service, port int32, claims chainClaims) []*listenerv3.FilterChain {
 	var out []*listenerv3.FilterChain
 	base := RouteName(svc.Hostname, port)
-	if c := g.meshVS(sc, svc.Hostname); c != nil {
-		vs := c.Object.(*networkingv1.VirtualService)
-		for i, r := range vs.Spec.GetTls() {
-			f := tcpRouteFilter(sc, c.Key.Namespace, r.GetRoute(), svc.Hostname, port)
-			if f == nil {
-				continue
-			}
-			for j, m := range r.GetMatch() {
-				if !l4Holds(m, c.Key.Namespace, port, "mesh") || len(m.GetSniHosts()) == 0 {
-					continue
-				}
-				subnets := m.GetDestinationSubnets()
-				if len(subnets) == 0 {
-					subnets = svc.Addresses
-				}
-				match := &listenerv3.FilterChainMatch{ServerNames: sortedCopy(m.GetSniHosts()), PrefixRanges: addressRanges(subnets)}
-				if claims.claim(match) {
-					out = append(out, &listenerv3.FilterChain{
-						Name: base + "|tls." + itoa(int32(i)) + "." + itoa(int32(j)), FilterChainMatch: match, Filters: []*listenerv3.Filter{f},
-					})
-				}
-			}
-		}
+	for i, c := range g.meshL4VirtualServices(sc, svc.Hostname) {
+		out = append(out, meshTLSRouteChains(sc, c, i > 0, svc, port, claims)...)
 	}
 	if len(out) > 0 {
 		return out
@@ -276,6 +265,40 @@ func (g *Generator) meshTLSChains(sc *Scope, svc *model.Service, port int32, cla
 	return []*listenerv3.FilterChain{{Name: base, FilterChainMatch: match, Filters: []*listenerv3.Filter{tcpFilter(cluster, cluster)}}}
 }
 
+// meshTLSRouteChains are the filter chains of one VirtualService's tls
+// routes for a sidecar's TLS service port; the chains of a VirtualService
+// after the first carry its name ("|ns/name"), to stay unique.
+func meshTLSRouteChains(sc *Scope, c *model.Config, later bool, svc *model.Service, port int32, claims chainClaims) []*listenerv3.FilterChain {
+	vs := c.Object.(*networkingv1.VirtualService)
+	base := RouteName(svc.Hostname, port)
+	if later {
+		base += "|" + c.Key.Namespace + "/" + c.Key.Name
+	}
+	var out []*listenerv3.FilterChain
+	for i, r := range vs.Spec.GetTls() {
+		f := tcpRouteFilter(sc, c.Key.Namespace, r.GetRoute(), svc.Hostname, port)
+		if f == nil {
+			continue
+		}
+		for j, m := range r.GetMatch() {
+			if !l4HoldsFor(m, c.Key.Namespace, port, sc.Proxy) || len(m.GetSniHosts()) == 0 {
+				continue
+			}
+			subnets := m.GetDestinationSubnets()
+			if len(subnets) == 0 {
+				subnets = svc.Addresses
+			}
+			match := &listenerv3.FilterChainMatch{ServerNames: sortedCopy(m.GetSniHosts()), PrefixRanges: addressRanges(subnets)}
+			if claims.claim(match) {
+				out = append(out, &listenerv3.FilterChain{
+					Name: base + "|tls." + itoa(int32(i)) + "." + itoa(int32(j)), FilterChainMatch: match, Filters: []*listenerv3.Filter{f},
+				})
+			}
+		}
+	}
+	return out
+}
+
 func sortedCopy(s []string) []string {
 	out := append([]string(nil), s...)
 	sort.Strings(out)
@@ -287,7 +310,7 @@ func sortedCopy(s []string) []string {
 // then depends on VirtualServices as well as services.
 func hasL4Routes(sc *Scope, svcs []*model.Service) bool {
 	for _, svc := range svcs {
-		for _, c := range sc.VirtualServices(svc.Hostname, "mesh") {
+		for _, c := range sc.l4VirtualServices(svc.Hostname) {
 			vs := c.Object.(*networkingv1.VirtualService)
 			if len(vs.Spec.GetTcp()) > 0 || len(vs.Spec.GetTls()) > 0 {
 				return true

@@ -70,18 +70,27 @@ func TestTCPRouteHolds(t *testing.T) {
 		match []*networking.L4MatchAttributes
 		want  bool
 	}{
-		"a route without matches holds":            {want: true},
-		"a match on another port does not hold":    {match: []*networking.L4MatchAttributes{{Port: 81}}, want: false},
-		"a match on the port holds":                {match: []*networking.L4MatchAttributes{{Port: 80}}, want: true},
-		"a subnet holding the address holds":       {match: []*networking.L4MatchAttributes{{DestinationSubnets: []string{"10.96.0.0/16"}}}, want: true},
-		"a subnet elsewhere does not hold":         {match: []*networking.L4MatchAttributes{{DestinationSubnets: []string{"192.168.0.0/16", "bad"}}}, want: false},
-		"a single address as subnet holds":         {match: []*networking.L4MatchAttributes{{DestinationSubnets: []string{"10.96.0.5"}}}, want: true},
-		"a match for a gateway only does not hold": {match: []*networking.L4MatchAttributes{{Gateways: []string{"edge"}}}, want: false},
-		"any of several matches holding is enough": {match: []*networking.L4MatchAttributes{{Port: 81}, {Gateways: []string{"mesh"}}}, want: true},
+		"a route without matches holds":              {want: true},
+		"a match on another port does not hold":      {match: []*networking.L4MatchAttributes{{Port: 81}}, want: false},
+		"a match on the port holds":                  {match: []*networking.L4MatchAttributes{{Port: 80}}, want: true},
+		"a subnet holding the address holds":         {match: []*networking.L4MatchAttributes{{DestinationSubnets: []string{"10.96.0.0/16"}}}, want: true},
+		"a subnet elsewhere does not hold":           {match: []*networking.L4MatchAttributes{{DestinationSubnets: []string{"192.168.0.0/16", "bad"}}}, want: false},
+		"a single address as subnet holds":           {match: []*networking.L4MatchAttributes{{DestinationSubnets: []string{"10.96.0.5"}}}, want: true},
+		"a match for a gateway only does not hold":   {match: []*networking.L4MatchAttributes{{Gateways: []string{"edge"}}}, want: false},
+		"any of several matches holding is enough":   {match: []*networking.L4MatchAttributes{{Port: 81}, {Gateways: []string{"mesh"}}}, want: true},
+		"sourceLabels among the proxy's labels hold": {match: []*networking.L4MatchAttributes{{SourceLabels: map[string]string{"app": "web"}}}, want: true},
+		"sourceLabels the proxy lacks do not hold":   {match: []*networking.L4MatchAttributes{{SourceLabels: map[string]string{"app": "web", "version": "v2"}}}, want: false},
+		"the proxy's sourceNamespace holds":          {match: []*networking.L4MatchAttributes{{SourceNamespace: "default"}}, want: true},
+		"another sourceNamespace does not hold":      {match: []*networking.L4MatchAttributes{{SourceNamespace: "other"}}, want: false},
+		"a listed gateway does not excuse sourceLabels": {
+			match: []*networking.L4MatchAttributes{{Gateways: []string{"mesh"}, SourceLabels: map[string]string{"app": "db"}}}, want: false,
+		},
 	}
+	p := sidecar(t, "default")
+	p.Metadata.Labels = map[string]string{"app": "web", "version": "v1"}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			if got := tcpRouteHolds(&networking.TCPRoute{Match: tc.match}, "default", 80, addrs); got != tc.want {
+			if got := tcpRouteHolds(&networking.TCPRoute{Match: tc.match}, "default", 80, addrs, p); got != tc.want {
 				t.Errorf("tcpRouteHolds = %v, want %v", got, tc.want)
 			}
 		})

@@ -3,7 +3,6 @@ package gen
 import (
 	"fmt"
 	"sort"
-	"strings"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -19,10 +18,10 @@ import (
 
 // vsFields are the VirtualService fields generation acts on.
 var vsFields = newFieldSet(
-	"hosts", "gateways", "exportTo", "http.name",
+	"hosts", "gateways", "exportTo", "http.name", "http.delegate",
 	"http.match.name", "http.match.uri", "http.match.headers", "http.match.withoutHeaders", "http.match.queryParams",
 	"http.match.method", "http.match.authority", "http.match.scheme", "http.match.port", "http.match.gateways",
-	"http.match.ignoreUriCase",
+	"http.match.ignoreUriCase", "http.match.sourceLabels", "http.match.sourceNamespace",
 	"http.route.destination", "http.route.weight", "http.route.headers",
 	"http.redirect.uri", "http.redirect.authority", "http.redirect.port", "http.redirect.scheme", "http.redirect.redirectCode",
 	"http.directResponse",
@@ -35,57 +34,152 @@ var vsFields = newFieldSet(
 	"http.corsPolicy.allowHeaders", "http.corsPolicy.exposeHeaders", "http.corsPolicy.maxAge",
 	"http.corsPolicy.allowCredentials",
 	"http.headers",
-	// tcp and tls routes (tcproute.go); sourceLabels and sourceNamespace
-	// are not honoured.
+	// tcp and tls routes (tcproute.go).
 	"tcp.match.port", "tcp.match.destinationSubnets", "tcp.match.gateways",
+	"tcp.match.sourceLabels", "tcp.match.sourceNamespace",
 	"tcp.route.destination", "tcp.route.weight",
 	"tls.match.sniHosts", "tls.match.port", "tls.match.destinationSubnets", "tls.match.gateways",
+	"tls.match.sourceLabels", "tls.match.sourceNamespace",
 	"tls.route.destination", "tls.route.weight",
 )
 
-// vsRoutes translates the http routes of the VirtualServices bound to host
-// for one port and gateway ("mesh" for sidecars), first match first. A
-// gateway merges the routes of every VirtualService in order, as Istio
-// does; a sidecar uses the first and reports the others.
+// vsRoutes translates the http routes of the VirtualServices vss bound to
+// host, in precedence order, for one port and gateway ("mesh" for
+// sidecars), first match first (vsscope.go has the rules). A sidecar uses
+// the first VirtualService that yields a route and reports the ones it
+// shadows; a gateway joins the routes of all, catch-all routes last, as
+// Istio does.
 func (g *Generator) vsRoutes(sc *Scope, vss []*model.Config, host string, port int32, gateway string) []*routev3.Route {
-	if gateway == "mesh" && len(vss) > 1 {
-		g.warnShadowed(vss, host)
-		vss = vss[:1]
+	if gateway == "mesh" {
+		for i, c := range vss {
+			if routes := g.vsHTTPRoutes(sc, c, host, port, gateway); len(routes) > 0 {
+				if i+1 < len(vss) {
+					g.warnShadowed(vss[i], vss[i+1:], host)
+				}
+				return routes
+			}
+		}
+		return nil
 	}
 	var out []*routev3.Route
 	for _, c := range vss {
-		vs := c.Object.(*networkingv1.VirtualService)
-		g.warn(c, vs.ResourceVersion, &vs.Spec, vsFields)
-		for i, hr := range vs.Spec.GetHttp() {
-			out = append(out, g.httpRoutes(sc, c.Key, i, hr, host, port, gateway)...)
-		}
+		out = combineRoutes(out, g.vsHTTPRoutes(sc, c, host, port, gateway))
 	}
 	return out
 }
 
+// vsHTTPRoutes translates the http routes of one VirtualService, its
+// delegates merged in.
+func (g *Generator) vsHTTPRoutes(sc *Scope, c *model.Config, host string, port int32, gateway string) []*routev3.Route {
+	vs := c.Object.(*networkingv1.VirtualService)
+	g.warn(c, vs.ResourceVersion, &vs.Spec, vsFields)
+	var out []*routev3.Route
+	for _, r := range g.effectiveRoutes(sc, c) {
+		out = append(out, g.httpRoutes(sc, r, host, port, gateway)...)
+	}
+	return out
+}
+
+// effectiveRoutes are c's http routes with its delegates merged in.
+func (g *Generator) effectiveRoutes(sc *Scope, c *model.Config) []httpRoute {
+	vs := c.Object.(*networkingv1.VirtualService)
+	if isRoot(vs) {
+		d := sc.delegations[c]
+		if d == nil {
+			// A gateway may bind a root its namespace does not see.
+			d = resolveDelegation(sc.World, c)
+		}
+		g.reportDelegation(d)
+		return d.routes
+	}
+	out := make([]httpRoute, 0, len(vs.Spec.GetHttp()))
+	for i, hr := range vs.Spec.GetHttp() {
+		out = append(out, httpRoute{hr: hr, ns: c.Key.Namespace, name: fmt.Sprintf("%s.%s.%d", c.Key.Namespace, c.Key.Name, i)})
+	}
+	return out
+}
+
+// reportDelegation logs, once per set of versions, what went wrong
+// merging a root's delegates, and the delegates' unsupported fields.
+func (g *Generator) reportDelegation(d *delegation) {
+	for _, dc := range d.delegates {
+		dvs := dc.Object.(*networkingv1.VirtualService)
+		g.warn(dc, dvs.ResourceVersion, &dvs.Spec, vsFields)
+	}
+	for _, p := range d.problems {
+		if _, done := g.warns.once.LoadOrStore("delegate/"+p.key, true); !done {
+			g.log.Warn(p.msg, p.attrs...)
+		}
+	}
+}
+
 // warnShadowed reports, once per set of versions, the VirtualServices of
-// a host that a sidecar ignores because another one comes first.
-func (g *Generator) warnShadowed(vss []*model.Config, host string) {
-	var names []string
-	key := "shadow/" + host
-	for _, c := range vss {
-		vs := c.Object.(*networkingv1.VirtualService)
+// a host that sidecars ignore because used comes first, and counts the
+// report (discovery_xds_vservice_dup_domain_total).
+func (g *Generator) warnShadowed(used *model.Config, ignored []*model.Config, host string) {
+	key := "shadow/" + host + "|" + configVersion(used)
+	names := make([]string, 0, len(ignored))
+	for _, c := range ignored {
 		names = append(names, c.Key.Namespace+"/"+c.Key.Name)
-		key += "|" + c.Key.String() + "@" + vs.ResourceVersion
+		key += "|" + configVersion(c)
 	}
 	if _, done := g.warns.once.LoadOrStore(key, true); done {
 		return
 	}
-	g.log.Warn("several VirtualServices for one host: sidecars use the first, the others are ignored",
-		"host", host, "used", names[0], "ignored", names[1:])
+	g.log.Warn("several VirtualServices for one host: sidecars use the first that routes it, as Istio does; the others are ignored",
+		"host", host, "used", used.Key.Namespace+"/"+used.Key.Name, "ignored", names)
+	g.warns.dupDomains.inc()
 }
 
-func (g *Generator) httpRoutes(sc *Scope, key model.Key, i int, hr *networking.HTTPRoute, host string, port int32, gateway string) []*routev3.Route {
+func configVersion(c *model.Config) string {
+	return c.Key.String() + "@" + c.Object.(*networkingv1.VirtualService).ResourceVersion
+}
+
+// combineRoutes appends b to a with the catch-all routes of both last,
+// keeping their order otherwise (Istio's CombineVHostRoutes), so that one
+// VirtualService's catch-all does not hide the next one's routes.
+func combineRoutes(a, b []*routev3.Route) []*routev3.Route {
+	if len(a) == 0 {
+		return b
+	}
+	out := make([]*routev3.Route, 0, len(a)+len(b))
+	var last []*routev3.Route
+	for _, r := range append(a[:len(a):len(a)], b...) {
+		if isCatchAll(r) {
+			last = append(last, r)
+		} else {
+			out = append(out, r)
+		}
+	}
+	return append(out, last...)
+}
+
+// isCatchAll reports whether r matches every request: path prefix "/" (or
+// regex "*") and no header or query parameter condition.
+func isCatchAll(r *routev3.Route) bool {
+	m := r.GetMatch()
+	all := false
+	switch p := m.GetPathSpecifier().(type) {
+	case *routev3.RouteMatch_Prefix:
+		all = p.Prefix == "/"
+	case *routev3.RouteMatch_PathSeparatedPrefix:
+		all = p.PathSeparatedPrefix == "/"
+	case *routev3.RouteMatch_SafeRegex:
+		all = p.SafeRegex.GetRegex() == "*"
+	}
+	return all && len(m.GetHeaders()) == 0 && len(m.GetQueryParameters()) == 0 && len(m.GetDynamicMetadata()) == 0
+}
+
+// httpRoutes translates one http route into a route per match that can
+// hold for this port, gateway and proxy (httpMatchHolds); none when no
+// match can.
+func (g *Generator) httpRoutes(sc *Scope, r httpRoute, host string, port int32, gateway string) []*routev3.Route {
+	hr := r.hr
 	tmpl := &routev3.Route{Name: hr.GetName()}
 	if tmpl.Name == "" {
-		tmpl.Name = fmt.Sprintf("%s.%s.%d", key.Namespace, key.Name, i)
+		tmpl.Name = r.name
 	}
-	if !g.routeBody(sc, key.Namespace, hr, host, port, tmpl) {
+	if !g.routeBody(sc, r.ns, hr, host, port, tmpl) {
 		return nil
 	}
 	matches := hr.GetMatch()
@@ -94,22 +188,45 @@ func (g *Generator) httpRoutes(sc *Scope, key model.Key, i int, hr *networking.H
 	}
 	var out []*routev3.Route
 	for _, m := range matches {
-		if m.GetPort() != 0 && int32(m.GetPort()) != port {
+		if !httpMatchHolds(m, r.ns, port, gateway, sc.Proxy) {
 			continue
 		}
-		if gws := m.GetGateways(); len(gws) > 0 && !matchesGateway(gws, key.Namespace, gateway) {
-			continue
-		}
-		r := proto.Clone(tmpl).(*routev3.Route)
-		r.Match = routeMatch(m)
-		out = append(out, r)
+		rt := proto.Clone(tmpl).(*routev3.Route)
+		rt.Match = routeMatch(m)
+		out = append(out, rt)
 	}
 	return out
 }
 
+// httpMatchHolds applies what of an http match is known when generating:
+// the port; then, as Istio's sourceMatchHTTP does, the match's gateways
+// when it lists some, else its sourceLabels (a subset of the proxy's pod
+// labels) and sourceNamespace (the proxy's namespace). A nil match holds.
+func httpMatchHolds(m *networking.HTTPMatchRequest, ns string, port int32, gateway string, p *model.Proxy) bool {
+	if m == nil {
+		return true
+	}
+	if m.GetPort() != 0 && int32(m.GetPort()) != port {
+		return false
+	}
+	if gws := m.GetGateways(); len(gws) > 0 {
+		return matchesGateway(gws, ns, gateway)
+	}
+	return sourceHolds(m.GetSourceLabels(), m.GetSourceNamespace(), p)
+}
+
+// sourceHolds reports whether a match's sourceLabels and sourceNamespace
+// select proxy p. Proxies of one class agree on it: the class carries the
+// namespace and, through ClassKey, which sourceLabels selectors match.
+func sourceHolds(labels map[string]string, ns string, p *model.Proxy) bool {
+	return (ns == "" || ns == p.Namespace) && labelsMatch(labels, p.Metadata.Labels)
+}
+
+// matchesGateway reports whether one of gws, written in namespace ns,
+// names gateway ("mesh" or namespace/name).
 func matchesGateway(gws []string, ns, gateway string) bool {
 	for _, g := range gws {
-		if g == gateway || (!strings.Contains(g, "/") && g != "mesh" && ns+"/"+g == gateway) {
+		if resolveGatewayName(g, ns) == gateway {
 			return true
 		}
 	}

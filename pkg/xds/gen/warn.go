@@ -81,6 +81,8 @@ type warnings struct {
 	// credentials is set when gateway credentials are served over SDS
 	// (EnableCredentials): credentialName is then supported.
 	credentials atomic.Bool
+	// dupDomains counts shadowed VirtualServices (vsmetrics.go).
+	dupDomains dupDomainCounter
 }
 
 // warn reports the fields of c's spec (kind's fieldSet) that have no
@@ -140,6 +142,9 @@ func (g *Generator) RegisterMetrics(reg prometheus.Registerer) error {
 	if err := reg.Register(vec); err != nil {
 		return err
 	}
+	if err := g.warns.dupDomains.register(reg); err != nil {
+		return err
+	}
 	g.warns.mu.Lock()
 	defer g.warns.mu.Unlock()
 	for k, n := range g.warns.count {
@@ -191,10 +196,8 @@ func unsupportedValues(kind model.Kind, spec proto.Message) []string {
 // UnsupportedFields lists the fields of an Istio spec that generation
 // ignores, list indexes written as "[]" ("http[].mirror"); nil for kinds
 // the generator does not read field by field. The validating webhook
-// returns them as warnings. Of the L4 routes, tcp and tls routes are
-// supported except their sourceLabels and sourceNamespace matches
-// (tcproute.go); Gateway AUTO_PASSTHROUGH and TCP servers are logged and
-// left out.
+// returns them as warnings. Gateway AUTO_PASSTHROUGH and TCP servers
+// are logged and left out (tcproute.go).
 func UnsupportedFields(kind model.Kind, spec proto.Message) []string {
 	fs, ok := supportedFields[kind]
 	if !ok {

@@ -38,11 +38,11 @@ func TestUnsupportedFields(t *testing.T) {
 				{Route: []*networking.HTTPRouteDestination{{Destination: &networking.Destination{Host: "a"}}}},
 				{
 					Delegate: &networking.Delegate{Name: "d"},
-					Match:    []*networking.HTTPMatchRequest{{SourceLabels: map[string]string{"app": "x"}}},
+					Match:    []*networking.HTTPMatchRequest{{SourceLabels: map[string]string{"app": "x"}, StatPrefix: "s"}},
 					Retries:  &networking.HTTPRetry{Attempts: 2, RetryRemoteLocalities: wrapperspb.Bool(true)},
 				},
 			}, Tcp: []*networking.TCPRoute{{Match: []*networking.L4MatchAttributes{{Port: 1, SourceLabels: map[string]string{"app": "x"}}}}}},
-			want: "http[1].delegate,http[1].match[0].sourceLabels,http[1].retries.retryRemoteLocalities,tcp[0].match[0].sourceLabels",
+			want: "http[1].match[0].statPrefix,http[1].retries.retryRemoteLocalities",
 		},
 	}
 	for name, tc := range vsTests {

@@ -1,0 +1,213 @@
+package gen
+
+import (
+	"sort"
+	"strings"
+
+	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
+
+	"github.com/meshplane/discovery/pkg/model"
+)
+
+// Which VirtualServices route a host, and in what order, as Istio decides:
+//
+//	order     the VirtualServices visible to the proxy's namespace, those
+//	          exported to it privately first (exportTo "." or the namespace
+//	          itself, in the VirtualService's own namespace), then those
+//	          exported to it by name, then the public ones (no exportTo,
+//	          or "*"); within each group oldest first (creation time), then
+//	          by name, then by namespace (pilot's sortConfigByCreationTime
+//	          and VirtualServicesForGateway)
+//	http      a sidecar uses the first VirtualService naming the host that
+//	          yields a route for the port and proxy; the others are
+//	          shadowed (Istio's pilot_vservice_dup_domain). A gateway joins
+//	          the routes of all of them, catch-all routes last
+//	wildcard  a host with no VirtualService of its own for sidecars takes
+//	          the first one naming the most specific wildcard that covers
+//	          it ("*.ns.svc.cluster.local" before "*.cluster.local")
+//	tcp, tls  a sidecar goes through the routes of every VirtualService
+//	          naming the host or a wildcard covering it, in order
+//	delegate  VirtualServices without hosts are delegates: they route
+//	          nothing by themselves, their http routes are merged into the
+//	          roots that name them (vsdelegate.go)
+
+// exportBucket is a VirtualService's group in the order above, for proxies
+// of namespace ns: 0 private, 1 exported by name, 2 public.
+func exportBucket(exportTo []string, own, ns string) int {
+	if len(exportTo) == 0 {
+		return 2
+	}
+	bucket := 1
+	for _, e := range exportTo {
+		switch {
+		case e == "*":
+			return 2
+		case own == ns && (e == "." || e == own):
+			bucket = 0
+		}
+	}
+	return bucket
+}
+
+// sortVirtualServices orders the VirtualServices visible to proxies of ns.
+func sortVirtualServices(vss []*model.Config, ns string) {
+	type rank struct {
+		bucket int
+		vs     *networkingv1.VirtualService
+	}
+	r := make(map[*model.Config]rank, len(vss))
+	for _, c := range vss {
+		vs := c.Object.(*networkingv1.VirtualService)
+		r[c] = rank{exportBucket(vs.Spec.GetExportTo(), c.Key.Namespace, ns), vs}
+	}
+	sort.SliceStable(vss, func(i, j int) bool {
+		a, b := r[vss[i]], r[vss[j]]
+		if a.bucket != b.bucket {
+			return a.bucket < b.bucket
+		}
+		if ta, tb := a.vs.CreationTimestamp, b.vs.CreationTimestamp; !ta.Equal(&tb) {
+			return ta.Before(&tb)
+		}
+		if vss[i].Key.Name != vss[j].Key.Name {
+			return vss[i].Key.Name < vss[j].Key.Name
+		}
+		return vss[i].Key.Namespace < vss[j].Key.Namespace
+	})
+}
+
+// indexVirtualServices fills sc.vs, sc.vsRank, sc.vsWild and
+// sc.delegations from the VirtualServices visible to the proxy's
+// namespace. It runs after sc.Services is known.
+func (sc *Scope) indexVirtualServices() {
+	w, ns := sc.World, sc.Proxy.Namespace
+	var vss []*model.Config
+	for _, c := range w.Configs(model.KindVirtualService) {
+		vs, ok := c.Object.(*networkingv1.VirtualService)
+		// A delegate (no hosts) routes nothing by itself.
+		if ok && len(vs.Spec.GetHosts()) > 0 && exportedTo(vs.Spec.GetExportTo(), c.Key.Namespace, ns) {
+			vss = append(vss, c)
+		}
+	}
+	sortVirtualServices(vss, ns)
+	sc.vsRank = make(map[*model.Config]int, len(vss))
+	wild := map[string]bool{}
+	for i, c := range vss {
+		sc.vsRank[c] = i
+		vs := c.Object.(*networkingv1.VirtualService)
+		seen := map[string]bool{}
+		for _, h := range vs.Spec.GetHosts() {
+			host := ResolveHost(h, c.Key.Namespace, w.DomainSuffix)
+			if seen[host] {
+				continue
+			}
+			seen[host] = true
+			sc.vs[host] = append(sc.vs[host], c)
+			if strings.HasPrefix(host, "*") {
+				wild[host] = true
+			}
+		}
+		if isRoot(vs) {
+			if sc.delegations == nil {
+				sc.delegations = map[*model.Config]*delegation{}
+			}
+			sc.delegations[c] = resolveDelegation(w, c)
+		}
+	}
+	for h := range wild {
+		sc.vsWild = append(sc.vsWild, h)
+	}
+	// Most specific (longest) first; ties cannot cover the same host.
+	sort.Slice(sc.vsWild, func(i, j int) bool {
+		a, b := sc.vsWild[i], sc.vsWild[j]
+		if len(a) != len(b) {
+			return len(a) > len(b)
+		}
+		return a < b
+	})
+	sc.addWildcardRoutes()
+}
+
+// addWildcardRoutes gives each visible service without a VirtualService
+// of its own for sidecars the first sidecar VirtualService of the most
+// specific wildcard host that covers it (Istio's
+// mostSpecificWildcardVsIndex), appended to sc.vs[hostname].
+func (sc *Scope) addWildcardRoutes() {
+	if len(sc.vsWild) == 0 {
+		return
+	}
+	for _, svc := range sc.Services {
+		if firstApplying(sc.vs[svc.Hostname], "mesh") != nil {
+			continue
+		}
+		for _, pattern := range sc.vsWild {
+			if !wildcardCovers(pattern, svc.Hostname) {
+				continue
+			}
+			if c := firstApplying(sc.vs[pattern], "mesh"); c != nil {
+				sc.vs[svc.Hostname] = append(sc.vs[svc.Hostname], c)
+				break
+			}
+		}
+	}
+}
+
+func firstApplying(vss []*model.Config, gateway string) *model.Config {
+	for _, c := range vss {
+		if appliesTo(c, gateway) {
+			return c
+		}
+	}
+	return nil
+}
+
+// wildcardCovers reports whether the wildcard host pattern ("*" or
+// "*.suffix") covers host.
+func wildcardCovers(pattern, host string) bool {
+	return pattern != host && strings.HasSuffix(host, pattern[1:])
+}
+
+// l4VirtualServices are the VirtualServices whose tcp and tls routes a
+// sidecar goes through for host: those naming it or a wildcard covering
+// it, in precedence order.
+func (sc *Scope) l4VirtualServices(host string) []*model.Config {
+	var out []*model.Config
+	seen := map[*model.Config]bool{}
+	add := func(vss []*model.Config) {
+		for _, c := range vss {
+			if !seen[c] && appliesTo(c, "mesh") {
+				seen[c] = true
+				out = append(out, c)
+			}
+		}
+	}
+	add(sc.vs[host])
+	for _, pattern := range sc.vsWild {
+		if wildcardCovers(pattern, host) {
+			add(sc.vs[pattern])
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return sc.vsRank[out[i]] < sc.vsRank[out[j]] })
+	return out
+}
+
+// resolveGatewayName turns a gateway reference written in namespace ns
+// into namespace/name, as Istio does: "name" and "./name" are in ns,
+// "name.namespace.svc..." (the legacy form) in that namespace; "mesh"
+// stays as it is.
+func resolveGatewayName(g, ns string) string {
+	if g == "mesh" {
+		return g
+	}
+	if gns, name, ok := strings.Cut(g, "/"); ok {
+		if gns == "." {
+			return ns + "/" + name
+		}
+		return g
+	}
+	name, rest, ok := strings.Cut(g, ".")
+	if !ok {
+		return ns + "/" + g
+	}
+	gns, _, _ := strings.Cut(rest, ".")
+	return gns + "/" + name
+}
