@@ -11,10 +11,11 @@ import (
 )
 
 // GRPCServerListenerPrefix begins the name of the Listener an xDS-enabled
-// grpc-go server asks for: Istio's bootstrap sets the template
-// "grpc/server?xds.resource.listening_address=%s" and grpc-go puts the
-// server's listening address (HOST:PORT) in place of %s.
-const GRPCServerListenerPrefix = "grpc/server?xds.resource.listening_address="
+// grpc-go server asks for: the bootstrap Istio's agent writes sets
+// server_listener_resource_name_template to
+// "xds.istio.io/grpc/lds/inbound/%s" and grpc-go puts the server's
+// listening address (HOST:PORT) in place of %s.
+const GRPCServerListenerPrefix = "xds.istio.io/grpc/lds/inbound/"
 
 // GRPCServerListenerName is the listener a gRPC server listening on
 // host:port fetches.
@@ -28,8 +29,9 @@ func GRPCServerListenerName(host string, port int32) string {
 // address is its own. Each has one filter chain without match criteria
 // (grpc-go drops chains that match on destination port) whose
 // HttpConnectionManager runs the workload's RBAC filters and then routes
-// every request to the server itself (a non-forwarding route).
-func grpcServerListeners(p *model.Proxy, ports []InboundPort, authz inboundAuthz) []*listenerv3.Listener {
+// every request to the server itself (a non-forwarding route). A port
+// served STRICT has the chain require mTLS (grpcsecurity.go).
+func grpcServerListeners(p *model.Proxy, ports []InboundPort, authz inboundAuthz, mtls inboundMTLS) []*listenerv3.Listener {
 	hosts := append(append([]string{}, p.IPs...), "0.0.0.0", "::")
 	var out []*listenerv3.Listener
 	for _, port := range ports {
@@ -46,11 +48,15 @@ func grpcServerListeners(p *model.Proxy, ports []InboundPort, authz inboundAuthz
 		}
 		m := inlineManager(name, rc)
 		m.HttpFilters = append(append([]*hcmv3.HttpFilter{}, authz.http...), m.HttpFilters...)
+		chain := &listenerv3.FilterChain{Name: name, Filters: []*listenerv3.Filter{hcmFilter(m)}}
+		if grpcServerMode(p, mtls, port.Port) == MTLSStrict {
+			chain.TransportSocket = grpcDownstreamMTLS()
+		}
 		for _, h := range hosts {
 			out = append(out, &listenerv3.Listener{
 				Name:         GRPCServerListenerName(h, port.Port),
 				Address:      socketAddress(h, port.Port),
-				FilterChains: []*listenerv3.FilterChain{{Name: name, Filters: []*listenerv3.Filter{hcmFilter(m)}}},
+				FilterChains: []*listenerv3.FilterChain{chain},
 			})
 		}
 	}
@@ -63,8 +69,10 @@ func (g *Generator) grpcServer(w *model.World, p *model.Proxy, pc *ProxyConfig) 
 	if len(pc.InboundPorts) == 0 {
 		return pc
 	}
+	mtls := g.peerAuthentication(w, p)
+	g.warnGRPCPermissive(w, p, pc.InboundPorts, mtls)
 	listeners := newBuilder(ListenerType)
-	for _, l := range grpcServerListeners(p, pc.InboundPorts, g.authorization(w, p)) {
+	for _, l := range grpcServerListeners(p, pc.InboundPorts, g.authorization(w, p), mtls) {
 		listeners.add(l.Name, l)
 	}
 	for _, err := range listeners.errs {

@@ -47,6 +47,11 @@ var drFields = newFieldSet(
 	"trafficPolicy.tls.insecureSkipVerify",
 	// Port-level and subset policies take the same fields (checked below
 	// against the same names, see policyFieldPaths).
+	//
+	// Proxyless gRPC clients honour tls modes DISABLE and ISTIO_MUTUAL
+	// (with subjectAltNames) only; SIMPLE and MUTUAL leave them in
+	// plaintext, reported when a gRPC class is generated
+	// (Generator.grpcClusterTLS), since the same rule serves sidecars.
 )
 
 func init() {
@@ -110,8 +115,10 @@ func over(tp *networking.TrafficPolicy, lb *networking.LoadBalancerSettings, cp 
 }
 
 // applyPolicy sets a cluster's load balancing, circuit breakers, outlier
-// detection and, for Envoy, its TLS origination. sni is the SNI Istio
-// uses for ISTIO_MUTUAL (the cluster name with '|' replaced).
+// detection and TLS origination: Envoy's from SDS, a proxyless gRPC
+// client's from its certificate providers (grpcsecurity.go). For gRPC the
+// server's identities are not known here: Generator.grpcClusterTLS,
+// called with the service's endpoints, adds them.
 func applyPolicy(c *clusterv3.Cluster, tp *networking.TrafficPolicy, envoy bool) {
 	if tp == nil {
 		return
@@ -124,6 +131,8 @@ func applyPolicy(c *clusterv3.Cluster, tp *networking.TrafficPolicy, envoy bool)
 	}
 	if envoy {
 		c.TransportSocket = upstreamTLS(tp.Tls, c.Name)
+	} else {
+		c.TransportSocket = grpcUpstreamTLS(tp.Tls, nil)
 	}
 }
 
