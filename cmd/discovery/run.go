@@ -239,6 +239,9 @@ func (o *serveOptions) grpcServers(tlsCfg *tls.Config, guard *streamauth.Guard) 
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second,
 			MaxConnectionAge: o.maxStreamAgeOrInfinity(), MaxConnectionAgeGrace: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 15 * time.Second, PermitWithoutStream: true}),
+		// xDS responses reference the shared, already-marshalled resources
+		// instead of copying them into one buffer per response.
+		grpc.ForceServerCodecV2(xdsserver.Codec()),
 	}
 	if o.grpcAddr != "" {
 		plain = grpc.NewServer(append(common, grpc.ChainStreamInterceptor(guard.DrainInterceptor()))...)

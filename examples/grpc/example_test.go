@@ -71,7 +71,7 @@ func TestExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(grpc.ForceServerCodecV2(server.Codec()))
 	xs.Register(gs)
 	go func() { _ = gs.Serve(lis) }()
 	xsDone := make(chan struct{})

@@ -52,7 +52,7 @@ func serve(t *testing.T, store *model.Store) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(grpc.ForceServerCodecV2(server.Codec()))
 	s.Register(gs)
 	ctx, cancel := context.WithCancel(context.Background())
 	served, started := make(chan struct{}), make(chan struct{})

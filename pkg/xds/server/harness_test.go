@@ -62,7 +62,7 @@ func startServer(t testing.TB, store *model.Store, tweak ...func(*Options)) *tes
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(grpc.ForceServerCodecV2(Codec()))
 	s.Register(gs)
 	ctx, cancel := context.WithCancel(context.Background())
 	served, started := make(chan struct{}), make(chan struct{})

@@ -1,0 +1,144 @@
+package server
+
+import (
+	"testing"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc/encoding"
+	grpcproto "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/meshplane/discovery/pkg/model"
+	"github.com/meshplane/discovery/pkg/xds/gen"
+)
+
+// classResources generates a real class configuration of services
+// services and returns its resources of typeURL.
+func classResources(t testing.TB, services int, typeURL string) []*gen.Resource {
+	t.Helper()
+	store := meshStore(t, services)
+	p, err := model.ParseProxy(sidecarID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cls, err := gen.New(testLog()).Class(store.World(), p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := cls.Sets[typeURL]
+	out := make([]*gen.Resource, 0, set.Len())
+	for _, n := range set.Names {
+		out = append(out, set.Get(n))
+	}
+	return out
+}
+
+// roundTrip encodes m with the xDS codec, decodes the bytes with the
+// protobuf library and requires the same message back.
+func roundTrip(t *testing.T, m proto.Message) {
+	t.Helper()
+	bs, err := Codec().Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := m.ProtoReflect().New().Interface()
+	if err := proto.Unmarshal(bs.Materialize(), got); err != nil {
+		t.Fatalf("the codec's bytes do not parse: %v", err)
+	}
+	if !proto.Equal(got, m) {
+		t.Fatalf("decoded %v\nwant %v", got, m)
+	}
+	if want, _ := proto.Marshal(m); bs.Len() != len(want) {
+		t.Errorf("encoded %d bytes, the protobuf library %d", bs.Len(), len(want))
+	}
+}
+
+func TestCodecWritesTheSameMessages(t *testing.T) {
+	var anys []*anypb.Any
+	var res []*discovery.Resource
+	for _, typ := range gen.TypeURLs {
+		for _, r := range classResources(t, 20, typ) {
+			anys = append(anys, r.Any)
+			res = append(res, &discovery.Resource{Name: r.Name, Version: r.Hash, Resource: r.Any})
+		}
+	}
+	odd := &discovery.Resource{Name: "odd", Version: "1", Aliases: []string{"a", "b"}, Ttl: durationpb.New(5e9),
+		Resource: &anypb.Any{TypeUrl: gen.ClusterType, Value: make([]byte, 4096)}}
+	odd.ProtoReflect().SetUnknown([]byte{0xa8, 0x1f, 0x01}) // field 501, varint 1
+	unknownAny := &anypb.Any{TypeUrl: gen.ListenerType, Value: []byte{1, 2, 3}}
+	unknownAny.ProtoReflect().SetUnknown([]byte{0xa8, 0x1f, 0x02})
+	cases := map[string]proto.Message{
+		"sotw":             &discovery.DiscoveryResponse{VersionInfo: "v1", TypeUrl: gen.ClusterType, Nonce: "7", Resources: anys},
+		"sotw empty":       &discovery.DiscoveryResponse{TypeUrl: gen.RouteType},
+		"sotw unknown any": &discovery.DiscoveryResponse{Resources: []*anypb.Any{unknownAny, {TypeUrl: gen.ClusterType}}},
+		"delta": &discovery.DeltaDiscoveryResponse{SystemVersionInfo: "v2", TypeUrl: gen.EndpointType, Nonce: "8",
+			Resources: res, RemovedResources: []string{"gone", "also gone"}},
+		"delta odd":     &discovery.DeltaDiscoveryResponse{Resources: []*discovery.Resource{odd, {Name: "no resource"}}},
+		"delta removed": &discovery.DeltaDiscoveryResponse{RemovedResources: []string{"x"}},
+		"other message": &discovery.DiscoveryRequest{VersionInfo: "v", ResourceNames: []string{"a"}},
+	}
+	for name, m := range cases {
+		t.Run(name, func(t *testing.T) { roundTrip(t, m) })
+	}
+}
+
+func TestCodecSharesTheResourceBytes(t *testing.T) {
+	rs := classResources(t, 20, gen.ClusterType)
+	m := &discovery.DiscoveryResponse{TypeUrl: gen.ClusterType}
+	for _, r := range rs {
+		m.Resources = append(m.Resources, r.Any)
+	}
+	bs, err := Codec().Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared := 0
+	for _, b := range bs {
+		data := b.ReadOnlyData()
+		for _, r := range rs {
+			if len(data) > 0 && len(r.Any.Value) == len(data) && &data[0] == &r.Any.Value[0] {
+				shared++
+			}
+		}
+	}
+	big := 0
+	for _, r := range rs {
+		if len(r.Any.Value) >= inlineBelow {
+			big++
+		}
+	}
+	if big == 0 || shared != big {
+		t.Fatalf("%d of the %d resources of %d bytes or more are sent from their own bytes", shared, big, inlineBelow)
+	}
+}
+
+// BenchmarkCodec encodes a delta EDS response of 2,000 resources (a
+// 1,000-service class) with gRPC's proto codec and with the xDS codec.
+func BenchmarkCodec(b *testing.B) {
+	var res []*discovery.Resource
+	for _, r := range classResources(b, 1000, gen.ClusterType) {
+		res = append(res, &discovery.Resource{Name: r.Name, Version: r.Hash, Resource: r.Any})
+	}
+	m := &discovery.DeltaDiscoveryResponse{TypeUrl: gen.ClusterType, Nonce: "1", Resources: res}
+	for _, c := range []encoding.CodecV2{encoding.GetCodecV2(grpcproto.Name), Codec()} {
+		name := "proto"
+		if _, ok := c.(xdsCodec); ok {
+			name = "xds"
+		}
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				bs, err := c.Marshal(m)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if i == 0 {
+					b.ReportMetric(float64(bs.Len()), "bytes/msg")
+				}
+				bs.Free()
+			}
+		})
+	}
+}
