@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"weak"
 
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
@@ -53,37 +54,44 @@ type worldIndex struct {
 	// selected holds, per namespace, the Sidecars with a workloadSelector,
 	// defaults those without; both oldest first, as Istio orders them.
 	selected, defaults map[string][]*model.Config
-	// sources are the VirtualServices with a sourceLabels match that
-	// applies to sidecars.
-	sources []vsSources
-	// byNS caches, per proxy namespace, the distinct selectors of the
-	// VirtualServices exported to it (*nsSources).
+	// open are the selectors of the VirtualServices exported everywhere;
+	// restricted are the VirtualServices exported to some namespaces only.
+	open       *nsSources
+	restricted []vsSources
+	// byNS caches, per proxy namespace that some restricted VirtualService
+	// is exported to, its selectors (*nsSources).
 	byNS sync.Map
+	// parsed are the matches of every VirtualService, for the next World's
+	// index.
+	parsed map[*model.Config]vsSources
 }
 
 // vsSources are the sourceLabels matches of one VirtualService.
 type vsSources struct {
-	cfg      *model.Config
-	exportTo []string
-	uses     []sourceUse
+	cfg  *model.Config
+	uses []sourceUse
 }
 
-// sourceUse is one match with sourceLabels; where names it in the
-// VirtualService ("http[0].match[1]").
+// sourceUse is one match with sourceLabels: its selector (and canonical
+// form) and a hash of where it is (VirtualService key, route and match
+// index), which keeps keys stable when unrelated configuration changes.
 type sourceUse struct {
-	where  string
-	labels map[string]string
+	labels   map[string]string
+	selector string
+	where    uint64
 }
 
 // nsSources are the distinct selectors one namespace's proxies are tested
-// against, in a stable order.
+// against, each filed under one of its labels (its anchor) so that a proxy
+// is tested only against selectors that share a label with it.
 type nsSources struct {
 	groups []sourceGroup
+	// byAnchor maps a label (key, value) to the groups anchored on it.
+	byAnchor map[[2]string][]int
 }
 
-// sourceGroup is one distinct selector and a digest of every match that
-// uses it (VirtualService key and where), so the key stays the same when
-// unrelated configuration changes.
+// sourceGroup is one distinct selector; id combines the where of every
+// match that uses it.
 type sourceGroup struct {
 	labels map[string]string
 	id     uint64
@@ -100,16 +108,38 @@ var indexes struct {
 	m map[weak.Pointer[model.World]]*worldIndex
 }
 
+// lastIndex is the index used last: with many proxies pushed for one
+// World, nearly every lookup ends here without taking the lock.
+var lastIndex atomic.Pointer[keyedIndex]
+
+type keyedIndex struct {
+	key weak.Pointer[model.World]
+	ix  *worldIndex
+}
+
 // indexFor returns w's index, building it on first use.
 func indexFor(w *model.World) *worldIndex {
 	k := weak.Make(w)
+	if last := lastIndex.Load(); last != nil && last.key == k {
+		return last.ix
+	}
 	indexes.Lock()
 	ix := indexes.m[k]
 	indexes.Unlock()
-	if ix != nil {
-		return ix
+	if ix == nil {
+		var prev *worldIndex
+		if last := lastIndex.Load(); last != nil {
+			prev = last.ix
+		}
+		ix = storeIndex(k, newWorldIndex(w, prev))
 	}
-	ix = newWorldIndex(w)
+	lastIndex.Store(&keyedIndex{key: k, ix: ix})
+	return ix
+}
+
+// storeIndex caches ix for k, or returns the index another caller stored
+// meanwhile.
+func storeIndex(k weak.Pointer[model.World], ix *worldIndex) *worldIndex {
 	indexes.Lock()
 	defer indexes.Unlock()
 	if prev := indexes.m[k]; prev != nil {
@@ -143,8 +173,13 @@ func evictIndexes() {
 	}
 }
 
-func newWorldIndex(w *model.World) *worldIndex {
-	ix := &worldIndex{version: w.Version, selected: map[string][]*model.Config{}, defaults: map[string][]*model.Config{}}
+// newWorldIndex indexes w; the matches of VirtualServices that prev (an
+// earlier World's index, or nil) saw already are reused: the World
+// replaces a config object when it changes.
+func newWorldIndex(w *model.World, prev *worldIndex) *worldIndex {
+	ix := &worldIndex{
+		version: w.Version, selected: map[string][]*model.Config{}, defaults: map[string][]*model.Config{},
+	}
 	for _, c := range w.Configs(model.KindSidecar) {
 		if _, ok := c.Object.(*networkingv1.Sidecar); !ok {
 			continue
@@ -160,12 +195,32 @@ func newWorldIndex(w *model.World) *worldIndex {
 			oldestSidecars(cs)
 		}
 	}
-	for _, c := range w.Configs(model.KindVirtualService) {
-		if s, ok := vsSourceUses(c); ok {
-			ix.sources = append(ix.sources, s)
+	var open []vsSources
+	vss := w.Configs(model.KindVirtualService)
+	ix.parsed = make(map[*model.Config]vsSources, len(vss))
+	for _, c := range vss {
+		s, ok := vsSources{}, false
+		if prev != nil {
+			s, ok = prev.parsed[c]
+		}
+		if !ok {
+			s = vsSourceUses(c)
+		}
+		ix.parsed[c] = s
+		switch {
+		case len(s.uses) == 0:
+		case exportedEverywhere(c.Object.(*networkingv1.VirtualService).Spec.GetExportTo()):
+			open = append(open, s)
+		default:
+			ix.restricted = append(ix.restricted, s)
 		}
 	}
+	ix.open = groupSources(open)
 	return ix
+}
+
+func exportedEverywhere(exportTo []string) bool {
+	return len(exportTo) == 0 || containsString(exportTo, "*")
 }
 
 func hasWorkloadSelector(c *model.Config) bool {
@@ -212,17 +267,20 @@ func (ix *worldIndex) choose(p *model.Proxy) (*model.Config, []*model.Config) {
 // vsSourceUses lists the sourceLabels matches of a VirtualService that
 // apply to sidecars (no gateways, or "mesh" among them, at the
 // VirtualService and at the match).
-func vsSourceUses(c *model.Config) (vsSources, bool) {
+func vsSourceUses(c *model.Config) vsSources {
 	vs, ok := c.Object.(*networkingv1.VirtualService)
 	if !ok || !appliesTo(c, "mesh") {
-		return vsSources{}, false
+		return vsSources{cfg: c}
 	}
-	out := vsSources{cfg: c, exportTo: vs.Spec.GetExportTo()}
+	out := vsSources{cfg: c}
+	name := c.Key.Namespace + "/" + c.Key.Name
 	add := func(kind string, i, j int, labels map[string]string, gateways []string) {
 		if len(labels) == 0 || (len(gateways) > 0 && !containsString(gateways, "mesh")) {
 			return
 		}
-		out.uses = append(out.uses, sourceUse{where: kind + "[" + strconv.Itoa(i) + "].match[" + strconv.Itoa(j) + "]", labels: labels})
+		h := fnv.New64a()
+		h.Write([]byte(name + "#" + kind + "[" + strconv.Itoa(i) + "].match[" + strconv.Itoa(j) + "]"))
+		out.uses = append(out.uses, sourceUse{labels: labels, selector: selectorString(labels), where: h.Sum64()})
 	}
 	for i, r := range vs.Spec.GetHttp() {
 		for j, m := range r.GetMatch() {
@@ -239,7 +297,7 @@ func vsSourceUses(c *model.Config) (vsSources, bool) {
 			add("tls", i, j, m.GetSourceLabels(), m.GetGateways())
 		}
 	}
-	return out, len(out.uses) > 0
+	return out
 }
 
 func containsString(l []string, s string) bool {
@@ -251,68 +309,108 @@ func containsString(l []string, s string) bool {
 	return false
 }
 
-// forNamespace returns the distinct selectors of the VirtualServices
-// exported to ns, computing them once per World.
+// forNamespace returns the selectors of the VirtualServices exported to
+// ns: the open ones, plus those exported to ns by name (or "."), computed
+// once per World and namespace.
 func (ix *worldIndex) forNamespace(ns string) *nsSources {
+	var extra []vsSources
+	for _, s := range ix.restricted {
+		if exportedTo(s.cfg.Object.(*networkingv1.VirtualService).Spec.GetExportTo(), s.cfg.Key.Namespace, ns) {
+			extra = append(extra, s)
+		}
+	}
+	if len(extra) == 0 {
+		return ix.open
+	}
 	if v, ok := ix.byNS.Load(ns); ok {
 		return v.(*nsSources)
 	}
-	uses := map[string][]string{} // selector -> "ns/name#where" of its matches
-	selectors := map[string]map[string]string{}
-	for _, s := range ix.sources {
-		if !exportedTo(s.exportTo, s.cfg.Key.Namespace, ns) {
-			continue
-		}
-		for _, u := range s.uses {
-			k := selectorString(u.labels)
-			selectors[k] = u.labels
-			uses[k] = append(uses[k], s.cfg.Key.Namespace+"/"+s.cfg.Key.Name+"#"+u.where)
-		}
+	all := make([]vsSources, 0, len(extra)+1)
+	for _, g := range ix.open.groups {
+		// An open group stands for its matches: its id is already their
+		// combination, and combining is a sum.
+		all = append(all, vsSources{uses: []sourceUse{{labels: g.labels, selector: selectorString(g.labels), where: g.id}}})
 	}
-	out := &nsSources{groups: make([]sourceGroup, 0, len(selectors))}
-	for k, labels := range selectors {
-		sort.Strings(uses[k])
-		h := fnv.New64a()
-		for _, u := range uses[k] {
-			h.Write([]byte(u))
-			h.Write([]byte{0})
-		}
-		out.groups = append(out.groups, sourceGroup{labels: labels, id: h.Sum64()})
-	}
-	sort.Slice(out.groups, func(i, j int) bool { return out.groups[i].id < out.groups[j].id })
-	v, _ := ix.byNS.LoadOrStore(ns, out)
+	v, _ := ix.byNS.LoadOrStore(ns, groupSources(append(all, extra...)))
 	return v.(*nsSources)
+}
+
+// groupSources merges the matches of ss by selector and files each
+// selector under its anchor, the label with the smallest key.
+func groupSources(ss []vsSources) *nsSources {
+	out := &nsSources{byAnchor: map[[2]string][]int{}}
+	bySelector := map[string]int{}
+	for _, s := range ss {
+		for _, u := range s.uses {
+			i, ok := bySelector[u.selector]
+			if !ok {
+				i = len(out.groups)
+				bySelector[u.selector] = i
+				out.groups = append(out.groups, sourceGroup{labels: u.labels})
+			}
+			// A sum of mixed hashes does not depend on the order of the
+			// matches.
+			out.groups[i].id += mix64(u.where)
+		}
+	}
+	for i, g := range out.groups {
+		anchor := [2]string{}
+		for k, v := range g.labels {
+			if anchor[0] == "" || k < anchor[0] {
+				anchor = [2]string{k, v}
+			}
+		}
+		out.byAnchor[anchor] = append(out.byAnchor[anchor], i)
+	}
+	return out
 }
 
 // sourceDigest names the set of selectors visible to p's namespace that
 // match p's labels; "" when none does.
 func (ix *worldIndex) sourceDigest(p *model.Proxy) string {
 	labels := p.Labels()
-	if len(labels) == 0 || len(ix.sources) == 0 {
+	if len(labels) == 0 || (len(ix.open.groups) == 0 && len(ix.restricted) == 0) {
 		return ""
 	}
-	// FNV-1a over the ids of the matching groups, inlined: this runs for
-	// every proxy on every push.
-	const offset, prime = 14695981039346656037, 1099511628211
-	h := uint64(offset)
+	ns := ix.forNamespace(p.Namespace)
+	if len(ns.groups) == 0 {
+		return ""
+	}
+	// The digest is a sum of the mixed ids of the matching groups: it does
+	// not depend on the order labels are visited in, and needs no sort.
+	var sum uint64
 	matched := false
-	for _, g := range ix.forNamespace(p.Namespace).groups {
-		if !labelsMatch(g.labels, labels) {
-			continue
-		}
-		matched = true
-		for i := 0; i < 64; i += 8 {
-			h = (h ^ (g.id >> i & 0xff)) * prime
+	for k, v := range labels {
+		for _, i := range ns.byAnchor[[2]string{k, v}] {
+			if g := &ns.groups[i]; labelsMatch(g.labels, labels) {
+				sum += mix64(g.id)
+				matched = true
+			}
 		}
 	}
 	if !matched {
 		return ""
 	}
-	return strconv.FormatUint(h, 36)
+	return strconv.FormatUint(sum, 36)
+}
+
+// mix64 is SplitMix64's finalizer: it spreads ids so that sums of
+// different sets of them do not collide in practice.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
 }
 
 // selectorString is a canonical form of a label selector.
 func selectorString(l map[string]string) string {
+	if len(l) == 1 {
+		for k, v := range l {
+			return k + "=" + v + "\x00"
+		}
+	}
 	keys := make([]string, 0, len(l))
 	for k := range l {
 		keys = append(keys, k)
