@@ -327,3 +327,37 @@ func BenchmarkClassKey(b *testing.B) {
 		}
 	})
 }
+
+// TestClassKeyConcurrent computes keys from several goroutines over
+// alternating Worlds, as pushes of consecutive Worlds do (run with -race).
+func TestClassKeyConcurrent(t *testing.T) {
+	s := loadWorld(t, classKeyWorld)
+	w1 := s.World()
+	if _, err := s.Apply(worldtest.Service("default", "more", "10.96.0.77")); err != nil {
+		t.Fatal(err)
+	}
+	w2 := s.World()
+	p := labelled(t, "sidecar", "default", map[string]string{"app": "productpage", "tier": "batch"})
+	want := ClassKey(w1, p)
+	done := make(chan string)
+	for i := 0; i < 4; i++ {
+		go func() {
+			var bad string
+			for j := 0; j < 200; j++ {
+				w := w1
+				if j%2 == 1 {
+					w = w2
+				}
+				if k := ClassKey(w, p); k != want {
+					bad = k
+				}
+			}
+			done <- bad
+		}()
+	}
+	for i := 0; i < 4; i++ {
+		if bad := <-done; bad != "" {
+			t.Errorf("key %q, want %q in both Worlds", bad, want)
+		}
+	}
+}
