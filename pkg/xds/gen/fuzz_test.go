@@ -84,9 +84,20 @@ func (c *choices) httpRoute(hosts []string) *networking.HTTPRoute {
 			m.QueryParams = map[string]*networking.StringMatch{"q": c.match()}
 			m.WithoutHeaders = map[string]*networking.StringMatch{"w": c.match()}
 		}
+		switch c.n(4) {
+		case 1:
+			m.SourceLabels = map[string]string{"app": c.pick("client", "other")}
+		case 2:
+			m.SourceNamespace = c.pick("ns-0", "ns-1")
+		case 3:
+			m.Gateways = []string{c.pick("mesh", "edge")}
+		}
 		hr.Match = append(hr.Match, m)
 	}
-	switch c.n(5) {
+	switch c.n(6) {
+	case 5:
+		hr.Delegate = &networking.Delegate{Name: c.pick("d0", "d1", "d2", "nothing"), Namespace: c.pick("", "ns-1")}
+		return hr
 	case 0:
 		hr.Redirect = &networking.HTTPRedirect{Uri: "/r", RedirectCode: uint32(c.pick("301", "302", "307", "308")[2]-'0') + 300}
 		return hr
@@ -139,12 +150,31 @@ func fuzzConfigs(data []byte) []model.Event {
 			evs = append(evs, model.Event{Op: model.OpUpsert, Key: model.Key{Kind: model.KindVirtualService, Namespace: "ns-0", Name: vs.Name}, Object: vs})
 		}
 	}
+	return append(evs, c.delegates(hosts)...)
+}
+
+// delegates are VirtualServices without hosts, in either namespace, that
+// the roots above may name; their routes may delegate again (refused).
+func (c *choices) delegates(hosts []string) []model.Event {
+	var evs []model.Event
+	for i := c.n(4); i > 0; i-- {
+		ns := c.pick("ns-0", "ns-1")
+		vs := &networkingv1.VirtualService{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: c.pick("d0", "d1", "d2"), ResourceVersion: "1"}}
+		if c.n(2) == 1 {
+			vs.Spec.ExportTo = []string{c.pick(".", "ns-0", "*")}
+		}
+		for j := 1 + c.n(3); j > 0; j-- {
+			vs.Spec.Http = append(vs.Spec.Http, c.httpRoute(hosts))
+		}
+		evs = append(evs, model.Event{Op: model.OpUpsert, Key: model.Key{Kind: model.KindVirtualService, Namespace: ns, Name: vs.Name}, Object: vs})
+	}
 	return evs
 }
 
-// FuzzGenerate feeds random valid DestinationRules and VirtualServices to
-// the generator: it must neither panic nor leave out an invalid resource,
-// for sidecars and proxyless gRPC alike.
+// FuzzGenerate feeds random valid DestinationRules and VirtualServices
+// (delegates and sourceLabels/sourceNamespace matches among them) to the
+// generator: it must neither panic nor leave out an invalid resource, for
+// sidecars and proxyless gRPC alike.
 func FuzzGenerate(f *testing.F) {
 	f.Add([]byte{})
 	f.Add(bytes.Repeat([]byte{1}, 200))
@@ -154,7 +184,9 @@ func FuzzGenerate(f *testing.F) {
 		if _, err := store.Apply(append(worldtest.Mesh(4, 2, 1), fuzzConfigs(data)...)...); err != nil {
 			t.Skip(err)
 		}
-		for _, p := range []*model.Proxy{sidecar(t, "ns-0"), grpcProxy(t, "ns-0")} {
+		labelled := sidecar(t, "ns-1")
+		labelled.Metadata.Labels = map[string]string{"app": "client"}
+		for _, p := range []*model.Proxy{sidecar(t, "ns-0"), labelled, grpcProxy(t, "ns-0")} {
 			var logs bytes.Buffer
 			g := New(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelError})))
 			if _, err := g.Class(store.World(), p, nil); err != nil {

@@ -367,3 +367,26 @@ func stringMatchConflict(root, leaf *networking.StringMatch) bool {
 	}
 	return true
 }
+
+// DelegatedTo reports whether a VirtualService with hosts that proxies of
+// namespace ns see delegates to the VirtualService k: a change to a
+// delegate matters to the proxies of its roots, whatever its own exportTo
+// (which is about the roots' namespaces).
+func DelegatedTo(w *model.World, k model.Key, ns string) bool {
+	for _, c := range w.Configs(model.KindVirtualService) {
+		vs, ok := c.Object.(*networkingv1.VirtualService)
+		if !ok || len(vs.Spec.GetHosts()) == 0 || !exportedTo(vs.Spec.GetExportTo(), c.Key.Namespace, ns) {
+			continue
+		}
+		for _, hr := range vs.Spec.GetHttp() {
+			d := hr.GetDelegate()
+			if d == nil || d.GetName() != k.Name {
+				continue
+			}
+			if dns := d.GetNamespace(); dns == k.Namespace || (dns == "" && c.Key.Namespace == k.Namespace) {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -44,10 +44,3 @@ func (d *dupDomainCounter) register(reg prometheus.Registerer) error {
 	d.counter = c
 	return nil
 }
-
-// count returns the reports made so far.
-func (d *dupDomainCounter) count() float64 {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.n
-}

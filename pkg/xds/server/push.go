@@ -159,6 +159,11 @@ func configVisible(w *model.World, k model.Key, ns string) bool {
 	}
 	switch o := c.Object.(type) {
 	case *networkingv1.VirtualService:
+		if len(o.Spec.GetHosts()) == 0 {
+			// A delegate: its exportTo names its roots' namespaces; it
+			// matters where a root that names it is seen.
+			return gen.DelegatedTo(w, k, ns)
+		}
 		return exported(o.Spec.GetExportTo(), k.Namespace, ns)
 	case *networkingv1.DestinationRule:
 		return exported(o.Spec.GetExportTo(), k.Namespace, ns)
