@@ -19,6 +19,7 @@ type Generator struct {
 	log   *slog.Logger
 	warns warnings
 	ids   atomic.Uint64
+	parts partCache
 }
 
 // New returns a Generator that logs to log.
@@ -234,10 +235,10 @@ func (g *Generator) serviceUnit(sc *Scope, svc *model.Service, prev *ClassConfig
 	drc := sc.destinationRuleConfig(svc.Hostname)
 	// Everything depends on these objects only, and the World replaces an
 	// object when it changes.
-	key := fmt.Sprintf("%p|%p|%p", svc, eps, drc)
-	routeKey := key
+	key := partKeyOf(svc, eps, drc)
+	routeKey := fmt.Sprintf("%p|%p", svc, drc)
 	if vss := sc.vs[svc.Hostname]; len(vss) > 0 {
-		routeKey = key + "|" + routeDeps(sc, vss)
+		routeKey += "|" + routeDeps(sc, vss)
 	}
 	var old *unit
 	if prev != nil {
@@ -257,7 +258,8 @@ func (g *Generator) serviceUnit(sc *Scope, svc *model.Service, prev *ClassConfig
 		// Only the routes' inputs changed.
 		u.clusters, u.endpoints, u.edsRefs = old.clusters, old.endpoints, old.edsRefs
 	} else {
-		g.clusterPart(sc, svc, eps, u)
+		p := g.parts.get(g, sc, sc.World, svc, eps, drc)
+		u.clusters, u.endpoints, u.edsRefs = p.clusters, p.endpoints, p.edsRefs
 	}
 	for _, port := range svc.Ports {
 		if port.Protocol == model.ProtocolUDP || (grpc && skipsGRPC(svc)) {
@@ -274,6 +276,10 @@ func (g *Generator) serviceUnit(sc *Scope, svc *model.Service, prev *ClassConfig
 		}
 	}
 	return u
+}
+
+func partKeyOf(svc *model.Service, eps *model.ServiceEndpoints, drc *model.Config) string {
+	return fmt.Sprintf("%p|%p|%p", svc, eps, drc)
 }
 
 // clusterPart generates the clusters and endpoints of svc into u.
@@ -339,19 +345,12 @@ func (g *Generator) UpdateEndpoints(prev *ClassConfig, w *model.World, services 
 		}
 		svc := u.svc
 		eps := w.Endpoints(nn.Namespace, nn.Name)
+		drc := prev.scope.destinationRuleConfig(svc.Hostname)
 		nu := *u
-		nu.endpoints = nil
-		nu.key, nu.routeKey = "", ""
-		subsets := prev.scope.subsets(svc.Hostname)
-		for _, port := range svc.Ports {
-			if port.Protocol == model.ProtocolUDP {
-				continue
-			}
-			for _, ss := range subsets {
-				name := ClusterName(port.Port, ss.Name, svc.Hostname)
-				g.addTo(&nu.endpoints, name, EndpointType, loadAssignment(name, port, eps, ss.Labels))
-			}
-		}
+		// Clusters of EDS services do not depend on endpoints: the unit's
+		// clusters and routes stay valid, so its key can say so.
+		nu.endpoints = g.parts.get(g, prev.scope, w, svc, eps, drc).endpoints
+		nu.key = partKeyOf(svc, eps, drc)
 		for _, r := range nu.endpoints {
 			if old := next[r.Name]; old == nil || old.Hash != r.Hash {
 				added = added || old == nil

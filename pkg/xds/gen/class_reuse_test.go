@@ -1,6 +1,7 @@
 package gen
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/meshplane/discovery/pkg/model"
@@ -95,5 +96,94 @@ spec:
 			t.Errorf("%s: no route changed", st.name)
 		}
 		prev = next
+	}
+}
+
+// TestEndpointUpdateThenClassEqualsFromScratch: endpoints updated in place
+// (UpdateEndpoints) and then a full regeneration give what generation from
+// nothing gives.
+func TestEndpointUpdateThenClassEqualsFromScratch(t *testing.T) {
+	store := model.NewStore(model.StoreOptions{})
+	if _, err := store.Apply(worldtest.Mesh(20, 2, 3)...); err != nil {
+		t.Fatal(err)
+	}
+	g := New(quietLog())
+	p := sidecar(t, "ns-0")
+	prev, err := g.Class(store.World(), p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Apply(worldtest.Slice("ns-1", "svc-1", "10.9.9.9")); err != nil {
+		t.Fatal(err)
+	}
+	w := store.World()
+	upd, names := g.UpdateEndpoints(prev, w, []model.NamespacedName{{Namespace: "ns-1", Name: "svc-1"}})
+	if len(names) == 0 {
+		t.Fatal("UpdateEndpoints changed nothing")
+	}
+	fresh, err := New(quietLog()).Class(w, p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if upd.Sets[EndpointType].Version != fresh.Sets[EndpointType].Version {
+		t.Errorf("updated endpoints differ from fresh ones in %v", changed(upd.Sets[EndpointType], fresh.Sets[EndpointType]))
+	}
+	full, err := g.Class(w, p, upd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, typ := range TypeURLs {
+		if got, want := full.Sets[typ], fresh.Sets[typ]; got.Version != want.Version {
+			t.Errorf("%s after UpdateEndpoints and Class differs from a fresh one in %v", ShortType(typ), changed(got, want))
+		}
+	}
+}
+
+// TestClassesShareClustersAndEndpoints: sidecar classes of two namespaces
+// hold the same cluster and endpoint resources, not copies; a namespace
+// whose DestinationRule differs gets its own.
+func TestClassesShareClustersAndEndpoints(t *testing.T) {
+	store := model.NewStore(model.StoreOptions{})
+	if _, err := store.Apply(worldtest.Mesh(10, 2, 2)...); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := worldtest.Decode([]byte(`
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: local, namespace: ns-1}
+spec:
+  host: svc-0.ns-0.svc.cluster.local
+  exportTo: [.]
+  trafficPolicy: {loadBalancer: {simple: RANDOM}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Apply(evs...); err != nil {
+		t.Fatal(err)
+	}
+	g := New(quietLog())
+	a, err := g.Class(store.World(), sidecar(t, "ns-0"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := g.Class(store.World(), sidecar(t, "ns-1"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, typ := range []string{ClusterType, EndpointType} {
+		for _, n := range a.Sets[typ].Names {
+			ra, rb := a.Sets[typ].Get(n), b.Sets[typ].Get(n)
+			if rb == nil || !strings.HasPrefix(n, "outbound|") {
+				continue // the three fixed clusters are per class
+			}
+			local := typ == ClusterType && n == "outbound|80||svc-0.ns-0.svc.cluster.local"
+			switch {
+			case local && ra == rb:
+				t.Errorf("%s %s: ns-1's own DestinationRule applies there, yet both classes hold one resource", ShortType(typ), n)
+			case !strings.Contains(n, "svc-0.ns-0") && ra.Hash == rb.Hash && ra != rb:
+				t.Errorf("%s %s: equal in both classes but held twice", ShortType(typ), n)
+			}
+		}
 	}
 }
