@@ -24,6 +24,7 @@ import (
 	"github.com/meshplane/discovery/pkg/leader"
 	"github.com/meshplane/discovery/pkg/model"
 	"github.com/meshplane/discovery/pkg/monitor"
+	"github.com/meshplane/discovery/pkg/status"
 	"github.com/meshplane/discovery/pkg/webhook/inject"
 	webhookserver "github.com/meshplane/discovery/pkg/webhook/server"
 	"github.com/meshplane/discovery/pkg/webhook/validate"
@@ -112,7 +113,7 @@ func (o *serveOptions) build(ctx context.Context, cfg *rest.Config, client kuber
 	}
 	mon := monitor.New(o.monitor, reg, log)
 	mon.HandleDebug("registryz", monitor.RegistryzHandler(store.World))
-	mon.HandleDebug("configz", monitor.ConfigzHandler(store.World))
+	mon.HandleDebug("configz", monitor.ConfigzHandler(store.World, status.ConfigzNote))
 	if fileSource != nil {
 		fileSource.RegisterDebug(mon.Mux())
 	}
@@ -148,7 +149,7 @@ func (o *serveOptions) build(ctx context.Context, cfg *rest.Config, client kuber
 	})
 	p.runner.Add("ca", false, authority.Start)
 	p.runner.Add("xds", false, p.xds.Start)
-	if err := statusReporter(o.status, cfg, client, p, log, reg); err != nil {
+	if err := statusReporter(o.status, cfg, client, p, store, log, reg); err != nil {
 		return nil, err
 	}
 	if client != nil {

@@ -34,10 +34,16 @@ func RegistryzHandler(world func() *model.World) http.Handler {
 	})
 }
 
+// ConfigNote adds one entry to a config's object in /debug/configz: a
+// key beside apiVersion, kind, metadata, spec and status, and its value.
+// ok false adds nothing.
+type ConfigNote func(c *model.Config) (key string, value any, ok bool)
+
 // ConfigzHandler serves /debug/configz: every Istio config of the current
-// World as JSON objects with apiVersion and kind. ?kind=VirtualService
-// limits it to one kind.
-func ConfigzHandler(world func() *model.World) http.Handler {
+// World as JSON objects with apiVersion and kind, and what notes add to
+// each (such as what discovery ignores of it). ?kind=VirtualService limits
+// it to one kind.
+func ConfigzHandler(world func() *model.World, notes ...ConfigNote) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		wd := world()
 		only := model.Kind(r.URL.Query().Get("kind"))
@@ -51,18 +57,29 @@ func ConfigzHandler(world func() *model.World) http.Handler {
 			}
 			gvk := k.GroupVersionKind()
 			for _, c := range wd.Configs(k) {
-				out.Configs = append(out.Configs, withTypeMeta{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind, Object: c.Object})
+				e := withTypeMeta{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind, Object: c.Object}
+				for _, note := range notes {
+					if key, v, ok := note(c); ok {
+						if e.Notes == nil {
+							e.Notes = map[string]any{}
+						}
+						e.Notes[key] = v
+					}
+				}
+				out.Configs = append(out.Configs, e)
 			}
 		}
 		writeJSON(w, out)
 	})
 }
 
-// withTypeMeta adds apiVersion and kind, which informers leave empty.
+// withTypeMeta adds apiVersion and kind, which informers leave empty, and
+// the notes.
 type withTypeMeta struct {
 	APIVersion string
 	Kind       string
 	Object     any
+	Notes      map[string]any
 }
 
 func (t withTypeMeta) MarshalJSON() ([]byte, error) {
@@ -73,6 +90,11 @@ func (t withTypeMeta) MarshalJSON() ([]byte, error) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, err
+	}
+	for k, v := range t.Notes {
+		if m[k], err = json.Marshal(v); err != nil {
+			return nil, err
+		}
 	}
 	m["apiVersion"], _ = json.Marshal(t.APIVersion)
 	m["kind"], _ = json.Marshal(t.Kind)

@@ -25,3 +25,30 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	return m, nil
 }
+
+type auditMetrics struct {
+	configs *prometheus.GaugeVec   // discovery_config_unsupported_fields{kind,field}
+	writes  *prometheus.CounterVec // discovery_status_unsupported_writes_total{result}
+}
+
+func newAuditMetrics(reg prometheus.Registerer) (*auditMetrics, error) {
+	m := &auditMetrics{
+		configs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "discovery_config_unsupported_fields",
+			Help: "Istio configs known now that set a field discovery does not support yet (it has no effect), by kind and field " +
+				"(list indexes left out, as in discovery_xds_unsupported_fields_total); field \"*\" counts configs of a kind discovery does not read at all. " +
+				"Every replica counts every config, whether or not a proxy uses it; discovery_xds_unsupported_fields_total counts resource versions as the xDS generator meets them.",
+		}, []string{"kind", "field"}),
+		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "discovery_status_unsupported_writes_total",
+			Help: "Reconciliations of the " + UnsupportedConditionType + " condition on Istio resources (leader only), by result: " +
+				"set, cleared, unchanged (already right), stale (a newer generation exists), gone (deleted), failed (retried with back-off).",
+		}, []string{"result"}),
+	}
+	for _, c := range []prometheus.Collector{m.configs, m.writes} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
