@@ -8,29 +8,64 @@ import (
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
-	networking "istio.io/api/networking/v1alpha3"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 
 	"github.com/meshplane/discovery/pkg/model"
 )
 
-// gatewayServer is one plain HTTP server of a Gateway selected by the proxy.
+// gatewayServer is one server of a Gateway selected by the proxy.
 type gatewayServer struct {
 	gateway string // namespace/name
 	ns      string
 	hosts   []string // namespace/host or host, as written
 	// redirect is tls.httpsRedirect: plain HTTP is redirected to https.
 	redirect bool
+	// name names a TCP server's filter chain.
+	name string
+}
+
+// portServers are the servers one Gateway port serves; class is the
+// port's portClass, set by its first server.
+type portServers struct {
+	class  string
+	http   []gatewayServer
+	https  []*tlsServer
+	pass   []gatewayServer
+	auto   []gatewayServer
+	tcp    *gatewayServer
+	tlsTCP []*tlsServer
 }
 
 // gateway adds a router's listeners (one per Gateway server port, named
-// 0.0.0.0_PORT and bound) and their RouteConfigurations (http.PORT), with a
-// virtual host per service host of the VirtualServices bound to the
-// Gateway; it returns the route names the listeners use.
+// 0.0.0.0_PORT and bound) and their RouteConfigurations (http.PORT and
+// https.PORT...), with a virtual host per service host of the
+// VirtualServices bound to the Gateway; it returns the route names the
+// listeners use.
 func (g *Generator) gateway(sc *Scope, bs map[string]*builder) []string {
-	byPort := map[uint32][]gatewayServer{}
-	tlsByPort := map[uint32][]*tlsServer{}
-	passByPort := map[uint32][]gatewayServer{}
+	ports, byPort := g.gatewayServers(sc)
+	var refs []string
+	for _, port := range ports {
+		ps := byPort[port]
+		switch ps.class {
+		case "http":
+			refs = append(refs, g.httpPort(sc, bs, port, ps.http))
+		case "tcp":
+			g.tcpPort(sc, bs, port, *ps.tcp)
+		case "tls":
+			refs = append(refs, g.tlsPort(sc, bs, port, ps)...)
+		}
+	}
+	return refs
+}
+
+// gatewayServers sorts the servers of the Gateways that select the proxy
+// by port, ports ascending. A server whose port already serves another
+// class, and a second TCP server on a port, are left out (logged), as
+// Istio does when it merges Gateways; unsupported servers are reported by
+// warnGateway.
+func (g *Generator) gatewayServers(sc *Scope) ([]uint32, map[uint32]*portServers) {
+	byPort := map[uint32]*portServers{}
+	var ports []uint32
 	for _, c := range sc.World.Configs(model.KindGateway) {
 		gw, ok := c.Object.(*networkingv1.Gateway)
 		if !ok || len(gw.Spec.GetSelector()) == 0 || !matchLabels(gw.Spec.GetSelector(), sc.Proxy.Labels()) {
@@ -38,103 +73,114 @@ func (g *Generator) gateway(sc *Scope, bs map[string]*builder) []string {
 		}
 		g.warnGateway(c)
 		for i, s := range gw.Spec.GetServers() {
-			proto := strings.ToUpper(s.GetPort().GetProtocol())
-			if (proto == "TLS" || proto == "HTTPS") && s.GetTls().GetMode() == networking.ServerTLSSettings_PASSTHROUGH {
-				passByPort[s.GetPort().GetNumber()] = append(passByPort[s.GetPort().GetNumber()], gatewayServer{
-					gateway: c.Key.Namespace + "/" + c.Key.Name, ns: c.Key.Namespace, hosts: s.GetHosts(),
-				})
+			kind, why := classifyServer(s)
+			if kind == serverUnsupported {
+				if why == "" {
+					g.log.Warn("gateway server is invalid (no tls settings); left out", "gateway", c.Key.String(), "port", s.GetPort().GetNumber())
+				}
 				continue
 			}
-			if proto == "HTTPS" {
-				if ts, ok := gatewayTLSServer(c, i, s, g.credentials()); ok {
-					tlsByPort[ts.port] = append(tlsByPort[ts.port], ts)
+			srv := gatewayServer{
+				gateway: c.Key.Namespace + "/" + c.Key.Name, ns: c.Key.Namespace, hosts: s.GetHosts(),
+				redirect: kind == serverHTTP && s.GetTls().GetHttpsRedirect(), name: serverName("tcp", c, i, s),
+			}
+			var ts *tlsServer
+			if kind == serverHTTPS || kind == serverTLSTCP {
+				if ts, ok = gatewayTLSServer(c, i, s, g.credentials()); !ok {
+					g.log.Warn("gateway TLS server has no usable certificate; left out", "gateway", c.Key.String(), "port", s.GetPort().GetNumber())
 					continue
 				}
 			}
-			if proto != "HTTP" && proto != "HTTP2" && proto != "GRPC" {
-				g.log.Warn("gateway server not supported yet", "gateway", c.Key.String(), "protocol", proto, "tlsMode", s.GetTls().GetMode().String())
+			port := s.GetPort().GetNumber()
+			ps := byPort[port]
+			if ps == nil {
+				ps = &portServers{class: kind.portClass()}
+				byPort[port] = ps
+				ports = append(ports, port)
+			}
+			if ps.class != kind.portClass() || (kind == serverTCP && ps.tcp != nil) {
+				g.log.Warn("gateway server conflicts with an earlier server on its port; left out",
+					"gateway", c.Key.String(), "port", port, "protocol", s.GetPort().GetProtocol(), "portCarries", ps.class)
 				continue
 			}
-			byPort[s.GetPort().GetNumber()] = append(byPort[s.GetPort().GetNumber()], gatewayServer{
-				gateway: c.Key.Namespace + "/" + c.Key.Name, ns: c.Key.Namespace, hosts: s.GetHosts(),
-				redirect: s.GetTls().GetHttpsRedirect(),
-			})
+			ps.add(kind, srv, ts)
 		}
-	}
-	ports := make([]uint32, 0, len(byPort))
-	for p := range byPort {
-		ports = append(ports, p)
 	}
 	sort.Slice(ports, func(i, j int) bool { return ports[i] < ports[j] })
-	var refs []string
-	for _, port := range ports {
-		name := "http." + itoa(int32(port))
-		rc := &routev3.RouteConfiguration{Name: name, ValidateClusters: wrapperspb.Bool(false)}
-		rc.VirtualHosts = g.gatewayHosts(sc, byPort[port])
-		requireTLS(rc.VirtualHosts, byPort[port])
-		bs[RouteType].add(name, rc)
-		l := &listenerv3.Listener{
-			Name:             "0.0.0.0_" + itoa(int32(port)),
-			Address:          socketAddress("0.0.0.0", int32(port)),
-			TrafficDirection: corev3.TrafficDirection_OUTBOUND,
-			FilterChains: []*listenerv3.FilterChain{{
-				Filters: []*listenerv3.Filter{hcmFilter(rdsManager(name, name))},
-			}},
-		}
-		bs[ListenerType].add(l.Name, l)
-		refs = append(refs, name)
-	}
-	return append(refs, g.gatewayTLS(sc, bs, tlsByPort, passByPort, byPort)...)
+	return ports, byPort
 }
 
-// gatewayTLS adds the listeners and routes of the HTTPS and PASSTHROUGH
-// servers, which share a port's listener (SNI tells them apart); a port
-// that also has plain HTTP servers keeps those.
-func (g *Generator) gatewayTLS(sc *Scope, bs map[string]*builder, tlsByPort map[uint32][]*tlsServer, passByPort map[uint32][]gatewayServer, httpPorts map[uint32][]gatewayServer) []string {
-	seen := map[uint32]bool{}
-	var ports []uint32
-	for _, m := range []map[uint32]int{lens(tlsByPort), lens(passByPort)} {
-		for p := range m {
-			if !seen[p] {
-				seen[p] = true
-				ports = append(ports, p)
-			}
-		}
+func (ps *portServers) add(kind serverKind, srv gatewayServer, ts *tlsServer) {
+	switch kind {
+	case serverHTTP:
+		ps.http = append(ps.http, srv)
+	case serverHTTPS:
+		ps.https = append(ps.https, ts)
+	case serverTLSTCP:
+		ts.name = srv.name
+		ps.tlsTCP = append(ps.tlsTCP, ts)
+	case serverPassthrough:
+		ps.pass = append(ps.pass, srv)
+	case serverAutoPassthrough:
+		ps.auto = append(ps.auto, srv)
+	case serverTCP:
+		ps.tcp = &srv
 	}
-	sort.Slice(ports, func(i, j int) bool { return ports[i] < ports[j] })
+}
+
+// httpPort adds the listener and RouteConfiguration (http.PORT) of a port
+// of plain HTTP servers and returns the route's name.
+func (g *Generator) httpPort(sc *Scope, bs map[string]*builder, port uint32, servers []gatewayServer) string {
+	name := "http." + itoa(int32(port))
+	rc := &routev3.RouteConfiguration{Name: name, ValidateClusters: wrapperspb.Bool(false)}
+	rc.VirtualHosts = g.gatewayHosts(sc, servers)
+	requireTLS(rc.VirtualHosts, servers)
+	bs[RouteType].add(name, rc)
+	l := &listenerv3.Listener{
+		Name:             "0.0.0.0_" + itoa(int32(port)),
+		Address:          socketAddress("0.0.0.0", int32(port)),
+		TrafficDirection: corev3.TrafficDirection_OUTBOUND,
+		FilterChains: []*listenerv3.FilterChain{{
+			Filters: []*listenerv3.Filter{hcmFilter(rdsManager(name, name))},
+		}},
+	}
+	bs[ListenerType].add(l.Name, l)
+	return name
+}
+
+// tlsPort adds the listener of a port of TLS servers, which share it told
+// apart by SNI: HTTPS servers (with their RouteConfigurations, whose names
+// it returns), TLS servers terminated here, PASSTHROUGH and
+// AUTO_PASSTHROUGH servers, in that order. A server or route whose match
+// an earlier chain claimed is left out (Envoy refuses two chains with the
+// same match; Istio refuses a TLS server repeating a host of its port).
+func (g *Generator) tlsPort(sc *Scope, bs map[string]*builder, port uint32, ps *portServers) []string {
+	claims := chainClaims{}
+	var https []*tlsServer
+	for _, s := range ps.https {
+		if !claims.claim(sniMatch(s.hosts)) {
+			g.log.Warn("gateway HTTPS server repeats a host of an earlier server on its port; left out", "gateway", s.gateway, "port", port, "hosts", s.hosts)
+			continue
+		}
+		https = append(https, s)
+	}
 	var refs []string
-	for _, port := range ports {
-		if len(httpPorts[port]) > 0 {
-			g.log.Warn("gateway port has both HTTP and TLS servers; TLS left out", "port", port)
-			continue
-		}
-		for _, s := range tlsByPort[port] {
-			rc := &routev3.RouteConfiguration{Name: s.name, ValidateClusters: wrapperspb.Bool(false)}
-			rc.VirtualHosts = g.gatewayHosts(sc, []gatewayServer{s.gatewayServer})
-			bs[RouteType].add(s.name, rc)
-			refs = append(refs, s.name)
-		}
-		l := tlsListener(port, tlsByPort[port])
-		claims := chainClaims{}
-		for _, fc := range l.FilterChains {
-			claims.claim(fc.GetFilterChainMatch())
-		}
-		l.FilterChains = append(l.FilterChains, g.passthroughChains(sc, port, passByPort[port], claims)...)
-		if len(l.FilterChains) == 0 {
-			g.log.Warn("gateway TLS port has no filter chain (no VirtualService tls route matches its servers); no listener", "port", port)
-			continue
-		}
-		bs[ListenerType].add(l.Name, l)
+	for _, s := range https {
+		rc := &routev3.RouteConfiguration{Name: s.name, ValidateClusters: wrapperspb.Bool(false)}
+		rc.VirtualHosts = g.gatewayHosts(sc, []gatewayServer{s.gatewayServer})
+		bs[RouteType].add(s.name, rc)
+		refs = append(refs, s.name)
 	}
+	l := tlsListener(port, https)
+	l.FilterChains = append(l.FilterChains, g.terminatedTCPChains(sc, port, ps.tlsTCP, claims)...)
+	l.FilterChains = append(l.FilterChains, g.passthroughChains(sc, port, ps.pass, claims)...)
+	l.FilterChains = append(l.FilterChains, autoPassthroughChains(sc, ps.auto, claims)...)
+	if len(l.FilterChains) == 0 {
+		g.log.Warn("gateway TLS port has no filter chain (no VirtualService route matches its servers); no listener", "port", port)
+		return refs
+	}
+	bs[ListenerType].add(l.Name, l)
 	return refs
-}
-
-func lens[V any](m map[uint32][]V) map[uint32]int {
-	out := make(map[uint32]int, len(m))
-	for k, v := range m {
-		out[k] = len(v)
-	}
-	return out
 }
 
 // gatewayHosts builds one virtual host per host a bound VirtualService

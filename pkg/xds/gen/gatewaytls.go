@@ -29,14 +29,25 @@ import (
 //
 // One filter chain per HTTPS server, matched by SNI on its hosts, with its
 // own RouteConfiguration named https.PORT.PORTNAME.GATEWAY.NAMESPACE, as in
-// Istio. TLS or HTTPS servers in PASSTHROUGH mode share the port's
-// listener: a chain per SNI name of the bound VirtualServices' tls routes,
-// not terminated, tcp_proxy to the destination (gatewaypass.go). Not done:
-// AUTO_PASSTHROUGH and OPTIONAL_MUTUAL (logged, the server is left out),
-// TCP servers (logged), and, reported as unsupported fields, the TLS
-// version, cipher, SAN and hash restrictions; credentialName in file mode,
-// where no Secrets are read. A server that needs one of them gets no
-// filter chain.
+// Istio. The other TLS servers of the port share its listener:
+//
+//	TLS server, SIMPLE, MUTUAL or   terminated as above (ISTIO_MUTUAL also offers ALPN
+//	ISTIO_MUTUAL                    istio-peer-exchange), then tcp_proxy by the first
+//	                                matching tcp route of the bound VirtualServices
+//	                                (gatewaytcp.go)
+//	PASSTHROUGH                     a chain per SNI name of the bound VirtualServices'
+//	                                tls routes, not terminated (gatewaypass.go)
+//	AUTO_PASSTHROUGH                a chain per service port and subset whose host the
+//	                                server allows, matched on Istio's cluster SNI
+//	                                outbound_.PORT_.SUBSET_.HOST (gatewayauto.go)
+//
+// A TCP server without tls gets the port's one chain (gatewaytcp.go).
+// Not done: OPTIONAL_MUTUAL and protocols other than HTTP, HTTP2, GRPC,
+// GRPC-WEB, HTTPS, TLS, TCP, MONGO, REDIS and MYSQL (the server is left
+// out, reported as an unsupported value: gatewayserver.go); reported as
+// unsupported fields, the TLS version, cipher, SAN and hash restrictions;
+// credentialName in file mode, where no Secrets are read. A server that
+// needs one of them gets no filter chain.
 
 // gatewayFields are the Gateway fields generation honours.
 var gatewayFields = newFieldSet("selector", "servers.port", "servers.hosts", "servers.name",
@@ -49,17 +60,18 @@ var gatewayFieldsNoSecrets = newFieldSet("selector", "servers.port", "servers.ho
 	"servers.tls.httpsRedirect", "servers.tls.mode", "servers.tls.serverCertificate", "servers.tls.privateKey",
 	"servers.tls.caCertificates")
 
-// tlsServer is one HTTPS server of a Gateway selected by the proxy.
+// tlsServer is one server of a Gateway selected by the proxy that
+// terminates TLS (HTTPS, or TLS with tcp routes).
 type tlsServer struct {
 	gatewayServer
 	port    uint32
-	name    string // the RouteConfiguration's name
+	name    string // the RouteConfiguration's name (HTTPS), the chain's (TLS)
 	context *tlsv3.DownstreamTlsContext
 }
 
-// gatewayTLSServer turns an HTTPS server into a tlsServer, or reports why
-// it cannot be served.
-// credentials tells whether credentialName can be served.
+// gatewayTLSServer turns a server that terminates TLS into a tlsServer, or
+// reports that it cannot be served; credentials tells whether
+// credentialName can be.
 func gatewayTLSServer(c *model.Config, i int, s *networking.Server, credentials bool) (*tlsServer, bool) {
 	tls := s.GetTls()
 	ctx := &tlsv3.DownstreamTlsContext{CommonTlsContext: &tlsv3.CommonTlsContext{AlpnProtocols: []string{"h2", "http/1.1"}}}
@@ -99,16 +111,28 @@ func gatewayTLSServer(c *model.Config, i int, s *networking.Server, credentials 
 	default:
 		return nil, false
 	}
-	portName := s.GetPort().GetName()
-	if portName == "" {
-		portName = itoa(int32(i))
+	if !strings.EqualFold(s.GetPort().GetProtocol(), "HTTPS") && tls.GetMode() == networking.ServerTLSSettings_ISTIO_MUTUAL {
+		// A TCP server terminating Istio mTLS also offers Istio's metadata
+		// exchange protocol, as Istio's gateways do.
+		ctx.CommonTlsContext.AlpnProtocols = []string{"istio-peer-exchange", "h2", "http/1.1"}
 	}
 	return &tlsServer{
 		gatewayServer: gatewayServer{gateway: c.Key.Namespace + "/" + c.Key.Name, ns: c.Key.Namespace, hosts: s.GetHosts()},
 		port:          s.GetPort().GetNumber(),
-		name:          "https." + itoa(int32(s.GetPort().GetNumber())) + "." + portName + "." + c.Key.Name + "." + c.Key.Namespace,
+		name:          serverName("https", c, i, s),
 		context:       ctx,
 	}, true
+}
+
+// serverName names what belongs to server i of Gateway c, as Istio names
+// an HTTPS server's routes: PREFIX.PORT.PORTNAME.GATEWAY.NAMESPACE (the
+// server's index for a port without a name).
+func serverName(prefix string, c *model.Config, i int, s *networking.Server) string {
+	portName := s.GetPort().GetName()
+	if portName == "" {
+		portName = itoa(int32(i))
+	}
+	return prefix + "." + itoa(int32(s.GetPort().GetNumber())) + "." + portName + "." + c.Key.Name + "." + c.Key.Namespace
 }
 
 // warnGateway logs the Gateway's unsupported fields once per version.
@@ -132,8 +156,8 @@ func (g *Generator) warnGateway(c *model.Config) {
 	g.warn(c, gw.ResourceVersion, &gw.Spec, gatewayFieldsNoSecrets)
 }
 
-// tlsListener builds the listener of one HTTPS port: a filter chain per
-// server (SNI on its hosts, its TLS context, its routes).
+// tlsListener builds the listener of one TLS port with a filter chain per
+// HTTPS server (SNI on its hosts, its TLS context, its routes).
 func tlsListener(port uint32, servers []*tlsServer) *listenerv3.Listener {
 	l := &listenerv3.Listener{
 		Name:             "0.0.0.0_" + itoa(int32(port)),
@@ -145,30 +169,40 @@ func tlsListener(port uint32, servers []*tlsServer) *listenerv3.Listener {
 		}},
 	}
 	for _, s := range servers {
-		match := &listenerv3.FilterChainMatch{}
-		for _, h := range s.hosts {
-			_, name, ok := strings.Cut(h, "/")
-			if !ok {
-				name = h
-			}
-			if name != "*" {
-				match.ServerNames = append(match.ServerNames, name)
-			}
-		}
-		if len(match.ServerNames) == 0 {
-			match = nil
-		}
 		l.FilterChains = append(l.FilterChains, &listenerv3.FilterChain{
 			Name:             s.name,
-			FilterChainMatch: match,
+			FilterChainMatch: sniMatch(s.hosts),
 			Filters:          []*listenerv3.Filter{hcmFilter(rdsManager(s.name, s.name))},
-			TransportSocket: &corev3.TransportSocket{
-				Name:       "envoy.transport_sockets.tls",
-				ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: mustAny(s.context)},
-			},
+			TransportSocket:  downstreamTLS(s.context),
 		})
 	}
 	return l
+}
+
+// sniMatch matches a server's hosts (namespace parts dropped) by SNI; a *
+// host adds no name, and without names the match is nil (everything).
+func sniMatch(hosts []string) *listenerv3.FilterChainMatch {
+	match := &listenerv3.FilterChainMatch{}
+	for _, h := range hosts {
+		_, name, ok := strings.Cut(h, "/")
+		if !ok {
+			name = h
+		}
+		if name != "*" {
+			match.ServerNames = append(match.ServerNames, name)
+		}
+	}
+	if len(match.ServerNames) == 0 {
+		return nil
+	}
+	return match
+}
+
+func downstreamTLS(ctx *tlsv3.DownstreamTlsContext) *corev3.TransportSocket {
+	return &corev3.TransportSocket{
+		Name:       "envoy.transport_sockets.tls",
+		ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: mustAny(ctx)},
+	}
 }
 
 // requireTLS makes the virtual hosts that a redirecting server allows

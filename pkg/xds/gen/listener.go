@@ -118,9 +118,12 @@ func servicesByPort(sc *Scope) ([]int32, map[int32][]*model.Service) {
 // service address on the port has its own filter chain: HTTP ports use RDS
 // with the service port's own RouteConfiguration (HOST:PORT), TCP ports a
 // TCP proxy routed by the host's VirtualService tcp routes, TLS ports
-// chains matched by SNI (tcproute.go). Hosts without an address share the
-// default chain, which uses the RouteConfiguration named PORT. It returns
-// the listener, the route names it uses and the addressless HTTP services.
+// chains matched by SNI (tcproute.go). The TCP ports of a service without
+// addresses that sends connections where they were dialled (headless)
+// have a chain per endpoint address (headless.go). HTTP hosts without an
+// address share the default chain, which uses the RouteConfiguration named
+// PORT. It returns the listener, the route names it uses and the
+// addressless HTTP services.
 func (g *Generator) outboundListener(sc *Scope, port int32, svcs []*model.Service) (*listenerv3.Listener, []string, []*model.Service) {
 	l := &listenerv3.Listener{
 		Name:             "0.0.0.0_" + itoa(port),
@@ -136,6 +139,8 @@ func (g *Generator) outboundListener(sc *Scope, port int32, svcs []*model.Servic
 		switch {
 		case isTLS(p.Protocol):
 			l.FilterChains = append(l.FilterChains, g.meshTLSChains(sc, svc, port, claims)...)
+		case endpointChained(svc, p):
+			l.FilterChains = append(l.FilterChains, g.endpointChains(sc, svc, p, claims)...)
 		case len(svc.Addresses) == 0:
 			if p.Protocol.IsHTTP() {
 				addressless = append(addressless, svc)

@@ -180,10 +180,11 @@ var supportedFields = map[model.Kind]fieldSet{
 }
 
 // valueChecks are, per kind, the supported fields whose value may still
-// be unsupported (Sidecar ingress captureMode NONE); they are reported
-// like unsupported fields.
+// be unsupported (Sidecar ingress captureMode NONE, Gateway tls.mode
+// OPTIONAL_MUTUAL); they are reported like unsupported fields.
 var valueChecks = map[model.Kind]func(proto.Message) []string{
 	model.KindSidecar: sidecarUnsupportedValues,
+	model.KindGateway: gatewayUnsupportedValues,
 }
 
 func unsupportedValues(kind model.Kind, spec proto.Message) []string {
@@ -196,8 +197,10 @@ func unsupportedValues(kind model.Kind, spec proto.Message) []string {
 // UnsupportedFields lists the fields of an Istio spec that generation
 // ignores, list indexes written as "[]" ("http[].mirror"); nil for kinds
 // the generator does not read field by field. The validating webhook
-// returns them as warnings. Gateway AUTO_PASSTHROUGH and TCP servers
-// are logged and left out (tcproute.go).
+// returns them as warnings. Gateway servers of every Istio mode are
+// served (TCP, TLS terminated or passed through, AUTO_PASSTHROUGH) except
+// OPTIONAL_MUTUAL and unknown protocols, reported as values
+// (gatewayserver.go).
 func UnsupportedFields(kind model.Kind, spec proto.Message) []string {
 	fs, ok := supportedFields[kind]
 	if !ok {
