@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -129,5 +130,33 @@ func TestMetricsAndDebugEndpoints(t *testing.T) {
 	}
 	if _, body := get(t, mon+"/debug"); !strings.Contains(body, "/debug/configz") {
 		t.Errorf("/debug index = %q", body)
+	}
+}
+
+func TestConfigzNotes(t *testing.T) {
+	store := model.NewStore(model.StoreOptions{})
+	for _, name := range []string{"a", "b"} {
+		vs := &networkingv1.VirtualService{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop"}}
+		if _, err := store.Apply(model.Event{Op: model.OpUpsert, Key: model.Key{Kind: model.KindVirtualService, Namespace: "shop", Name: name}, Object: vs}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	onlyA := func(c *model.Config) (string, any, bool) {
+		return "note", map[string]string{"for": c.Key.Name}, c.Key.Name == "a"
+	}
+	rec := httptest.NewRecorder()
+	ConfigzHandler(store.World, onlyA).ServeHTTP(rec, httptest.NewRequest("GET", "/debug/configz", nil))
+	var got struct {
+		Configs []map[string]json.RawMessage `json:"configs"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil || len(got.Configs) != 2 {
+		t.Fatalf("configz = %s (%v)", rec.Body, err)
+	}
+	var note map[string]string
+	if err := json.Unmarshal(got.Configs[0]["note"], &note); err != nil || note["for"] != "a" || got.Configs[0]["kind"] == nil || got.Configs[0]["metadata"] == nil {
+		t.Errorf("a: %s", rec.Body)
+	}
+	if _, ok := got.Configs[1]["note"]; ok {
+		t.Errorf("b got a note its function declined: %s", rec.Body)
 	}
 }
