@@ -77,7 +77,7 @@ func (sc *Scope) serviceEntry(host string) []*model.Config {
 
 func (sc *Scope) routeSources(name string) []*model.Config {
 	if sc.Proxy.Type == model.ProxyRouter {
-		return sc.gatewaySources(true)
+		return sc.withDelegates(sc.gatewaySources(true))
 	}
 	var out []*model.Config
 	if host, _, ok := cutLast(name, ":"); ok {
@@ -91,7 +91,7 @@ func (sc *Scope) routeSources(name string) []*model.Config {
 			}
 		}
 	}
-	return append(out, sc.sidecarConfig()...)
+	return append(sc.withDelegates(out), sc.sidecarConfig()...)
 }
 
 func (sc *Scope) listenerSources(name string) []*model.Config {

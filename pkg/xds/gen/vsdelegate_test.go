@@ -266,6 +266,16 @@ func TestDelegation(t *testing.T) {
 		t.Errorf("reported again:\n%s", logs.String())
 	}
 
+	t.Run("a rejected route is traced to the root and its delegate", func(t *testing.T) {
+		var keys []string
+		for _, c := range sc.routeSources(RouteName("svc-0.ns-0.svc.cluster.local", 80)) {
+			keys = append(keys, c.Key.Namespace+"/"+c.Key.Name)
+		}
+		if strings.Join(keys, " ") != "ns-0/root ns-1/d" {
+			t.Errorf("route sources %v, want the root and its delegate", keys)
+		}
+	})
+
 	t.Run("a delegate change matters where its root is seen, whatever its exportTo", func(t *testing.T) {
 		k := model.Key{Kind: model.KindVirtualService, Namespace: "ns-1", Name: "d"}
 		if !DelegatedTo(store.World(), k, "ns-1") {

@@ -128,6 +128,20 @@ func TestGatewayJoinsVirtualServices(t *testing.T) {
 	if want := "/a /b /"; strings.Join(got, " ") != want {
 		t.Errorf("gateway routes %q, want %q", strings.Join(got, " "), want)
 	}
+	if vss := sc.gatewayVirtualServices("ns-0/edge"); len(vss) != 2 || vss[0].Key.Name != "a" {
+		t.Errorf("gatewayVirtualServices = %v, want a and b", vss)
+	}
+
+	t.Run("a caller passing one of them is told the others are ignored", func(t *testing.T) {
+		var logs bytes.Buffer
+		g := New(slog.New(slog.NewTextHandler(&logs, nil)))
+		for range 2 {
+			g.vsRoutes(sc, sc.VirtualServices(host, "ns-0/edge")[1:], host, 80, "ns-0/edge")
+		}
+		if n := strings.Count(logs.String(), "joining them is not supported yet"); n != 1 || !strings.Contains(logs.String(), "ignored=[ns-0/a]") {
+			t.Errorf("%d reports, want one naming ns-0/a:\n%s", n, logs.String())
+		}
+	})
 }
 
 func TestShadowedVirtualServicesReportedOnce(t *testing.T) {

@@ -211,3 +211,30 @@ func resolveGatewayName(g, ns string) string {
 	gns, _, _ := strings.Cut(rest, ".")
 	return gns + "/" + name
 }
+
+// gatewayVirtualServices are the VirtualServices bound to gateway
+// (namespace/name) that the class sees, in precedence order: a gateway
+// joins the routes of those naming the same host, in this order
+// (vsRoutes).
+func (sc *Scope) gatewayVirtualServices(gateway string) []*model.Config {
+	out := make([]*model.Config, 0, len(sc.vsRank))
+	for c := range sc.vsRank {
+		if appliesTo(c, gateway) {
+			out = append(out, c)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return sc.vsRank[out[i]] < sc.vsRank[out[j]] })
+	return out
+}
+
+// withDelegates is vss followed by the delegates merged into them: a
+// route a proxy rejects may come from either.
+func (sc *Scope) withDelegates(vss []*model.Config) []*model.Config {
+	out := vss
+	for _, c := range vss {
+		if d := sc.delegations[c]; d != nil {
+			out = append(out, d.delegates...)
+		}
+	}
+	return out
+}
