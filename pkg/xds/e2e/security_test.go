@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -210,4 +211,81 @@ func TestGRPCMutualTLS(t *testing.T) {
 	if status.Code(err) != codes.PermissionDenied {
 		t.Errorf("identity x/z under an ALLOW for x/y: %v, want PermissionDenied", err)
 	}
+}
+
+// twoPodsYAML are two pods at 127.0.0.1, with service accounts echo and
+// mallory.
+const twoPodsYAML = `apiVersion: v1
+kind: Pod
+metadata: {name: echo-0, namespace: ns1, labels: {app: echo}}
+spec: {serviceAccountName: echo, containers: [{name: app, image: echo}]}
+status: {podIP: 127.0.0.1, conditions: [{type: Ready, status: "True"}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: echo-m, namespace: ns1, labels: {app: echo}}
+spec: {serviceAccountName: mallory, containers: [{name: app, image: echo}]}
+status: {podIP: 127.0.0.1, conditions: [{type: Ready, status: "True"}]}
+`
+
+// sliceToYAML is echo's slice: one endpoint, 127.0.0.1:port, of pod.
+func sliceToYAML(port int, pod string) string {
+	return fmt.Sprintf(`apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: echo-1, namespace: ns1, labels: {kubernetes.io/service-name: echo}}
+addressType: IPv4
+ports: [{name: grpc, port: %d}]
+endpoints:
+- addresses: [127.0.0.1]
+  conditions: {ready: true}
+  targetRef: {kind: Pod, name: %s, namespace: ns1}
+`, port, pod)
+}
+
+// A proxyless client verifies the server against the service accounts of
+// the service's endpoints: a server whose certificate names another
+// account fails the handshake, and once an endpoints-only change puts that
+// account behind the service, the clusters follow and the call succeeds.
+func TestGRPCClientVerifiesServerIdentity(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := lis.Addr().(*net.TCPAddr).Port
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "service.yaml"), echoServerYAML(port))
+	write(t, filepath.Join(dir, "pods.yaml"), twoPodsYAML)
+	slice := filepath.Join(dir, "slice.yaml")
+	write(t, slice, sliceToYAML(port, "echo-0"))
+	write(t, filepath.Join(dir, "dr.yaml"), istioMutualYAML)
+	write(t, filepath.Join(dir, "pa.yaml"), peerAuthnYAML("STRICT"))
+	store := model.NewStore(model.StoreOptions{})
+	src, err := file.New(file.Options{Dir: dir, Debounce: 20 * time.Millisecond}, quiet(), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, src, store)
+	xdsAddr := serve(t, store)
+	mesh := newMeshCA(t)
+	mtlsBackend(t, lis, workloadBootstrap(t, xdsAddr, "echo-m", "ns1", map[string]string{"app": "echo"}, mesh.workload(t, "ns1", "mallory")))
+	client := mtlsClient(t, workloadBootstrap(t, xdsAddr, "client-y", "x", nil, mesh.workload(t, "x", "y")), "xds:///echo.ns1.svc.cluster.local:7070")
+
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
+		cancel()
+		if err == nil {
+			t.Fatal("a server presenting ns1/mallory was accepted for a service whose only account is ns1/echo")
+		}
+		if status.Code(err) == codes.Unavailable && strings.Contains(err.Error(), "handshake") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no handshake failure within 30s: last %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	write(t, slice, sliceToYAML(port, "echo-m"))
+	eventuallyCode(t, client, codes.OK)
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -74,23 +75,25 @@ type unit struct {
 // resources the configuration does not contain, or the reverse.
 var ErrInconsistent = errors.New("inconsistent configuration")
 
-// Class generates the configuration for the class of p. prev, the class's
+// Class generates the configuration for the class of p in w (ClassKey).
+// prev, the class's
 // previous configuration or nil, lets unchanged services reuse their
 // resources. Resources that fail validation are logged and left out; if the
 // result is not consistent, Class returns prev (the last good
 // configuration) and the error.
 func (g *Generator) Class(w *model.World, p *model.Proxy, prev *ClassConfig) (out *ClassConfig, err error) {
+	key := ClassKey(w, p)
 	defer func() {
 		// Building protos cannot fail for valid input; should it, the
 		// last good configuration stays and the server keeps serving.
 		if r := recover(); r != nil {
-			g.log.Error("configuration generation failed", "class", p.Class(), "world", w.Version, "panic", r)
-			out, err = prev, fmt.Errorf("class %s: generation failed: %v", p.Class(), r)
+			g.log.Error("configuration generation failed", "class", key, "world", w.Version, "panic", r)
+			out, err = prev, fmt.Errorf("class %s: generation failed: %v", key, r)
 		}
 	}()
 	sc := NewScope(w, p)
 	cc := &ClassConfig{
-		Class: p.Class(), WorldVersion: w.Version, scope: sc,
+		Class: key, WorldVersion: w.Version, scope: sc,
 		EndpointsOf: map[model.NamespacedName][]string{}, units: map[model.NamespacedName]*unit{},
 	}
 	bs := map[string]*builder{}
@@ -191,6 +194,10 @@ func (g *Generator) sidecarOutbound(sc *Scope, bs map[string]*builder, cc, prev 
 		fmt.Fprintf(&kb, "%v|", sc.RegistryOnly())
 		for _, svc := range byPort[port] {
 			fmt.Fprintf(&kb, "%p,", svc)
+			if EndpointsShapeListeners(svc) {
+				// A chain per endpoint address (headless.go).
+				fmt.Fprintf(&kb, "%p,", sc.World.Endpoints(svc.Namespace, svc.Name))
+			}
 		}
 		key := kb.String()
 		if hasL4Routes(sc, byPort[port]) {
@@ -235,7 +242,7 @@ func (g *Generator) serviceUnit(sc *Scope, svc *model.Service, prev *ClassConfig
 	drc := sc.destinationRuleConfig(svc.Hostname)
 	// Everything depends on these objects only, and the World replaces an
 	// object when it changes.
-	key := partKeyOf(svc, eps, drc)
+	key := partKeyOf(svc, eps, drc) + sniClustersKey(sc, svc)
 	routeKey := fmt.Sprintf("%p|%p", svc, drc)
 	if vss := sc.vs[svc.Hostname]; len(vss) > 0 {
 		routeKey += "|" + routeDeps(sc, vss)
@@ -258,8 +265,12 @@ func (g *Generator) serviceUnit(sc *Scope, svc *model.Service, prev *ClassConfig
 		// Only the routes' inputs changed.
 		u.clusters, u.endpoints, u.edsRefs = old.clusters, old.endpoints, old.edsRefs
 	} else {
+		// Clipped: what is appended to a class's unit must not land in
+		// the shared part's spare capacity.
 		p := g.parts.get(g, sc, sc.World, svc, eps, drc)
-		u.clusters, u.endpoints, u.edsRefs = p.clusters, p.endpoints, p.edsRefs
+		u.clusters, u.endpoints, u.edsRefs = slices.Clip(p.clusters), slices.Clip(p.endpoints), slices.Clip(p.edsRefs)
+		// A gateway's AUTO_PASSTHROUGH clusters are its class's own.
+		g.sniClusters(sc, svc, eps, u)
 	}
 	for _, port := range svc.Ports {
 		if port.Protocol == model.ProtocolUDP || (grpc && skipsGRPC(svc)) {
@@ -276,6 +287,18 @@ func (g *Generator) serviceUnit(sc *Scope, svc *model.Service, prev *ClassConfig
 		}
 	}
 	return u
+}
+
+func sameResources(a, b []*Resource) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Name != b[i].Name || a[i].Hash != b[i].Hash {
+			return false
+		}
+	}
+	return true
 }
 
 func partKeyOf(svc *model.Service, eps *model.ServiceEndpoints, drc *model.Config) string {
@@ -295,7 +318,13 @@ func (g *Generator) clusterPart(sc *Scope, svc *model.Service, eps *model.Servic
 			name := ClusterName(port.Port, ss.Name, svc.Hostname)
 			c := serviceCluster(svc, name, port, eps, ss.Labels, !grpc)
 			if dr != nil {
-				applyPolicy(c, policy(&dr.Spec, ss.Name, port.Port), !grpc)
+				tp := policy(&dr.Spec, ss.Name, port.Port)
+				applyPolicy(c, tp, !grpc)
+				if grpc {
+					// The server identities the cluster verifies come from
+					// the service's endpoints (grpcsecurity.go).
+					g.grpcClusterTLS(sc, svc, eps, c, tp)
+				}
 			}
 			if !grpc {
 				// Istio's auto mTLS (on by default): mTLS to endpoints whose
@@ -347,10 +376,17 @@ func (g *Generator) UpdateEndpoints(prev *ClassConfig, w *model.World, services 
 		eps := w.Endpoints(nn.Namespace, nn.Name)
 		drc := prev.scope.destinationRuleConfig(svc.Hostname)
 		nu := *u
-		// Clusters of EDS services do not depend on endpoints: the unit's
-		// clusters and routes stay valid, so its key can say so.
-		nu.endpoints = g.parts.get(g, prev.scope, w, svc, eps, drc).endpoints
-		nu.key = partKeyOf(svc, eps, drc)
+		pt := g.parts.get(g, prev.scope, w, svc, eps, drc)
+		nu.endpoints = slices.Clip(pt.endpoints)
+		g.sniEndpoints(prev.scope, svc, eps, &nu.endpoints)
+		// The unit keeps its clusters. When they are what the new endpoints
+		// give (EDS clusters do not depend on endpoints, except the server
+		// identities of gRPC clusters), its key can say so and the next
+		// full generation reuses it; otherwise it is rebuilt then.
+		nu.key = ""
+		if sameResources(pt.clusters, u.clusters) {
+			nu.key = partKeyOf(svc, eps, drc) + sniClustersKey(prev.scope, svc)
+		}
 		for _, r := range nu.endpoints {
 			if old := next[r.Name]; old == nil || old.Hash != r.Hash {
 				added = added || old == nil

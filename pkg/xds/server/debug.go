@@ -44,7 +44,11 @@ func (s *Server) Syncz() []SyncStatus {
 		if c.proxy == nil {
 			return true
 		}
-		row := SyncStatus{ProxyID: c.proxy.ID, Class: c.proxy.Class(), Delta: c.key.delta, Connected: c.connected, Types: map[string]*typeStatus{}}
+		class := c.proxy.Class()
+		if c.cfg != nil {
+			class = c.cfg.Class.Class // with its workload-dependent part (gen.ClassKey)
+		}
+		row := SyncStatus{ProxyID: c.proxy.ID, Class: class, Delta: c.key.delta, Connected: c.connected, Types: map[string]*typeStatus{}}
 		for t, st := range c.status {
 			cp := *st
 			row.Types[gen.ShortType(t)] = &cp

@@ -96,8 +96,12 @@ func (s *Server) matters(c *conn, w *model.World, others []model.Key, eps map[mo
 	if p == nil {
 		return nil // not identified yet; its initial push reads the newest World
 	}
-	live[p.Class()] = true
-	if cfg == nil {
+	// The class can change with the World (a Sidecar selecting the
+	// workload, a VirtualService matching its labels): then everything
+	// is regenerated for the new class.
+	key := gen.ClassKey(w, p)
+	live[key] = true
+	if cfg == nil || cfg.Class.Class != key {
 		return &pushItem{full: true, world: w}
 	}
 	scope := cfg.Class.Scope()
@@ -109,6 +113,10 @@ func (s *Server) matters(c *conn, w *model.World, others []model.Key, eps map[mo
 	var seen map[model.NamespacedName]bool
 	for nn := range eps {
 		if scope.Visible(nn) {
+			if svc := w.Service(nn.Namespace, nn.Name); svc != nil && p.Type == model.ProxySidecar && gen.EndpointsShapeListeners(svc) {
+				// Its endpoints are listener chains too (headless TCP).
+				return &pushItem{full: true, world: w}
+			}
 			if seen == nil {
 				seen = map[model.NamespacedName]bool{}
 			}
@@ -195,7 +203,17 @@ func (s *Server) work(_ context.Context, c *conn, item *pushItem) {
 		return
 	}
 	kind := "full"
-	if item.full || prev == nil {
+	var svcs []model.NamespacedName
+	if !item.full && prev != nil {
+		svcs = make([]model.NamespacedName, 0, len(item.eds))
+		for nn := range item.eds {
+			svcs = append(svcs, nn)
+		}
+		sort.Slice(svcs, func(i, j int) bool { return svcs[i].String() < svcs[j].String() })
+	}
+	// A proxyless gRPC client's clusters list the service accounts of their
+	// endpoints: an endpoint change that changes them needs the clusters.
+	if item.full || prev == nil || gen.IdentitiesChanged(prev.Class, item.world, svcs) {
 		cls := s.classes.full(s.gen, item.world, p)
 		if cls == nil {
 			return // logged by the generator; nothing good to send yet
@@ -204,11 +222,6 @@ func (s *Server) work(_ context.Context, c *conn, item *pushItem) {
 		c.setConfig(pc, changedSince(prev, pc), item.first)
 	} else {
 		kind = "eds"
-		svcs := make([]model.NamespacedName, 0, len(item.eds))
-		for nn := range item.eds {
-			svcs = append(svcs, nn)
-		}
-		sort.Slice(svcs, func(i, j int) bool { return svcs[i].String() < svcs[j].String() })
 		cls := s.classes.endpoints(s.gen, item.world, p, svcs)
 		if cls == nil {
 			return // logged by the generator; nothing good to send yet
@@ -276,7 +289,7 @@ func (cc *classCache) entry(class string) *classEntry {
 // once for all the class's proxies. On a generation failure it returns the
 // last good configuration, or nil if there is none.
 func (cc *classCache) full(g *gen.Generator, w *model.World, p *model.Proxy) *gen.ClassConfig {
-	e := cc.entry(p.Class())
+	e := cc.entry(gen.ClassKey(w, p))
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.cfg != nil && e.cfg.WorldVersion >= w.Version {
@@ -292,7 +305,7 @@ func (cc *classCache) full(g *gen.Generator, w *model.World, p *model.Proxy) *ge
 // endpoints returns the class's configuration with the endpoints of svcs
 // taken from w, updating it once for all the class's proxies.
 func (cc *classCache) endpoints(g *gen.Generator, w *model.World, p *model.Proxy, svcs []model.NamespacedName) *gen.ClassConfig {
-	e := cc.entry(p.Class())
+	e := cc.entry(gen.ClassKey(w, p))
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	switch {
