@@ -94,13 +94,11 @@ func (sc *Scope) indexVirtualServices() {
 	for i, c := range vss {
 		sc.vsRank[c] = i
 		vs := c.Object.(*networkingv1.VirtualService)
-		seen := map[string]bool{}
 		for _, h := range vs.Spec.GetHosts() {
 			host := ResolveHost(h, c.Key.Namespace, w.DomainSuffix)
-			if seen[host] {
-				continue
+			if l := sc.vs[host]; len(l) > 0 && l[len(l)-1] == c {
+				continue // the same host written twice ("a" and its FQDN)
 			}
-			seen[host] = true
 			sc.vs[host] = append(sc.vs[host], c)
 			if strings.HasPrefix(host, "*") {
 				wild[host] = true

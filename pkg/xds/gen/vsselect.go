@@ -67,15 +67,6 @@ func (g *Generator) vsHTTPRoutes(sc *Scope, c *model.Config, host string, port i
 	vs := c.Object.(*networkingv1.VirtualService)
 	g.warn(c, vs.ResourceVersion, &vs.Spec, vsFields)
 	var out []*routev3.Route
-	for _, r := range g.effectiveRoutes(sc, c) {
-		out = append(out, g.httpRoutes(sc, r, host, port, gateway)...)
-	}
-	return out
-}
-
-// effectiveRoutes are c's http routes with its delegates merged in.
-func (g *Generator) effectiveRoutes(sc *Scope, c *model.Config) []httpRoute {
-	vs := c.Object.(*networkingv1.VirtualService)
 	if isRoot(vs) {
 		d := sc.delegations[c]
 		if d == nil {
@@ -83,11 +74,14 @@ func (g *Generator) effectiveRoutes(sc *Scope, c *model.Config) []httpRoute {
 			d = resolveDelegation(sc.World, c)
 		}
 		g.reportDelegation(d)
-		return d.routes
+		for _, r := range d.routes {
+			out = append(out, g.httpRoutes(sc, r, host, port, gateway)...)
+		}
+		return out
 	}
-	out := make([]httpRoute, 0, len(vs.Spec.GetHttp()))
 	for i, hr := range vs.Spec.GetHttp() {
-		out = append(out, httpRoute{hr: hr, ns: c.Key.Namespace, name: fmt.Sprintf("%s.%s.%d", c.Key.Namespace, c.Key.Name, i)})
+		r := httpRoute{hr: hr, ns: c.Key.Namespace, name: fmt.Sprintf("%s.%s.%d", c.Key.Namespace, c.Key.Name, i)}
+		out = append(out, g.httpRoutes(sc, r, host, port, gateway)...)
 	}
 	return out
 }
