@@ -59,6 +59,9 @@ func (wt watcher) CreateDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Subscr
 		delete(c.reqs, t)
 	}
 	c.observe(t, req.GetResponseNonce(), "", req.GetErrorDetail())
+	if knownType(t) {
+		c.deltaSubscriptionChanged(t, req, sub.ReturnedResources())
+	}
 	w := &deltaWatch{req: req, sub: sub, ch: ch, initial: !c.started[t]}
 	c.started[t] = true
 	// An answer that changes no subscription needs no look at an unchanged

@@ -79,6 +79,7 @@ type conn struct {
 	mu          sync.Mutex
 	proxy       *model.Proxy
 	cfg         *gen.ProxyConfig
+	dbase       map[string]*gen.ProxyConfig // delta: what each type's stream was last fully brought up to date with
 	sotw        map[string]*sotwWatch
 	delta       map[string]*deltaWatch
 	subs        map[string]map[string]struct{} // sotw names subscribed at the last request, by type
@@ -109,7 +110,7 @@ func newConn(s *Server, key streamKey, ctl *streamCtl) *conn {
 		sotw: map[string]*sotwWatch{}, delta: map[string]*deltaWatch{},
 		subs: map[string]map[string]struct{}{}, wildcard: map[string]bool{}, checked: map[string]string{},
 		prevVersion: map[string]string{}, inflight: map[string]*inflight{}, started: map[string]bool{},
-		dsynced: map[string]bool{}, dpending: map[string]map[string]struct{}{},
+		dsynced: map[string]bool{}, dpending: map[string]map[string]struct{}{}, dbase: map[string]*gen.ProxyConfig{},
 		reqs: map[string]any{}, status: map[string]*typeStatus{},
 	}
 }
@@ -297,10 +298,15 @@ func (c *conn) respondDelta(w *deltaWatch, dirty []string) bool {
 		c.logger().Warn("request for a type this server does not serve; answered with no resources", "type", t)
 		return c.deliverDelta(w, &discovery.DeltaDiscoveryResponse{TypeUrl: t}, map[string]string{})
 	}
-	// As in respondSotw, the returned map is updated in place: the delta
-	// server only changes it between a watch's cancellation and the next
-	// CreateDeltaWatch, and sends every queued response before reading the
-	// next request, so none is dropped.
+	// What the stream holds is c.dbase[t] (a configuration it was brought
+	// fully up to date with) overridden by the map go-control-plane keeps
+	// for it (returned; "" means it holds nothing of that name). Keeping
+	// a name -> version map of every resource per stream was most of the
+	// server's memory at 1,000 proxies (a megabyte each); the base is
+	// shared by the proxies of a class. The map is updated in place: the
+	// delta server only changes it between a watch's cancellation and the
+	// next CreateDeltaWatch, and sends every queued response before
+	// reading the next request, so none is dropped.
 	returned := w.sub.ReturnedResources()
 	wildcard := w.sub.IsWildcard()
 	subscribed := w.sub.SubscribedResources()
@@ -316,17 +322,34 @@ func (c *conn) respondDelta(w *deltaWatch, dirty []string) bool {
 		// changed.
 		dirty = withPending(nil, c.dpending[t])
 	}
+	if dirty != nil && len(returned) > maxDeltaOverrides {
+		// Compare in full once, and start again from the current
+		// configuration with an empty map.
+		dirty = nil
+	}
+	base := c.dbase[t]
+	has := func(n string) string {
+		if v, ok := returned[n]; ok {
+			return v
+		}
+		if base != nil {
+			if r := base.Get(t, n); r != nil {
+				return r.Hash
+			}
+		}
+		return ""
+	}
 	var send []*gen.Resource
 	var removed []string
 	visit := func(n string) {
 		r := c.cfg.Get(t, n)
 		if r == nil {
-			if _, had := returned[n]; had {
+			if has(n) != "" {
 				removed = append(removed, n)
 			}
 			return
 		}
-		if returned[n] != r.Hash {
+		if has(n) != r.Hash {
 			send = append(send, r)
 		}
 	}
@@ -341,9 +364,16 @@ func (c *conn) respondDelta(w *deltaWatch, dirty []string) bool {
 		for _, n := range c.cfg.Names(t) {
 			visit(n)
 		}
-		for n := range returned {
-			if c.cfg.Get(t, n) == nil {
+		for n, v := range returned {
+			if v != "" && c.cfg.Get(t, n) == nil {
 				removed = append(removed, n)
+			}
+		}
+		if base != nil {
+			for _, n := range base.Names(t) {
+				if _, over := returned[n]; !over && c.cfg.Get(t, n) == nil {
+					removed = append(removed, n)
+				}
 			}
 		}
 	default:
@@ -368,6 +398,18 @@ func (c *conn) respondDelta(w *deltaWatch, dirty []string) bool {
 		res[i] = &discovery.Resource{Name: r.Name, Version: r.Hash, Resource: r.Any}
 	}
 	resp := &discovery.DeltaDiscoveryResponse{SystemVersionInfo: version, TypeUrl: t, Resources: res, RemovedResources: removed}
+	if dirty == nil {
+		// Compared in full: once sent, every subscribed name holds the
+		// current version, so the current configuration becomes the base
+		// and the stream's map starts empty. (go-control-plane installs
+		// it when it sends the response.)
+		if !c.deliverDelta(w, resp, map[string]string{}) {
+			c.dsynced[t] = false
+			return false
+		}
+		c.dbase[t] = c.cfg
+		return true
+	}
 	if !c.deliverDelta(w, resp, returned) {
 		c.dsynced[t] = false
 		return false
@@ -376,9 +418,33 @@ func (c *conn) respondDelta(w *deltaWatch, dirty []string) bool {
 		returned[r.Name] = r.Hash
 	}
 	for _, n := range removed {
-		delete(returned, n)
+		returned[n] = "" // the base may hold it
 	}
 	return true
+}
+
+// maxDeltaOverrides is how many names a delta stream's own map may hold
+// (see respondDelta) before the next response compares in full and
+// starts again from an empty map.
+const maxDeltaOverrides = 512
+
+// deltaSubscriptionChanged records, for the names a delta request
+// subscribes or unsubscribes, that the stream holds nothing of them:
+// the base says otherwise for names it holds, and go-control-plane has
+// just dropped unsubscribed names from the stream's map. Called with c.mu
+// held, after go-control-plane applied the request.
+func (c *conn) deltaSubscriptionChanged(t string, req *discovery.DeltaDiscoveryRequest, returned map[string]string) {
+	base := c.dbase[t]
+	if base == nil {
+		return
+	}
+	for _, names := range [][]string{req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe()} {
+		for _, n := range names {
+			if _, ok := returned[n]; !ok && base.Get(t, n) != nil {
+				returned[n] = ""
+			}
+		}
+	}
 }
 
 func (c *conn) deliverDelta(w *deltaWatch, resp *discovery.DeltaDiscoveryResponse, next map[string]string) bool {
