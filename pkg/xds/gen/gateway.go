@@ -189,22 +189,29 @@ func (g *Generator) gatewayHosts(sc *Scope, servers []gatewayServer) []*routev3.
 	seen := map[string]bool{}
 	var out []*routev3.VirtualHost
 	for _, srv := range servers {
-		for _, c := range sc.World.Configs(model.KindVirtualService) {
-			vs := c.Object.(*networkingv1.VirtualService)
-			if !appliesTo(c, srv.gateway) {
-				continue
-			}
-			for _, h := range vs.Spec.GetHosts() {
+		// Every VirtualService bound to the gateway and naming a host the
+		// server allows, in Istio's precedence; vsRoutes joins them.
+		byHost := map[string][]*model.Config{}
+		var hosts []string
+		for _, c := range sc.gatewayVirtualServices(srv.gateway) {
+			for _, h := range c.Object.(*networkingv1.VirtualService).Spec.GetHosts() {
 				if seen[h] || !hostAllowed(srv, c.Key.Namespace, h) {
 					continue
 				}
-				seen[h] = true
-				routes := g.vsRoutes(sc, []*model.Config{c}, ResolveHost(h, c.Key.Namespace, sc.World.DomainSuffix), 80, srv.gateway)
-				if len(routes) == 0 {
-					continue
+				if byHost[h] == nil {
+					hosts = append(hosts, h)
 				}
-				out = append(out, &routev3.VirtualHost{Name: h, Domains: []string{h, h + ":*"}, Routes: routes})
+				byHost[h] = append(byHost[h], c)
 			}
+		}
+		for _, h := range hosts {
+			seen[h] = true
+			vss := byHost[h]
+			routes := g.vsRoutes(sc, vss, ResolveHost(h, vss[0].Key.Namespace, sc.World.DomainSuffix), 80, srv.gateway)
+			if len(routes) == 0 {
+				continue
+			}
+			out = append(out, &routev3.VirtualHost{Name: h, Domains: []string{h, h + ":*"}, Routes: routes})
 		}
 	}
 	if len(out) == 0 {
