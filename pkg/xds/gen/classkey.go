@@ -209,7 +209,11 @@ func newWorldIndex(w *model.World, prev *worldIndex) *worldIndex {
 		ix.parsed[c] = s
 		switch {
 		case len(s.uses) == 0:
-		case exportedEverywhere(c.Object.(*networkingv1.VirtualService).Spec.GetExportTo()):
+		case exportedEverywhere(c.Object.(*networkingv1.VirtualService).Spec.GetExportTo()),
+			len(c.Object.(*networkingv1.VirtualService).Spec.GetHosts()) == 0:
+			// A delegate's matches apply wherever a root naming it is seen,
+			// which its own exportTo does not tell: count it everywhere (a
+			// key that distinguishes more than needed is still right).
 			open = append(open, s)
 		default:
 			ix.restricted = append(ix.restricted, s)
