@@ -29,7 +29,8 @@ func (g *Generator) passthroughChains(sc *Scope, port uint32, servers []gatewayS
 					continue
 				}
 				for j, m := range r.GetMatch() {
-					if !l4Holds(m, c.Key.Namespace, int32(port), srv.gateway) {
+					if !l4Holds(m, c.Key.Namespace, int32(port), srv.gateway) ||
+						!sourceHolds(m.GetSourceLabels(), m.GetSourceNamespace(), sc.Proxy) {
 						continue
 					}
 					var names []string

@@ -69,7 +69,7 @@ func (g *Generator) gatewayTCPFilter(sc *Scope, srv gatewayServer, port uint32) 
 		}
 		g.warn(c, vs.ResourceVersion, &vs.Spec, vsFields)
 		for _, r := range vs.Spec.GetTcp() {
-			if !gatewayTCPRouteHolds(r, c.Key.Namespace, port, srv.gateway) {
+			if !gatewayTCPRouteHolds(r, c.Key.Namespace, port, srv.gateway, sc.Proxy) {
 				continue
 			}
 			if f := tcpRouteFilter(sc, c.Key.Namespace, r.GetRoute(), "", int32(port)); f != nil {
@@ -80,12 +80,13 @@ func (g *Generator) gatewayTCPFilter(sc *Scope, srv gatewayServer, port uint32) 
 	return nil
 }
 
-// gatewayTCPRouteHolds applies a tcp route's matches (port and gateways;
-// destinationSubnets do not apply on a gateway) to a server: one holding
-// match is enough, and a route without matches always holds.
-func gatewayTCPRouteHolds(r *networking.TCPRoute, ns string, port uint32, gateway string) bool {
+// gatewayTCPRouteHolds applies a tcp route's matches (port, gateways,
+// and the gateway pod's labels and namespace; destinationSubnets do not
+// apply on a gateway) to a server of gateway proxy p: one holding match is
+// enough, and a route without matches always holds.
+func gatewayTCPRouteHolds(r *networking.TCPRoute, ns string, port uint32, gateway string, p *model.Proxy) bool {
 	for _, m := range r.GetMatch() {
-		if l4Holds(m, ns, int32(port), gateway) {
+		if l4Holds(m, ns, int32(port), gateway) && sourceHolds(m.GetSourceLabels(), m.GetSourceNamespace(), p) {
 			return true
 		}
 	}
