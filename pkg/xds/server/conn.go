@@ -79,7 +79,7 @@ type conn struct {
 	mu          sync.Mutex
 	proxy       *model.Proxy
 	cfg         *gen.ProxyConfig
-	dbase       map[string]*gen.ProxyConfig // delta: what each type's stream was last fully brought up to date with
+	dbase       map[string]typeBase // delta: what each type's stream was last fully brought up to date with
 	sotw        map[string]*sotwWatch
 	delta       map[string]*deltaWatch
 	subs        map[string]map[string]struct{} // sotw names subscribed at the last request, by type
@@ -110,7 +110,7 @@ func newConn(s *Server, key streamKey, ctl *streamCtl) *conn {
 		sotw: map[string]*sotwWatch{}, delta: map[string]*deltaWatch{},
 		subs: map[string]map[string]struct{}{}, wildcard: map[string]bool{}, checked: map[string]string{},
 		prevVersion: map[string]string{}, inflight: map[string]*inflight{}, started: map[string]bool{},
-		dsynced: map[string]bool{}, dpending: map[string]map[string]struct{}{}, dbase: map[string]*gen.ProxyConfig{},
+		dsynced: map[string]bool{}, dpending: map[string]map[string]struct{}{}, dbase: map[string]typeBase{},
 		reqs: map[string]any{}, status: map[string]*typeStatus{},
 	}
 }
@@ -332,8 +332,8 @@ func (c *conn) respondDelta(w *deltaWatch, dirty []string) bool {
 		if v, ok := returned[n]; ok {
 			return v
 		}
-		if base != nil {
-			if r := base.Get(t, n); r != nil {
+		if base.set() {
+			if r := base.get(n); r != nil {
 				return r.Hash
 			}
 		}
@@ -369,8 +369,8 @@ func (c *conn) respondDelta(w *deltaWatch, dirty []string) bool {
 				removed = append(removed, n)
 			}
 		}
-		if base != nil {
-			for _, n := range base.Names(t) {
+		if base.set() {
+			for _, n := range base.names() {
 				if _, over := returned[n]; !over && c.cfg.Get(t, n) == nil {
 					removed = append(removed, n)
 				}
@@ -407,7 +407,7 @@ func (c *conn) respondDelta(w *deltaWatch, dirty []string) bool {
 			c.dsynced[t] = false
 			return false
 		}
-		c.dbase[t] = c.cfg
+		c.dbase[t] = baseOf(c.cfg, t)
 		return true
 	}
 	if !c.deliverDelta(w, resp, returned) {
@@ -423,6 +423,35 @@ func (c *conn) respondDelta(w *deltaWatch, dirty []string) bool {
 	return true
 }
 
+// typeBase is the resources of one type a delta stream was last fully
+// brought up to date with: its class's set and its own. Only the sets are
+// kept, not the configuration around them (which would hold its World).
+type typeBase struct{ cls, own *gen.Set }
+
+func baseOf(cfg *gen.ProxyConfig, t string) typeBase {
+	return typeBase{cls: cfg.Class.Sets[t], own: cfg.Own[t]}
+}
+
+func (b typeBase) set() bool { return b.cls != nil || b.own != nil }
+
+func (b typeBase) get(n string) *gen.Resource {
+	if r := b.own.Get(n); r != nil {
+		return r
+	}
+	return b.cls.Get(n)
+}
+
+func (b typeBase) names() []string {
+	var out []string
+	if b.cls != nil {
+		out = append(out, b.cls.Names...)
+	}
+	if b.own != nil {
+		out = append(out, b.own.Names...)
+	}
+	return out
+}
+
 // maxDeltaOverrides is how many names a delta stream's own map may hold
 // (see respondDelta) before the next response compares in full and
 // starts again from an empty map.
@@ -435,12 +464,12 @@ const maxDeltaOverrides = 512
 // held, after go-control-plane applied the request.
 func (c *conn) deltaSubscriptionChanged(t string, req *discovery.DeltaDiscoveryRequest, returned map[string]string) {
 	base := c.dbase[t]
-	if base == nil {
+	if !base.set() {
 		return
 	}
 	for _, names := range [][]string{req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe()} {
 		for _, n := range names {
-			if _, ok := returned[n]; !ok && base.Get(t, n) != nil {
+			if _, ok := returned[n]; !ok && base.get(n) != nil {
 				returned[n] = ""
 			}
 		}
