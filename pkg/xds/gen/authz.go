@@ -106,7 +106,7 @@ func (g *Generator) rbacRules(aps []*model.Config, tcp bool) map[security.Author
 			out[action] = rules
 		}
 		for i, r := range ap.Spec.GetRules() {
-			b := &ruleBuilder{tcp: tcp}
+			b := &ruleBuilder{tcp: tcp, principals: g.authzPrincipals}
 			pol := b.rule(r)
 			if !validUTF8(r.ProtoReflect()) {
 				// Strings Envoy cannot take: the rule matches nothing
@@ -233,7 +233,7 @@ func (b *ruleBuilder) condition(key string, vals []string) matchers {
 	case "source.namespace":
 		return matchers{ids: mapIDs(vals, namespaceID)}
 	case "source.principal":
-		return matchers{ids: mapIDs(vals, principalID)}
+		return matchers{ids: b.principalIDs(vals)}
 	case "destination.port":
 		return matchers{perms: b.portPerms(vals)}
 	case "destination.ip":

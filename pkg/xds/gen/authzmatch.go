@@ -22,6 +22,9 @@ import (
 type ruleBuilder struct {
 	tcp     bool
 	skipped bool
+	// principals rewrites principals for the trust domain and its aliases
+	// (Generator.authzPrincipals); nil keeps them as written.
+	principals func([]string) []string
 	// badKeys are when keys with no translation, for the log.
 	badKeys []string
 }
@@ -45,6 +48,14 @@ func wildcard(v, prefix string) *matcherv3.StringMatcher {
 
 func principalName(m *matcherv3.StringMatcher) *rbacv3.Principal {
 	return &rbacv3.Principal{Identifier: &rbacv3.Principal_Authenticated_{Authenticated: &rbacv3.Principal_Authenticated{PrincipalName: m}}}
+}
+
+// principalIDs match the principals vals, rewritten for the trust domain.
+func (b *ruleBuilder) principalIDs(vals []string) []*rbacv3.Principal {
+	if b.principals != nil {
+		vals = b.principals(vals)
+	}
+	return mapIDs(vals, principalID)
 }
 
 // principalID matches a peer certificate's URI SAN against an Istio
@@ -242,7 +253,7 @@ func mapPerms(vals []string, f func(string) *rbacv3.Permission) []*rbacv3.Permis
 // source is the AND of one from.source's fields.
 func (b *ruleBuilder) source(s *security.Source) *rbacv3.Principal {
 	var and []*rbacv3.Principal
-	and = addIDs(and, mapIDs(s.GetPrincipals(), principalID), mapIDs(s.GetNotPrincipals(), principalID))
+	and = addIDs(and, b.principalIDs(s.GetPrincipals()), b.principalIDs(s.GetNotPrincipals()))
 	and = addIDs(and, mapIDs(s.GetNamespaces(), namespaceID), mapIDs(s.GetNotNamespaces(), namespaceID))
 	and = addIDs(and, b.ipIDs(s.GetIpBlocks(), false), b.ipIDs(s.GetNotIpBlocks(), false))
 	and = addIDs(and, b.ipIDs(s.GetRemoteIpBlocks(), true), b.ipIDs(s.GetNotRemoteIpBlocks(), true))

@@ -5,7 +5,6 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rawbufferv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/raw_buffer/v3"
 	"google.golang.org/protobuf/types/known/structpb"
-	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/meshplane/discovery/pkg/model"
 )
@@ -33,15 +32,19 @@ func tlsModeMetadata(ep *model.Endpoint) *corev3.Metadata {
 	}}
 }
 
-// autoMTLS gives an Envoy cluster that has no TLS of its own Istio's two
-// transport socket matches: ISTIO_MUTUAL for endpoints marked tlsMode
-// istio, plaintext for the rest. A cluster with a transport socket (its
-// DestinationRule's TLS) keeps it.
-func autoMTLS(c *clusterv3.Cluster) {
+// autoMTLS is autoMTLSWith without server identities.
+func autoMTLS(c *clusterv3.Cluster) { autoMTLSWith(c, nil) }
+
+// autoMTLSWith gives an Envoy cluster that has no TLS of its own Istio's
+// two transport socket matches: ISTIO_MUTUAL for endpoints marked tlsMode
+// istio, verifying that the server is one of identities (the service's
+// accounts; none: any workload of the mesh), plaintext for the rest. A
+// cluster with a transport socket (its DestinationRule's TLS) keeps it.
+func autoMTLSWith(c *clusterv3.Cluster, identities []string) {
 	if c.TransportSocket != nil || len(c.TransportSocketMatches) > 0 {
 		return
 	}
-	mutual := upstreamTLS(&networking.ClientTLSSettings{Mode: networking.ClientTLSSettings_ISTIO_MUTUAL}, c.Name)
+	mutual := upstreamTLS(istioMutual, c.Name, identities)
 	c.TransportSocketMatches = []*clusterv3.Cluster_TransportSocketMatch{
 		{
 			Name:            "tlsMode-istio",

@@ -53,7 +53,7 @@ func TestAutoMTLS(t *testing.T) {
 		t.Run(tn, func(t *testing.T) {
 			c := edsCluster(name, model.ProtocolHTTP, true)
 			if tc.drTLS != nil {
-				c.TransportSocket = upstreamTLS(tc.drTLS, name)
+				c.TransportSocket = upstreamTLS(tc.drTLS, name, nil)
 			}
 			autoMTLS(c)
 			if _, err := NewResource(c.Name, ClusterType, c); err != nil {

@@ -21,6 +21,7 @@ type Generator struct {
 	warns warnings
 	ids   atomic.Uint64
 	parts partCache
+	trust trustDomains // SetTrustDomain (trustdomain.go)
 }
 
 // New returns a Generator that logs to log.

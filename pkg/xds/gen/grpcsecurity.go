@@ -38,11 +38,6 @@ import (
 // bootstrap, that holds the workload certificate and the mesh roots.
 const GRPCCertProvider = "default"
 
-// DefaultTrustDomain is the SPIFFE trust domain of the identities gRPC
-// clients verify (Istio's default; the CA's --trust-domain should be
-// passed down once the generator takes options).
-const DefaultTrustDomain = "cluster.local"
-
 // grpcCommonTLS names the workload certificate and the roots by provider
 // instance, in the fields grpc-go reads (tls_certificate_provider_instance,
 // ca_certificate_provider_instance) and, as Istio does for older gRPC
@@ -102,34 +97,35 @@ func grpcDownstreamMTLS() *corev3.TransportSocket {
 	return &corev3.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: mustAny(ctx)}}
 }
 
-// serviceIdentities are the SPIFFE IDs of the service accounts behind
-// svc's endpoints, sorted: what a client of svc expects the server to
-// present, as Istio derives a service's accounts from its endpoints.
-func serviceIdentities(svc *model.Service, eps *model.ServiceEndpoints) []string {
+// serviceAccounts are the names of the service accounts behind eps,
+// sorted, without repeats.
+func serviceAccounts(eps *model.ServiceEndpoints) []string {
 	if eps == nil {
 		return nil
 	}
-	seen := map[string]bool{}
 	var out []string
 	for _, ep := range eps.Endpoints {
-		if ep.ServiceAccount == "" {
-			continue
-		}
-		id := "spiffe://" + DefaultTrustDomain + "/ns/" + svc.Namespace + "/sa/" + ep.ServiceAccount
-		if !seen[id] {
-			seen[id] = true
-			out = append(out, id)
+		if ep.ServiceAccount != "" {
+			out = append(out, ep.ServiceAccount)
 		}
 	}
 	sort.Strings(out)
-	return out
+	return slices.Compact(out)
+}
+
+// serviceIdentities are the SPIFFE IDs of the service accounts behind
+// svc's endpoints (in the trust domain and its aliases), sorted: what a
+// client of svc expects the server to present, as Istio derives a
+// service's accounts from its endpoints.
+func (g *Generator) serviceIdentities(svc *model.Service, eps *model.ServiceEndpoints) []string {
+	return g.identities(svc.Namespace, serviceAccounts(eps))
 }
 
 // grpcClusterTLS sets the TLS of a proxyless gRPC client's cluster of svc
 // from its traffic policy tp, and reports DestinationRule TLS modes gRPC
 // cannot honour (SIMPLE and MUTUAL stay plaintext, as in Istio).
 func (g *Generator) grpcClusterTLS(sc *Scope, svc *model.Service, eps *model.ServiceEndpoints, c *clusterv3.Cluster, tp *networking.TrafficPolicy) {
-	c.TransportSocket = grpcUpstreamTLS(tp.GetTls(), serviceIdentities(svc, eps))
+	c.TransportSocket = grpcUpstreamTLS(tp.GetTls(), g.serviceIdentities(svc, eps))
 	switch mode := tp.GetTls().GetMode(); mode {
 	case networking.ClientTLSSettings_SIMPLE, networking.ClientTLSSettings_MUTUAL:
 		if cfg := sc.destinationRuleConfig(svc.Hostname); cfg != nil {
@@ -140,14 +136,17 @@ func (g *Generator) grpcClusterTLS(sc *Scope, svc *model.Service, eps *model.Ser
 	}
 }
 
-// IdentitiesChanged reports whether the service accounts behind one of
-// services differ between the World cls was generated from and w, for a
-// proxyless gRPC class (false for others). Its clusters verify servers
-// against those accounts, so an endpoints-only update that changes them
-// needs the clusters regenerated: a full push, as Istio does when an
-// endpoint update changes a service's accounts.
+// IdentitiesChanged reports whether the endpoint changes of services, from
+// the World cls was generated from to w, change cls's clusters and not
+// only its endpoints, so that an endpoints-only update would leave them
+// stale: a full push is needed, as Istio does when an endpoint update
+// changes a service's accounts. That is so when the service accounts
+// behind a service change (the identities its clusters verify: gRPC and
+// Envoy ISTIO_MUTUAL, Envoy auto mTLS), and on a sidecar when a
+// passthrough service's port gains or loses its last endpoint without a
+// sidecar (its ORIGINAL_DST cluster is mTLS only when all have one).
 func IdentitiesChanged(cls *ClassConfig, w *model.World, services []model.NamespacedName) bool {
-	if cls == nil || cls.scope == nil || !cls.scope.Proxy.IsGRPC() {
+	if cls == nil || cls.scope == nil {
 		return false
 	}
 	old := cls.scope.World
@@ -156,8 +155,16 @@ func IdentitiesChanged(cls *ClassConfig, w *model.World, services []model.Namesp
 		if svc == nil {
 			continue
 		}
-		if !slices.Equal(serviceIdentities(svc, old.Endpoints(nn.Namespace, nn.Name)), serviceIdentities(svc, w.Endpoints(nn.Namespace, nn.Name))) {
+		before, after := old.Endpoints(nn.Namespace, nn.Name), w.Endpoints(nn.Namespace, nn.Name)
+		if !slices.Equal(serviceAccounts(before), serviceAccounts(after)) {
 			return true
+		}
+		if originalDst(cls.scope.Proxy, svc) {
+			for _, port := range svc.Ports {
+				if allInMesh(before, port) != allInMesh(after, port) {
+					return true
+				}
+			}
 		}
 	}
 	return false

@@ -239,8 +239,8 @@ endpoints:
 	if !IdentitiesChanged(grpcCls, gone, echo) {
 		t.Error("an endpoint update that drops a service account not reported for a gRPC class")
 	}
-	if IdentitiesChanged(envoyCls, gone, echo) {
-		t.Error("reported for an Envoy class, whose clusters do not list service accounts")
+	if !IdentitiesChanged(envoyCls, gone, echo) {
+		t.Error("not reported for an Envoy class, whose mTLS clusters verify the service accounts too")
 	}
 	if IdentitiesChanged(grpcCls, gone, []model.NamespacedName{{Namespace: "ns1", Name: "pinned"}}) {
 		t.Error("reported for a service whose endpoints did not change")

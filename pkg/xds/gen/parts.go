@@ -8,8 +8,9 @@ import (
 
 // partCache shares the clusters and endpoints of a service between proxy
 // classes. They depend on the service, its endpoints, the DestinationRule
-// the class sees for it and whether the class is proxyless gRPC, nothing
-// else: sidecar classes of different namespaces (one per namespace) get the
+// the class sees for it, whether the class is proxyless gRPC and whether
+// the clusters are ORIGINAL_DST (a passthrough service on a sidecar, not
+// on a gateway), nothing else: sidecar classes of different namespaces (one per namespace) get the
 // same resources. Without sharing, every class generated and held its own
 // copy (50 namespace classes at M1: 50 times the CPU when proxies connect
 // and 50 copies of the largest part of the configuration).
@@ -19,9 +20,10 @@ type partCache struct {
 }
 
 type partKey struct {
-	svc  model.NamespacedName
-	grpc bool
-	drc  *model.Config
+	svc     model.NamespacedName
+	grpc    bool
+	origDst bool
+	drc     *model.Config
 }
 
 // part is one service's clusters and endpoints for one partKey, built once.
@@ -37,7 +39,7 @@ type part struct {
 // use; w is the newest World, against which the cache is swept when it
 // outgrows it. Concurrent callers for the same part wait for one build.
 func (pc *partCache) get(g *Generator, sc *Scope, w *model.World, svc *model.Service, eps *model.ServiceEndpoints, drc *model.Config) *part {
-	k := partKey{svc: svc.Key(), grpc: sc.Proxy.IsGRPC(), drc: drc}
+	k := partKey{svc: svc.Key(), grpc: sc.Proxy.IsGRPC(), origDst: originalDst(sc.Proxy, svc), drc: drc}
 	pc.mu.Lock()
 	if pc.m == nil {
 		pc.m = map[partKey]*part{}
@@ -53,7 +55,7 @@ func (pc *partCache) get(g *Generator, sc *Scope, w *model.World, svc *model.Ser
 	pc.mu.Unlock()
 	p.once.Do(func() {
 		var u unit
-		g.clusterPart(sc, svc, eps, &u)
+		g.outboundClusters(sc, svc, eps, &u)
 		p.clusters, p.endpoints, p.edsRefs = u.clusters, u.endpoints, u.edsRefs
 	})
 	return p

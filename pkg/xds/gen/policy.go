@@ -115,11 +115,26 @@ func over(tp *networking.TrafficPolicy, lb *networking.LoadBalancerSettings, cp 
 }
 
 // applyPolicy sets a cluster's load balancing, circuit breakers, outlier
-// detection and TLS origination: Envoy's from SDS, a proxyless gRPC
-// client's from its certificate providers (grpcsecurity.go). For gRPC the
-// server's identities are not known here: Generator.grpcClusterTLS,
-// called with the service's endpoints, adds them.
+// detection and TLS origination: Envoy's from SDS (without server
+// identities: the outbound clusters of a service get those from
+// Generator.envoyClusterTLS), a proxyless gRPC client's from its
+// certificate providers (grpcsecurity.go; Generator.grpcClusterTLS adds
+// the identities).
 func applyPolicy(c *clusterv3.Cluster, tp *networking.TrafficPolicy, envoy bool) {
+	if tp == nil {
+		return
+	}
+	applyTraffic(c, tp)
+	if envoy {
+		c.TransportSocket = upstreamTLS(tp.Tls, c.Name, nil)
+	} else {
+		c.TransportSocket = grpcUpstreamTLS(tp.Tls, nil)
+	}
+}
+
+// applyTraffic sets what a traffic policy says of a cluster except TLS:
+// load balancing, circuit breakers and outlier detection.
+func applyTraffic(c *clusterv3.Cluster, tp *networking.TrafficPolicy) {
 	if tp == nil {
 		return
 	}
@@ -129,14 +144,15 @@ func applyPolicy(c *clusterv3.Cluster, tp *networking.TrafficPolicy, envoy bool)
 	if od := tp.OutlierDetection; od != nil && od.MinHealthPercent > 0 {
 		c.CommonLbConfig = &clusterv3.Cluster_CommonLbConfig{HealthyPanicThreshold: &typev3.Percent{Value: float64(od.MinHealthPercent)}}
 	}
-	if envoy {
-		c.TransportSocket = upstreamTLS(tp.Tls, c.Name)
-	} else {
-		c.TransportSocket = grpcUpstreamTLS(tp.Tls, nil)
-	}
 }
 
 func applyLB(c *clusterv3.Cluster, lb *networking.LoadBalancerSettings) {
+	if c.GetType() == clusterv3.Cluster_ORIGINAL_DST {
+		// The connection's destination is the host: Envoy takes no other
+		// load balancer for such a cluster, and Istio ignores the rule's.
+		c.LbPolicy, c.LbConfig = clusterv3.Cluster_CLUSTER_PROVIDED, nil
+		return
+	}
 	switch lb.GetSimple() {
 	case networking.LoadBalancerSettings_LEAST_REQUEST, networking.LoadBalancerSettings_LEAST_CONN:
 		c.LbPolicy = clusterv3.Cluster_LEAST_REQUEST
@@ -297,37 +313,38 @@ func IstioSNI(cluster string) string {
 	return parts[0] + "_." + parts[1] + "_." + parts[2] + "_." + parts[3]
 }
 
-// upstreamTLS is the transport socket of a DestinationRule's tls.
-func upstreamTLS(tls *networking.ClientTLSSettings, cluster string) *corev3.TransportSocket {
+// upstreamTLS is the transport socket of a DestinationRule's tls for the
+// cluster named cluster. For ISTIO_MUTUAL the server must present one of
+// the rule's subjectAltNames, or if it lists none one of identities (the
+// destination's service accounts, Generator.serviceIdentities), and the SNI
+// is the rule's or Istio's outbound_.PORT_.SUBSET_.HOST; SIMPLE and MUTUAL
+// verify the rule's subjectAltNames only.
+func upstreamTLS(tls *networking.ClientTLSSettings, cluster string, identities []string) *corev3.TransportSocket {
 	ctx := &tlsv3.UpstreamTlsContext{CommonTlsContext: &tlsv3.CommonTlsContext{}}
-	sans := func() []*tlsv3.SubjectAltNameMatcher {
-		var out []*tlsv3.SubjectAltNameMatcher
-		for _, s := range tls.GetSubjectAltNames() {
-			typ := tlsv3.SubjectAltNameMatcher_DNS
-			if strings.HasPrefix(s, "spiffe://") {
-				typ = tlsv3.SubjectAltNameMatcher_URI
-			}
-			out = append(out, &tlsv3.SubjectAltNameMatcher{SanType: typ, Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: s}}})
-		}
-		return out
-	}
 	file := func(p string) *corev3.DataSource {
 		return &corev3.DataSource{Specifier: &corev3.DataSource_Filename{Filename: p}}
 	}
 	switch tls.GetMode() {
 	case networking.ClientTLSSettings_ISTIO_MUTUAL:
-		ctx.Sni = IstioSNI(cluster)
+		ctx.Sni = tls.GetSni()
+		if ctx.Sni == "" {
+			ctx.Sni = IstioSNI(cluster)
+		}
+		names := tls.GetSubjectAltNames()
+		if len(names) == 0 {
+			names = identities
+		}
 		ctx.CommonTlsContext.AlpnProtocols = []string{"istio-peer-exchange", "istio"}
 		ctx.CommonTlsContext.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{sdsSecret(SDSDefault)}
 		ctx.CommonTlsContext.ValidationContextType = &tlsv3.CommonTlsContext_CombinedValidationContext{
 			CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
-				DefaultValidationContext:         &tlsv3.CertificateValidationContext{MatchTypedSubjectAltNames: sans()},
+				DefaultValidationContext:         &tlsv3.CertificateValidationContext{MatchTypedSubjectAltNames: sanMatchers(names)},
 				ValidationContextSdsSecretConfig: sdsSecret(SDSRootCA),
 			},
 		}
 	case networking.ClientTLSSettings_SIMPLE, networking.ClientTLSSettings_MUTUAL:
 		ctx.Sni = tls.GetSni()
-		vc := &tlsv3.CertificateValidationContext{MatchTypedSubjectAltNames: sans()}
+		vc := &tlsv3.CertificateValidationContext{MatchTypedSubjectAltNames: sanMatchers(tls.GetSubjectAltNames())}
 		if ca := tls.GetCaCertificates(); ca != "" {
 			vc.TrustedCa = file(ca)
 		}
@@ -343,6 +360,20 @@ func upstreamTLS(tls *networking.ClientTLSSettings, cluster string) *corev3.Tran
 		return nil
 	}
 	return &corev3.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: mustAny(ctx)}}
+}
+
+// sanMatchers match a peer certificate's subject alt names exactly
+// against names: SPIFFE IDs as URI SANs, anything else as DNS SANs.
+func sanMatchers(names []string) []*tlsv3.SubjectAltNameMatcher {
+	var out []*tlsv3.SubjectAltNameMatcher
+	for _, s := range names {
+		typ := tlsv3.SubjectAltNameMatcher_DNS
+		if strings.HasPrefix(s, "spiffe://") {
+			typ = tlsv3.SubjectAltNameMatcher_URI
+		}
+		out = append(out, &tlsv3.SubjectAltNameMatcher{SanType: typ, Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: s}}})
+	}
+	return out
 }
 
 const httpOptionsKey = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"

@@ -16,17 +16,42 @@ import (
 // their outbound clusters, chosen by the entry's resolution as in Istio:
 //
 //	STATIC           EDS, endpoints from the entry (as for a Kubernetes Service)
-//	NONE             ORIGINAL_DST: the connection goes where the application sent it
+//	NONE             ORIGINAL_DST on sidecars: the connection goes where the
+//	                 application sent it (as for a headless Kubernetes
+//	                 Service); EDS on gateways (see below)
 //	DNS              STRICT_DNS, the endpoints' addresses (or the host) resolved by the proxy
 //	DNS_ROUND_ROBIN  LOGICAL_DNS, the first endpoint's address (or the host)
 //
-// Proxyless gRPC has no original destination: NONE entries get no cluster
-// and no listener there, and both DNS resolutions become LOGICAL_DNS, the
-// one DNS cluster type grpc-go accepts.
+// Gateways have no original destination to go to: like Istio, they get
+// EDS clusters for passthrough services (resolution NONE, headless
+// Kubernetes Services), with the services' endpoints. Proxyless gRPC has
+// none either: NONE entries get no cluster and no listener there (Istio's
+// grpcgen gives every cluster EDS), headless Services EDS clusters, and
+// both DNS resolutions become LOGICAL_DNS, the one DNS cluster type
+// grpc-go accepts.
 
-// usesEDS reports whether svc's clusters get their endpoints over EDS.
+// passthrough reports whether connections to svc go to the address the
+// application dialled (Istio's Passthrough resolution): a headless
+// Kubernetes Service or a ServiceEntry with resolution NONE.
+func passthrough(svc *model.Service) bool {
+	if svc.Entry != nil {
+		return svc.Entry.Resolution == model.ResolutionNone
+	}
+	return svc.Headless
+}
+
+// originalDst reports whether p's clusters of svc are ORIGINAL_DST: only
+// sidecars have an original destination (Istio's convertResolution).
+func originalDst(p *model.Proxy, svc *model.Service) bool {
+	return p.Type == model.ProxySidecar && !p.IsGRPC() && passthrough(svc)
+}
+
+// usesEDS reports whether svc's clusters get their endpoints over EDS on
+// some proxy: all but DNS resolutions. Passthrough services take EDS on
+// gateways and gRPC clients only; on sidecars their clusters are
+// ORIGINAL_DST, without endpoints (outboundClusters decides per cluster).
 func usesEDS(svc *model.Service) bool {
-	return svc.Entry == nil || svc.Entry.Resolution == model.ResolutionStatic
+	return svc.Entry == nil || svc.Entry.Resolution == model.ResolutionStatic || svc.Entry.Resolution == model.ResolutionNone
 }
 
 // skipsGRPC reports whether a proxyless gRPC client cannot reach svc.
@@ -34,26 +59,35 @@ func skipsGRPC(svc *model.Service) bool {
 	return svc.Entry != nil && svc.Entry.Resolution == model.ResolutionNone
 }
 
-// serviceCluster builds the outbound cluster of one service port and subset.
+// serviceCluster builds the outbound cluster of one service port and
+// subset for a proxy without an original destination (a gateway, or a
+// proxyless gRPC client when envoy is false); sidecars make the clusters
+// of passthrough services ORIGINAL_DST (originalDstCluster).
 func serviceCluster(svc *model.Service, name string, port model.Port, eps *model.ServiceEndpoints, subset map[string]string, envoy bool) *clusterv3.Cluster {
 	c := edsCluster(name, port.Protocol, envoy)
 	if usesEDS(svc) {
 		return c
 	}
 	c.EdsClusterConfig = nil
-	switch svc.Entry.Resolution {
-	case model.ResolutionNone:
-		c.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_ORIGINAL_DST}
-		c.LbPolicy = clusterv3.Cluster_CLUSTER_PROVIDED
-	case model.ResolutionDNS, model.ResolutionDNSRoundRobin:
-		kind := clusterv3.Cluster_STRICT_DNS
-		if svc.Entry.Resolution == model.ResolutionDNSRoundRobin || !envoy {
-			kind = clusterv3.Cluster_LOGICAL_DNS
-		}
-		c.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: kind}
-		c.DnsLookupFamily = clusterv3.Cluster_V4_ONLY
-		c.LoadAssignment = dnsAssignment(name, svc, port, eps, subset, kind == clusterv3.Cluster_LOGICAL_DNS)
+	kind := clusterv3.Cluster_STRICT_DNS
+	if svc.Entry.Resolution == model.ResolutionDNSRoundRobin || !envoy {
+		kind = clusterv3.Cluster_LOGICAL_DNS
 	}
+	c.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: kind}
+	c.DnsLookupFamily = clusterv3.Cluster_V4_ONLY
+	c.LoadAssignment = dnsAssignment(name, svc, port, eps, subset, kind == clusterv3.Cluster_LOGICAL_DNS)
+	return c
+}
+
+// originalDstCluster is a sidecar's cluster of a passthrough service: the
+// connection goes to its original destination (a headless Service's pod
+// the application resolved and dialled), with Envoy's original destination
+// load balancer.
+func originalDstCluster(name string, proto model.Protocol) *clusterv3.Cluster {
+	c := edsCluster(name, proto, true)
+	c.EdsClusterConfig = nil
+	c.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_ORIGINAL_DST}
+	c.LbPolicy = clusterv3.Cluster_CLUSTER_PROVIDED
 	return c
 }
 

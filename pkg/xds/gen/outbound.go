@@ -1,0 +1,121 @@
+package gen
+
+import (
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	networking "istio.io/api/networking/v1alpha3"
+	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
+
+	"github.com/meshplane/discovery/pkg/model"
+)
+
+// Outbound clusters of a service, per port and DestinationRule subset, as
+// Istio's cluster builder makes them:
+//
+//   - the discovery type follows the service's resolution and the proxy
+//     (serviceentry.go): passthrough services are ORIGINAL_DST on sidecars;
+//   - the DestinationRule's traffic policy for the port and subset;
+//   - TLS: the rule's, else Istio's auto mTLS. ISTIO_MUTUAL, set or
+//     automatic, verifies that the server presents the SPIFFE ID of one of
+//     the service's accounts (of its endpoints), unless the rule lists
+//     subjectAltNames. Auto mTLS on an EDS cluster is a transport socket
+//     match per endpoint (tlsMode label); an ORIGINAL_DST cluster has no
+//     endpoints to match, so it is mTLS when every endpoint of the port is
+//     in the mesh, plaintext otherwise. Mesh-external services get none.
+//
+// Only clusters that are EDS get a ClusterLoadAssignment, so the class's
+// endpoints are exactly those its clusters reference (consistent()).
+
+// outboundClusters generates the outbound clusters of svc, and the
+// endpoints of those that take them over EDS, into u.
+func (g *Generator) outboundClusters(sc *Scope, svc *model.Service, eps *model.ServiceEndpoints, u *unit) {
+	grpc := sc.Proxy.IsGRPC()
+	if grpc && skipsGRPC(svc) {
+		return
+	}
+	dr := sc.DestinationRule(svc.Hostname)
+	ids := g.serviceIdentities(svc, eps)
+	for _, port := range svc.Ports {
+		if port.Protocol == model.ProtocolUDP {
+			continue
+		}
+		for _, ss := range sc.subsets(svc.Hostname) {
+			name := ClusterName(port.Port, ss.Name, svc.Hostname)
+			c := g.outboundCluster(sc, svc, eps, dr, port, ss, ids)
+			g.addTo(&u.clusters, name, ClusterType, c)
+			if c.GetType() == clusterv3.Cluster_EDS {
+				g.addTo(&u.endpoints, name, EndpointType, loadAssignment(name, port, eps, ss.Labels))
+				u.edsRefs = append(u.edsRefs, name)
+			}
+		}
+	}
+}
+
+// outboundCluster builds the cluster of one port and subset of svc for
+// the class of sc; dr is the DestinationRule the class sees for svc (or
+// nil) and ids the service's identities.
+func (g *Generator) outboundCluster(sc *Scope, svc *model.Service, eps *model.ServiceEndpoints, dr *networkingv1.DestinationRule,
+	port model.Port, ss Subset, ids []string,
+) *clusterv3.Cluster {
+	name := ClusterName(port.Port, ss.Name, svc.Hostname)
+	grpc := sc.Proxy.IsGRPC()
+	var c *clusterv3.Cluster
+	if originalDst(sc.Proxy, svc) {
+		c = originalDstCluster(name, port.Protocol)
+	} else {
+		c = serviceCluster(svc, name, port, eps, ss.Labels, !grpc)
+	}
+	var tp *networking.TrafficPolicy
+	if dr != nil {
+		tp = policy(&dr.Spec, ss.Name, port.Port)
+		applyTraffic(c, tp)
+	}
+	if grpc {
+		if dr != nil {
+			g.grpcClusterTLS(sc, svc, eps, c, tp)
+		}
+		return c
+	}
+	envoyClusterTLS(c, tp.GetTls(), svc, eps, port, ids)
+	return c
+}
+
+// envoyClusterTLS sets the TLS an Envoy cluster of svc originates: tls, the
+// DestinationRule's for the cluster (nil for none), else auto mTLS.
+func envoyClusterTLS(c *clusterv3.Cluster, tls *networking.ClientTLSSettings, svc *model.Service, eps *model.ServiceEndpoints, port model.Port, ids []string) {
+	switch {
+	case tls != nil:
+		// The rule's, DISABLE included: no auto mTLS then, as in Istio.
+		c.TransportSocket = upstreamTLS(tls, c.Name, ids)
+	case svc.Entry != nil && svc.Entry.External:
+		// Istio infers no mTLS mode for mesh-external services.
+	case c.GetType() == clusterv3.Cluster_ORIGINAL_DST:
+		if allInMesh(eps, port) {
+			c.TransportSocket = upstreamTLS(istioMutual, c.Name, ids)
+		}
+	default:
+		autoMTLSWith(c, ids)
+	}
+}
+
+var istioMutual = &networking.ClientTLSSettings{Mode: networking.ClientTLSSettings_ISTIO_MUTUAL}
+
+// allInMesh reports whether svc has endpoints serving port and every one
+// of them runs Istio's sidecar: Istio's inference for passthrough
+// services, where one endpoint without (label security.istio.io/tlsMode
+// missing or "disabled") makes the whole port plaintext.
+func allInMesh(eps *model.ServiceEndpoints, port model.Port) bool {
+	if eps == nil {
+		return false
+	}
+	n := 0
+	for _, ep := range eps.Endpoints {
+		if _, ok := endpointPort(ep, port); !ok {
+			continue
+		}
+		if mode, ok := ep.Labels[TLSModeLabel]; !ok || mode == "disabled" {
+			return false
+		}
+		n++
+	}
+	return n > 0
+}
