@@ -100,6 +100,11 @@ func (g *Generator) Class(w *model.World, p *model.Proxy, prev *ClassConfig) (ou
 	bs := map[string]*builder{}
 	for _, t := range TypeURLs {
 		bs[t] = newBuilder(t)
+		if prev != nil {
+			// Sized like the previous set: growing a map of thousands
+			// of entries rehashes it several times.
+			bs[t].out = make(map[string]*Resource, prev.Sets[t].Len())
+		}
 	}
 	var edsRefs, routeRefs []string
 	for _, svc := range sc.Services {
@@ -139,7 +144,7 @@ func (g *Generator) Class(w *model.World, p *model.Proxy, prev *ClassConfig) (ou
 	for _, err := range errs {
 		g.log.Error("generated resource left out", "class", cc.Class, "error", err)
 	}
-	if err := consistent(cc.Sets, edsRefs, routeRefs); err != nil {
+	if err := consistentSince(prev, cc.Sets, edsRefs, routeRefs); err != nil {
 		g.log.Error("configuration not published", "class", cc.Class, "world", w.Version, "error", err)
 		return prev, fmt.Errorf("class %s: %w", cc.Class, err)
 	}
@@ -417,33 +422,61 @@ func (g *Generator) UpdateEndpoints(prev *ClassConfig, w *model.World, services 
 	return &cc, changed
 }
 
+// consistentSince is consistent for a configuration derived from prev: a
+// check whose sets are all prev's own holds as it held for prev (the
+// references come from those same resources). A VirtualService edit
+// changes routes only, so only routes are checked.
+func consistentSince(prev *ClassConfig, sets map[string]*Set, edsRefs, routeRefs []string) error {
+	if prev == nil {
+		return consistent(sets, edsRefs, routeRefs)
+	}
+	same := func(ts ...string) bool {
+		for _, t := range ts {
+			if sets[t] != prev.Sets[t] {
+				return false
+			}
+		}
+		return true
+	}
+	var errs []error
+	if !same(ClusterType, EndpointType) {
+		errs = append(errs, check(sets, EndpointType, edsRefs))
+	}
+	if !same(ListenerType, RouteType) {
+		errs = append(errs, check(sets, RouteType, routeRefs))
+	}
+	return errors.Join(errs...)
+}
+
 // consistent checks that the EDS and RDS resources are exactly those the
 // clusters and listeners reference (go-control-plane's Snapshot.Consistent
 // rule, extended to API listeners).
 func consistent(sets map[string]*Set, edsRefs, routeRefs []string) error {
-	check := func(typeURL string, refs []string) error {
-		want := map[string]bool{}
-		for _, r := range refs {
-			want[r] = true
-		}
-		var missing, unused []string
-		for r := range want {
-			if sets[typeURL].Get(r) == nil {
-				missing = append(missing, r)
-			}
-		}
-		for _, n := range sets[typeURL].Names {
-			if !want[n] {
-				unused = append(unused, n)
-			}
-		}
-		if len(missing)+len(unused) == 0 {
-			return nil
-		}
-		sort.Strings(missing)
-		sort.Strings(unused)
-		return fmt.Errorf("%w: %s referenced but missing [%s], present but unreferenced [%s]",
-			ErrInconsistent, ShortType(typeURL), strings.Join(missing, " "), strings.Join(unused, " "))
+	return errors.Join(check(sets, EndpointType, edsRefs), check(sets, RouteType, routeRefs))
+}
+
+// check is consistent for one type: its resources are exactly refs.
+func check(sets map[string]*Set, typeURL string, refs []string) error {
+	want := make(map[string]bool, len(refs))
+	for _, r := range refs {
+		want[r] = true
 	}
-	return errors.Join(check(EndpointType, edsRefs), check(RouteType, routeRefs))
+	var missing, unused []string
+	for r := range want {
+		if sets[typeURL].Get(r) == nil {
+			missing = append(missing, r)
+		}
+	}
+	for _, n := range sets[typeURL].Names {
+		if !want[n] {
+			unused = append(unused, n)
+		}
+	}
+	if len(missing)+len(unused) == 0 {
+		return nil
+	}
+	sort.Strings(missing)
+	sort.Strings(unused)
+	return fmt.Errorf("%w: %s referenced but missing [%s], present but unreferenced [%s]",
+		ErrInconsistent, ShortType(typeURL), strings.Join(missing, " "), strings.Join(unused, " "))
 }
