@@ -55,7 +55,7 @@ func TestAutoMTLS(t *testing.T) {
 			if tc.drTLS != nil {
 				c.TransportSocket = upstreamTLS(tc.drTLS, name, nil)
 			}
-			autoMTLS(c)
+			autoMTLSWith(c, nil)
 			if _, err := NewResource(c.Name, ClusterType, c); err != nil {
 				t.Fatalf("cluster does not validate: %v", err)
 			}
