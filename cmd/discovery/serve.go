@@ -141,6 +141,7 @@ func (o *serveOptions) validate() error {
 		errs = append(errs, errors.New("--secure-grpc-address must not be empty: the CA is served there"))
 	}
 	o.ca.TrustDomain, o.ca.Namespace, o.ca.Revision = o.trustDomain, o.namespace, o.revision
+	o.xds.TrustDomain = o.trustDomain
 	o.inject.Namespace, o.inject.Revision = o.namespace, o.revision
 	o.patcher.Namespace, o.patcher.Revision = o.namespace, o.revision
 	for _, v := range []interface{ Validate() error }{&o.file, &o.kube, &o.monitor, &o.leader, &o.xds, &o.webhook, &o.inject, &o.patcher, &o.status} {

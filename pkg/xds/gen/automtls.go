@@ -32,9 +32,6 @@ func tlsModeMetadata(ep *model.Endpoint) *corev3.Metadata {
 	}}
 }
 
-// autoMTLS is autoMTLSWith without server identities.
-func autoMTLS(c *clusterv3.Cluster) { autoMTLSWith(c, nil) }
-
 // autoMTLSWith gives an Envoy cluster that has no TLS of its own Istio's
 // two transport socket matches: ISTIO_MUTUAL for endpoints marked tlsMode
 // istio, verifying that the server is one of identities (the service's

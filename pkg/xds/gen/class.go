@@ -311,41 +311,6 @@ func partKeyOf(svc *model.Service, eps *model.ServiceEndpoints, drc *model.Confi
 	return fmt.Sprintf("%p|%p|%p", svc, eps, drc)
 }
 
-// clusterPart generates the clusters and endpoints of svc into u.
-func (g *Generator) clusterPart(sc *Scope, svc *model.Service, eps *model.ServiceEndpoints, u *unit) {
-	grpc := sc.Proxy.IsGRPC()
-	subsets := sc.subsets(svc.Hostname)
-	dr := sc.DestinationRule(svc.Hostname)
-	for _, port := range svc.Ports {
-		if port.Protocol == model.ProtocolUDP || (grpc && skipsGRPC(svc)) {
-			continue
-		}
-		for _, ss := range subsets {
-			name := ClusterName(port.Port, ss.Name, svc.Hostname)
-			c := serviceCluster(svc, name, port, eps, ss.Labels, !grpc)
-			if dr != nil {
-				tp := policy(&dr.Spec, ss.Name, port.Port)
-				applyPolicy(c, tp, !grpc)
-				if grpc {
-					// The server identities the cluster verifies come from
-					// the service's endpoints (grpcsecurity.go).
-					g.grpcClusterTLS(sc, svc, eps, c, tp)
-				}
-			}
-			if !grpc {
-				// Istio's auto mTLS (on by default): mTLS to endpoints whose
-				// pods run a sidecar, unless the DestinationRule says otherwise.
-				autoMTLS(c)
-			}
-			g.addTo(&u.clusters, name, ClusterType, c)
-			if usesEDS(svc) {
-				g.addTo(&u.endpoints, name, EndpointType, loadAssignment(name, port, eps, ss.Labels))
-				u.edsRefs = append(u.edsRefs, name)
-			}
-		}
-	}
-}
-
 func (g *Generator) addTo(dst *[]*Resource, name, typeURL string, m proto.Message) {
 	r, err := NewResource(name, typeURL, m)
 	if err != nil {

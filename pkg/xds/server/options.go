@@ -24,6 +24,9 @@ type Options struct {
 	MaxUnackedPushes int
 	// PushStatusSize is how many pushes /debug/push_status remembers.
 	PushStatusSize int
+	// TrustDomain is the SPIFFE trust domain of workload identities (the
+	// serve command's --trust-domain); "" means cluster.local.
+	TrustDomain string
 }
 
 // DefaultOptions returns the defaults the flags show.

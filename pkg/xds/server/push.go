@@ -211,8 +211,9 @@ func (s *Server) work(_ context.Context, c *conn, item *pushItem) {
 		}
 		sort.Slice(svcs, func(i, j int) bool { return svcs[i].String() < svcs[j].String() })
 	}
-	// A proxyless gRPC client's clusters list the service accounts of their
-	// endpoints: an endpoint change that changes them needs the clusters.
+	// Clusters verify the service accounts of their endpoints (Envoy and
+	// proxyless gRPC): an endpoint change that changes them needs the
+	// clusters, not only the endpoints.
 	if item.full || prev == nil || gen.IdentitiesChanged(prev.Class, item.world, svcs) {
 		cls := s.classes.full(s.gen, item.world, p)
 		if cls == nil {

@@ -70,6 +70,11 @@ func New(opts Options, world World, log *slog.Logger, reg prometheus.Registerer)
 		opts.PushStatusSize = DefaultOptions().PushStatusSize
 	}
 	s := &Server{opts: opts, world: world, log: log, m: newMetrics(reg), gen: gen.New(log)}
+	if opts.TrustDomain != "" {
+		if err := s.gen.SetTrustDomain(opts.TrustDomain); err != nil {
+			return nil, err
+		}
+	}
 	if err := s.gen.RegisterMetrics(reg); err != nil {
 		return nil, fmt.Errorf("xds metrics: %w", err)
 	}
