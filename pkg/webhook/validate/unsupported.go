@@ -23,10 +23,7 @@ func unsupported(kind string, spec proto.Message) []string {
 	for _, f := range gen.UnsupportedFields(model.Kind(kind), spec) {
 		warn(true, "spec."+f, "this field")
 	}
-	switch s := spec.(type) {
-	case *security.AuthorizationPolicy:
-		warn(s.Action == security.AuthorizationPolicy_CUSTOM, "spec.action", "CUSTOM (external authorization)")
-	case *security.RequestAuthentication:
+	if _, ok := spec.(*security.RequestAuthentication); ok {
 		warn(true, "spec", "RequestAuthentication (JWT validation)")
 	}
 	return dedupe(w)

@@ -131,7 +131,7 @@ func TestValidate(t *testing.T) {
 		"rejects CUSTOM without a provider": {
 			doc:     "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: a}\nspec:\n  action: CUSTOM",
 			problem: "action CUSTOM needs a provider",
-			warning: "CUSTOM (external authorization) is not supported",
+			warning: "spec.action: this field is not supported",
 		},
 		"rejects port-level mTLS without a selector": {
 			doc:     "apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: p}\nspec:\n  portLevelMtls: {8080: {mode: DISABLE}}",
