@@ -376,7 +376,7 @@ func (g *Generator) UpdateEndpoints(prev *ClassConfig, w *model.World, services 
 		sets[EndpointType] = NewSet(EndpointType, next)
 	case len(changed) > 0:
 		// Same names: no need to sort them again.
-		sets[EndpointType] = newSetSorted(EndpointType, next, eds.Names)
+		sets[EndpointType] = newSetSorted(EndpointType, next, eds.Names, eds.replaced(next, changed))
 	}
 	cc.Sets = sets
 	sort.Strings(changed)

@@ -4,7 +4,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"hash/fnv"
 	"sort"
+	"strconv"
 
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
@@ -79,30 +81,56 @@ type Set struct {
 	Resources map[string]*Resource
 	// Names are the resource names, sorted.
 	Names []string
+	// sum is the sum of entryHash over the resources; Version shows it.
+	// A sum can be updated for the few resources a change replaces
+	// instead of hashing thousands of names again.
+	sum uint64
+}
+
+// entryHash identifies one name and content. Resource hashes are
+// SHA-256 based, so mixing their first 64 bits with the name is enough.
+func entryHash(name string, r *Resource) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	h.Write([]byte{0})
+	h.Write([]byte(r.Hash))
+	x := h.Sum64()
+	// A final mix (splitmix64) so that sums of near-equal values spread.
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
 }
 
 // NewSet builds a Set from resources (names must be unique).
 func NewSet(typeURL string, rs map[string]*Resource) *Set {
-	s := &Set{TypeURL: typeURL, Resources: rs, Names: make([]string, 0, len(rs))}
-	for n := range rs {
-		s.Names = append(s.Names, n)
+	names := make([]string, 0, len(rs))
+	var sum uint64
+	for n, r := range rs {
+		names = append(names, n)
+		sum += entryHash(n, r)
 	}
-	sort.Strings(s.Names)
-	return newSetSorted(typeURL, rs, s.Names)
+	sort.Strings(names)
+	return newSetSorted(typeURL, rs, names, sum)
 }
 
-// newSetSorted builds a Set from resources whose sorted names are names.
-func newSetSorted(typeURL string, rs map[string]*Resource, names []string) *Set {
-	s := &Set{TypeURL: typeURL, Resources: rs, Names: names}
-	h := sha256.New()
-	for _, n := range s.Names {
-		h.Write([]byte(n))
-		h.Write([]byte{0})
-		h.Write([]byte(rs[n].Hash))
-		h.Write([]byte{0})
+// newSetSorted builds a Set from resources whose sorted names are names
+// and whose entryHash sum is sum.
+func newSetSorted(typeURL string, rs map[string]*Resource, names []string, sum uint64) *Set {
+	return &Set{TypeURL: typeURL, Resources: rs, Names: names, sum: sum, Version: strconv.FormatUint(sum, 16)}
+}
+
+// replaced is s's sum with the resources of names replaced by those of rs.
+func (s *Set) replaced(rs map[string]*Resource, names []string) uint64 {
+	sum := s.sum
+	for _, n := range names {
+		if old := s.Resources[n]; old != nil {
+			sum -= entryHash(n, old)
+		}
+		sum += entryHash(n, rs[n])
 	}
-	s.Version = hex.EncodeToString(h.Sum(nil)[:8])
-	return s
+	return sum
 }
 
 // Get returns the resource named name, or nil.
@@ -168,16 +196,19 @@ func (b *builder) setFrom(prev *Set) *Set {
 	if prev == nil || len(prev.Resources) != len(b.out) {
 		return b.set()
 	}
-	same := true
+	var changed []string
 	for n, r := range b.out {
 		pr, ok := prev.Resources[n]
 		if !ok {
 			return b.set()
 		}
-		same = same && pr == r
+		if pr != r && pr.Hash != r.Hash {
+			changed = append(changed, n)
+		}
 	}
-	if same {
+	if len(changed) == 0 && len(b.out) == len(prev.Resources) {
+		// Same content (maybe rebuilt objects): the previous set.
 		return prev
 	}
-	return newSetSorted(b.typeURL, b.out, prev.Names)
+	return newSetSorted(b.typeURL, b.out, prev.Names, prev.replaced(b.out, changed))
 }
