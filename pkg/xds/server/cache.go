@@ -60,7 +60,7 @@ func (wt watcher) CreateDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Subscr
 	}
 	c.observe(t, req.GetResponseNonce(), "", req.GetErrorDetail())
 	if knownType(t) {
-		c.deltaSubscriptionChanged(t, req, sub.ReturnedResources())
+		c.deltaSubscriptionChanged(t, req, sub)
 	}
 	w := &deltaWatch{req: req, sub: sub, ch: ch, initial: !c.started[t]}
 	c.started[t] = true

@@ -75,6 +75,7 @@ func (cb callbacks) request(key streamKey, typeURL string, node *corev3.Node, re
 			intern(c.cfg, typeURL, r.ResourceNames)
 		case *discovery.DeltaDiscoveryRequest:
 			intern(c.cfg, typeURL, r.ResourceNamesSubscribe)
+			c.noteDeltaRequest(typeURL, r)
 		}
 	}
 	if old := c.reqs[typeURL]; old != nil {

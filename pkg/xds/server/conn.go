@@ -76,10 +76,15 @@ type conn struct {
 	ctl       *streamCtl
 	connected time.Time
 
-	mu          sync.Mutex
-	proxy       *model.Proxy
-	cfg         *gen.ProxyConfig
-	dbase       map[string]typeBase // delta: what each type's stream was last fully brought up to date with
+	mu    sync.Mutex
+	proxy *model.Proxy
+	cfg   *gen.ProxyConfig
+	dbase map[string]typeBase // delta: what each type's stream was last fully brought up to date with
+	// dsubs is go-control-plane's set of names a delta stream subscribes
+	// to, by type (its own map, read only here); dnew the names the
+	// request being handled subscribes to that were not in it.
+	dsubs       map[string]map[string]struct{}
+	dnew        map[string][]string
 	sotw        map[string]*sotwWatch
 	delta       map[string]*deltaWatch
 	subs        map[string]map[string]struct{} // sotw names subscribed at the last request, by type
@@ -111,6 +116,7 @@ func newConn(s *Server, key streamKey, ctl *streamCtl) *conn {
 		subs: map[string]map[string]struct{}{}, wildcard: map[string]bool{}, checked: map[string]string{},
 		prevVersion: map[string]string{}, inflight: map[string]*inflight{}, started: map[string]bool{},
 		dsynced: map[string]bool{}, dpending: map[string]map[string]struct{}{}, dbase: map[string]typeBase{},
+		dsubs: map[string]map[string]struct{}{}, dnew: map[string][]string{},
 		reqs: map[string]any{}, status: map[string]*typeStatus{},
 	}
 }
@@ -457,17 +463,36 @@ func (b typeBase) names() []string {
 // starts again from an empty map.
 const maxDeltaOverrides = 512
 
-// deltaSubscriptionChanged records, for the names a delta request
-// subscribes or unsubscribes, that the stream holds nothing of them:
-// the base says otherwise for names it holds, and go-control-plane has
-// just dropped unsubscribed names from the stream's map. Called with c.mu
-// held, after go-control-plane applied the request.
-func (c *conn) deltaSubscriptionChanged(t string, req *discovery.DeltaDiscoveryRequest, returned map[string]string) {
+// noteDeltaRequest remembers which names a delta request subscribes to
+// anew, before go-control-plane adds them to the stream's set: a name
+// subscribed again (clients may repeat their whole list) is still held.
+// Called with c.mu held, on the stream's goroutine.
+func (c *conn) noteDeltaRequest(t string, req *discovery.DeltaDiscoveryRequest) {
+	subs := c.dsubs[t]
+	var fresh []string
+	for _, n := range req.GetResourceNamesSubscribe() {
+		if _, ok := subs[n]; !ok {
+			fresh = append(fresh, n)
+		}
+	}
+	c.dnew[t] = fresh
+}
+
+// deltaSubscriptionChanged records, for the names a delta request newly
+// subscribes or unsubscribes, that the stream holds nothing of them: the
+// base says otherwise for names it holds, and go-control-plane has just
+// dropped unsubscribed names from the stream's map. Called with c.mu held,
+// after go-control-plane applied the request.
+func (c *conn) deltaSubscriptionChanged(t string, req *discovery.DeltaDiscoveryRequest, sub cachev3.Subscription) {
+	c.dsubs[t] = sub.SubscribedResources()
+	fresh := c.dnew[t]
+	delete(c.dnew, t)
 	base := c.dbase[t]
 	if !base.set() {
 		return
 	}
-	for _, names := range [][]string{req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe()} {
+	returned := sub.ReturnedResources()
+	for _, names := range [][]string{fresh, req.GetResourceNamesUnsubscribe()} {
 		for _, n := range names {
 			if _, ok := returned[n]; !ok && base.get(n) != nil {
 				returned[n] = ""

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -60,5 +61,47 @@ func TestDeltaChangesWhileUnanswered(t *testing.T) {
 		t.Fatalf("stream ended: %v", err)
 	case <-time.After(10 * time.Second):
 		t.Fatal("the changes made while the proxy had not answered were never sent")
+	}
+}
+
+// TestDeltaResubscribingIsNotAResend: a delta client that subscribes again
+// to names it already holds (some repeat their whole list) is sent nothing
+// for them; a name it unsubscribed and subscribes again is sent again.
+func TestDeltaResubscribingIsNotAResend(t *testing.T) {
+	store := meshStore(t, 3)
+	ts := startServer(t, store)
+	c := newDeltaClient(t, ts)
+	c.send(&discovery.DeltaDiscoveryRequest{Node: node(sidecarID, nil), TypeUrl: gen.ClusterType})
+	r := c.next()
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: gen.ClusterType, ResponseNonce: r.GetNonce()})
+	var eds []string
+	for _, res := range r.GetResources() {
+		if strings.HasPrefix(res.GetName(), "outbound|") {
+			eds = append(eds, res.GetName())
+		}
+	}
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: gen.EndpointType, ResourceNamesSubscribe: eds})
+	e := c.next()
+	if len(e.GetResources()) != len(eds) {
+		t.Fatalf("first EDS response has %d resources, want %d", len(e.GetResources()), len(eds))
+	}
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: gen.EndpointType, ResponseNonce: e.GetNonce()})
+	// A change makes the current configuration the stream's base.
+	apply(t, store, worldtest.Slice("ns-0", "svc-0", "10.7.7.7"))
+	e2 := c.next()
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: gen.EndpointType, ResponseNonce: e2.GetNonce()})
+
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: gen.EndpointType, ResourceNamesSubscribe: eds})
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: gen.EndpointType, ResourceNamesUnsubscribe: eds[:1]})
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: gen.EndpointType, ResourceNamesSubscribe: eds[:1]})
+	select {
+	case r := <-c.recv:
+		if got := joined(deltaNames(r)); got != eds[0] {
+			t.Errorf("after subscribing again to everything and to %s after unsubscribing it, sent %q, want only %s", eds[0], got, eds[0])
+		}
+	case err := <-c.errc:
+		t.Fatalf("stream ended: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s, subscribed again after being unsubscribed, was never sent", eds[0])
 	}
 }
