@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,8 +31,10 @@ type Source struct {
 	started atomic.Bool
 
 	// Owned by the goroutine running Start.
-	files  map[string]*fileState // by slash path relative to Dir
-	served map[model.Key]claim
+	files    map[string]*fileState // by slash path relative to Dir
+	served   map[model.Key]claim
+	dirErrs  []*DocError     // of the last full read
+	watching map[string]bool // directories watched at the last full read
 
 	mu     sync.Mutex // guards status
 	status Status
@@ -116,6 +121,9 @@ func (s *Source) watch(ctx context.Context, sink config.Sink, w *fsnotify.Watche
 	timer.Stop()
 	defer timer.Stop()
 	var first time.Time // of the first change not yet read; zero when none
+	// What changed since the last read: config files only (read those
+	// again), or anything else (read the whole directory).
+	changed, full := map[string]bool{}, false
 	schedule := func() {
 		now := time.Now()
 		if first.IsZero() {
@@ -132,6 +140,11 @@ func (s *Source) watch(ctx context.Context, sink config.Sink, w *fsnotify.Watche
 				return errors.New("config directory watcher closed")
 			}
 			s.log.Debug("config directory changed", "path", ev.Name, "op", ev.Op.String())
+			if rel, ok := s.fileEvent(ev); ok {
+				changed[rel] = true
+			} else {
+				full = true
+			}
 			schedule()
 		case err, ok := <-w.Errors:
 			if !ok {
@@ -139,9 +152,17 @@ func (s *Source) watch(ctx context.Context, sink config.Sink, w *fsnotify.Watche
 			}
 			// An overflow loses events: read everything again.
 			s.log.Warn("watching the config directory", "error", err)
+			full = true
 			schedule()
 		case <-timer.C:
 			first = time.Time{}
+			if !full {
+				s.reloadFiles(ctx, sink, changed)
+				clear(changed)
+				continue
+			}
+			full = false
+			clear(changed)
 			if err := s.reload(ctx, sink, w); err != nil {
 				s.log.Error("config directory not read; the objects in force stay in force", "error", err)
 			}
@@ -164,6 +185,63 @@ func (s *Source) reload(ctx context.Context, sink config.Sink, w *fsnotify.Watch
 		return fmt.Errorf("read config directory %s: %w", s.opts.Dir, err)
 	}
 	s.readFiles(found, dirErrs)
+	s.dirErrs = dirErrs
+	s.watching = map[string]bool{}
+	for _, d := range w.WatchList() {
+		s.watching[filepath.Clean(d)] = true
+	}
+	return s.publish(ctx, sink, dirErrs)
+}
+
+// fileEvent reports whether ev concerns one config file of a directory
+// already watched, which reading that file again accounts for, and names
+// it. Directories, symlinks, hidden names (ConfigMap's ..data swaps) and
+// anything else need the whole directory read again.
+func (s *Source) fileEvent(ev fsnotify.Event) (string, bool) {
+	name := filepath.Base(ev.Name)
+	if strings.HasPrefix(name, ".") {
+		// A hidden file is not served; its rename into place arrives as
+		// a Create of the visible name. A ..data swap is a directory.
+		if fi, err := os.Lstat(ev.Name); (err == nil && !fi.Mode().IsRegular()) || strings.HasPrefix(name, "..") {
+			return "", false
+		}
+		return "", true // ignored, like the walk ignores it
+	}
+	if !isConfigFile(name) || !s.watching[filepath.Clean(filepath.Dir(ev.Name))] {
+		return "", false
+	}
+	rel := s.rel(ev.Name)
+	fi, err := os.Lstat(ev.Name)
+	switch {
+	case err == nil && !fi.Mode().IsRegular():
+		return "", false // a directory or symlink now
+	case err != nil && s.files[rel] == nil:
+		return "", false // gone, and not a file we read: maybe a directory
+	}
+	return rel, true
+}
+
+// reloadFiles reads the files named again (a name that is gone is
+// removed) and applies what changed.
+func (s *Source) reloadFiles(ctx context.Context, sink config.Sink, rels map[string]bool) {
+	if len(rels) == 0 {
+		return // only ignored names changed
+	}
+	for rel := range rels {
+		if st := s.readFile(rel); st != nil {
+			s.files[rel] = st
+		} else {
+			delete(s.files, rel)
+		}
+	}
+	if err := s.publish(ctx, sink, s.dirErrs); err != nil {
+		s.log.Error("config directory not read; the objects in force stay in force", "error", err)
+	}
+}
+
+// publish works out the objects in force from s.files, hands the changes
+// to sink and updates the status and metrics.
+func (s *Source) publish(ctx context.Context, sink config.Sink, dirErrs []*DocError) error {
 	desired, dups := s.resolve()
 	events := diff(s.served, desired)
 	s.served = desired
