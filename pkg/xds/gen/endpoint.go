@@ -1,6 +1,7 @@
 package gen
 
 import (
+	"net/netip"
 	"sort"
 	"strconv"
 
@@ -27,6 +28,11 @@ func loadAssignment(name string, port model.Port, eps *model.ServiceEndpoints, s
 		}
 		target, ok := endpointPort(ep, port)
 		if !ok {
+			continue
+		}
+		if _, err := netip.ParseAddr(ep.Address); err != nil {
+			// EDS carries addresses; Envoy rejects a host name there (a
+			// ServiceEntry endpoint named by DNS, seen by a gateway).
 			continue
 		}
 		health := corev3.HealthStatus_HEALTHY
