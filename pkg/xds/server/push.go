@@ -16,7 +16,12 @@ import (
 // pushItem is what one proxy is due: a full push, or new endpoints of some
 // services. Items for one proxy merge while they wait.
 type pushItem struct {
-	full     bool
+	full bool
+	// keepOwn is set when no change behind the item can change the
+	// proxy's own configuration (gen.Proxy: inbound clusters and
+	// listener), which a full push then reuses instead of rebuilding it
+	// for every proxy.
+	keepOwn  bool
 	eds      map[model.NamespacedName]bool
 	world    *model.World
 	first    time.Time // first change behind the item
@@ -25,7 +30,7 @@ type pushItem struct {
 }
 
 func mergeItems(a, b *pushItem) *pushItem {
-	out := &pushItem{full: a.full || b.full, world: b.world, first: a.first, enqueued: a.enqueued}
+	out := &pushItem{full: a.full || b.full, keepOwn: a.keepOwn && b.keepOwn, world: b.world, first: a.first, enqueued: a.enqueued}
 	if b.first.Before(out.first) {
 		out.first = b.first
 	}
@@ -107,7 +112,7 @@ func (s *Server) matters(c *conn, w *model.World, others []model.Key, eps map[mo
 	scope := cfg.Class.Scope()
 	for _, k := range others {
 		if changeMatters(k, p, w, scope) {
-			return &pushItem{full: true, world: w}
+			return &pushItem{full: true, keepOwn: ownUnchanged(others), world: w}
 		}
 	}
 	var seen map[model.NamespacedName]bool
@@ -126,7 +131,7 @@ func (s *Server) matters(c *conn, w *model.World, others []model.Key, eps map[mo
 	if seen == nil {
 		return nil
 	}
-	return &pushItem{eds: seen, world: w}
+	return &pushItem{eds: seen, keepOwn: true, world: w}
 }
 
 // changeMatters reports whether a change to k can alter what proxy p is
@@ -159,6 +164,21 @@ func changeMatters(k model.Key, p *model.Proxy, w *model.World, old *gen.Scope) 
 }
 
 func svcExport(s *model.Service) []string { return s.ExportTo }
+
+// ownUnchanged reports whether none of the changes can change a proxy's
+// own configuration: gen.Proxy reads the proxy's pod, the Services that
+// select it, PeerAuthentication, AuthorizationPolicy, Sidecar ingress and
+// ServiceEntry/WorkloadEntry, never routing configuration.
+func ownUnchanged(changes []model.Key) bool {
+	for _, k := range changes {
+		switch k.Kind {
+		case model.KindVirtualService, model.KindDestinationRule, model.KindGateway:
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 func configVisible(w *model.World, k model.Key, ns string) bool {
 	c := w.Config(k.Kind, k.Namespace, k.Name)
@@ -219,7 +239,12 @@ func (s *Server) work(_ context.Context, c *conn, item *pushItem) {
 		if cls == nil {
 			return // logged by the generator; nothing good to send yet
 		}
-		pc := s.gen.Proxy(item.world, p, cls)
+		var pc *gen.ProxyConfig
+		if item.keepOwn && prev != nil {
+			pc = &gen.ProxyConfig{Class: cls, Own: prev.Own, InboundPorts: prev.InboundPorts}
+		} else {
+			pc = s.gen.Proxy(item.world, p, cls)
+		}
 		c.setConfig(pc, changedSince(prev, pc), item.first)
 	} else {
 		kind = "eds"
