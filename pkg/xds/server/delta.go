@@ -1,0 +1,289 @@
+package server
+
+import (
+	"sort"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+
+	"github.com/meshplane/discovery/pkg/xds/gen"
+)
+
+// Delta streams: what a stream holds, and the responses that bring it up to
+// date (respondDelta). State of the world is in conn.go.
+
+// respondDelta answers w with the resources whose version the stream does
+// not have and the names that no longer exist. dirty, when not nil, limits
+// the names to look at. Called with c.mu held; reports whether a response
+// was handed over.
+//
+// What the stream holds is c.dbase[t] (a configuration it was brought fully
+// up to date with) overridden by the map go-control-plane keeps for it
+// (returned; "" means it holds nothing of that name). Keeping a name ->
+// version map of every resource per stream was most of the server's memory
+// at 1,000 proxies (a megabyte each); the base is shared by the proxies of
+// a class. The map is updated in place: the delta server only changes it
+// between a watch's cancellation and the next CreateDeltaWatch, and sends
+// every queued response before reading the next request, so none is
+// dropped.
+func (c *conn) respondDelta(w *deltaWatch, dirty []string) bool {
+	if c.cfg == nil {
+		return false
+	}
+	t := w.req.GetTypeUrl()
+	if t == gen.SecretType {
+		return c.respondSecretDelta(w)
+	}
+	if !knownType(t) {
+		if !w.initial {
+			return false
+		}
+		c.logger().Warn("request for a type this server does not serve; answered with no resources", "type", t)
+		return c.deliverDelta(w, &discovery.DeltaDiscoveryResponse{TypeUrl: t}, map[string]string{})
+	}
+	returned := w.sub.ReturnedResources()
+	dirty = c.deltaNames(w, dirty, returned)
+	send, removed := c.deltaDiff(w, dirty, returned)
+	version := c.cfg.Version(t)
+	if dirty == nil || c.checked[t] == c.prevVersion[t] {
+		c.checked[t] = version
+	}
+	// From here the stream is right for every name but those the
+	// response carries, which it returns below.
+	c.dsynced[t] = true
+	delete(c.dpending, t)
+	if len(send) == 0 && len(removed) == 0 && !w.initial {
+		return false
+	}
+	sort.Slice(send, func(i, j int) bool { return send[i].Name < send[j].Name })
+	sort.Strings(removed)
+	res := make([]*discovery.Resource, len(send))
+	for i, r := range send {
+		res[i] = &discovery.Resource{Name: r.Name, Version: r.Hash, Resource: r.Any}
+	}
+	resp := &discovery.DeltaDiscoveryResponse{SystemVersionInfo: version, TypeUrl: t, Resources: res, RemovedResources: removed}
+	if dirty == nil {
+		// Compared in full: once sent, every subscribed name holds the
+		// current version, so the current configuration becomes the base
+		// and the stream's map starts empty. (go-control-plane installs
+		// it when it sends the response.)
+		if !c.deliverDelta(w, resp, map[string]string{}) {
+			c.dsynced[t] = false
+			return false
+		}
+		c.dbase[t] = baseOf(c.cfg, t)
+		return true
+	}
+	if !c.deliverDelta(w, resp, returned) {
+		c.dsynced[t] = false
+		return false
+	}
+	for _, r := range send {
+		returned[r.Name] = r.Hash
+	}
+	for _, n := range removed {
+		returned[n] = "" // the base may hold it
+	}
+	return true
+}
+
+// deltaNames decides which names a delta response looks at: dirty plus
+// the names pushes changed while no watch was open, or (nil) every name
+// when nothing is known of the stream or its own map grew too large.
+func (c *conn) deltaNames(w *deltaWatch, dirty []string, returned map[string]string) []string {
+	t := w.req.GetTypeUrl()
+	switch {
+	case !c.dsynced[t]:
+		return nil // nothing known: compare in full
+	case dirty != nil && len(c.dpending[t]) > 0:
+		dirty = withPending(dirty, c.dpending[t])
+	case dirty == nil && len(c.dpending[t]) > 0 && w.req.GetResponseNonce() != "" &&
+		len(w.req.GetResourceNamesSubscribe())+len(w.req.GetResourceNamesUnsubscribe()) == 0:
+		// An ACK after pushes that found no open watch: only what they
+		// changed.
+		dirty = withPending(nil, c.dpending[t])
+	}
+	if dirty != nil && len(returned) > maxDeltaOverrides {
+		// Compare in full once, and start again from the current
+		// configuration with an empty map.
+		return nil
+	}
+	return dirty
+}
+
+// deltaDiff lists what the stream lacks of the configuration among names
+// (nil: every subscribed name) and what it holds that is gone.
+func (c *conn) deltaDiff(w *deltaWatch, names []string, returned map[string]string) (send []*gen.Resource, removed []string) {
+	t := w.req.GetTypeUrl()
+	wildcard, subscribed := w.sub.IsWildcard(), w.sub.SubscribedResources()
+	base := c.dbase[t]
+	has := func(n string) string {
+		if v, ok := returned[n]; ok {
+			return v
+		}
+		if r := base.get(n); r != nil {
+			return r.Hash
+		}
+		return ""
+	}
+	visit := func(n string) {
+		r := c.cfg.Get(t, n)
+		switch {
+		case r == nil && has(n) != "":
+			removed = append(removed, n)
+		case r != nil && has(n) != r.Hash:
+			send = append(send, r)
+		}
+	}
+	switch {
+	case names != nil:
+		for _, n := range names {
+			if _, ok := subscribed[n]; ok || wildcard {
+				visit(n)
+			}
+		}
+	case wildcard:
+		for _, n := range c.cfg.Names(t) {
+			visit(n)
+		}
+		for n, v := range returned {
+			if v != "" && c.cfg.Get(t, n) == nil {
+				removed = append(removed, n)
+			}
+		}
+		for _, n := range base.names() {
+			if _, over := returned[n]; !over && c.cfg.Get(t, n) == nil {
+				removed = append(removed, n)
+			}
+		}
+	default:
+		for n := range subscribed {
+			visit(n)
+		}
+	}
+	return send, removed
+}
+
+// typeBase is the resources of one type a delta stream was last fully
+// brought up to date with: its class's set and its own. Only the sets are
+// kept, not the configuration around them (which would hold its World).
+type typeBase struct{ cls, own *gen.Set }
+
+func baseOf(cfg *gen.ProxyConfig, t string) typeBase {
+	return typeBase{cls: cfg.Class.Sets[t], own: cfg.Own[t]}
+}
+
+func (b typeBase) set() bool { return b.cls != nil || b.own != nil }
+
+func (b typeBase) get(n string) *gen.Resource {
+	if r := b.own.Get(n); r != nil {
+		return r
+	}
+	return b.cls.Get(n)
+}
+
+func (b typeBase) names() []string {
+	var out []string
+	if b.cls != nil {
+		out = append(out, b.cls.Names...)
+	}
+	if b.own != nil {
+		out = append(out, b.own.Names...)
+	}
+	return out
+}
+
+// maxDeltaOverrides is how many names a delta stream's own map may hold
+// (see respondDelta) before the next response compares in full and
+// starts again from an empty map.
+const maxDeltaOverrides = 512
+
+// noteDeltaRequest remembers which names a delta request subscribes to
+// anew, before go-control-plane adds them to the stream's set: a name
+// subscribed again (clients may repeat their whole list) is still held.
+// Called with c.mu held, on the stream's goroutine.
+func (c *conn) noteDeltaRequest(t string, req *discovery.DeltaDiscoveryRequest) {
+	subs := c.dsubs[t]
+	var fresh []string
+	for _, n := range req.GetResourceNamesSubscribe() {
+		if _, ok := subs[n]; !ok {
+			fresh = append(fresh, n)
+		}
+	}
+	c.dnew[t] = fresh
+}
+
+// deltaSubscriptionChanged records, for the names a delta request newly
+// subscribes or unsubscribes, that the stream holds nothing of them: the
+// base says otherwise for names it holds, and go-control-plane has just
+// dropped unsubscribed names from the stream's map. Called with c.mu held,
+// after go-control-plane applied the request.
+func (c *conn) deltaSubscriptionChanged(t string, req *discovery.DeltaDiscoveryRequest, sub cachev3.Subscription) {
+	c.dsubs[t] = sub.SubscribedResources()
+	fresh := c.dnew[t]
+	delete(c.dnew, t)
+	base := c.dbase[t]
+	if !base.set() {
+		return
+	}
+	returned := sub.ReturnedResources()
+	for _, names := range [][]string{fresh, req.GetResourceNamesUnsubscribe()} {
+		for _, n := range names {
+			if _, ok := returned[n]; !ok && base.get(n) != nil {
+				returned[n] = ""
+			}
+		}
+	}
+}
+
+func (c *conn) deliverDelta(w *deltaWatch, resp *discovery.DeltaDiscoveryResponse, next map[string]string) bool {
+	select {
+	case w.ch <- &cachev3.DeltaPassthroughResponse{DeltaRequest: w.req, DeltaDiscoveryResponse: resp, NextVersionMap: next}:
+		c.handed(resp.GetTypeUrl(), resp, nil, nil)
+	default:
+		c.logger().Error("xDS response channel full; response dropped", "type", resp.GetTypeUrl())
+		return false
+	}
+	size := 0
+	for _, r := range resp.GetResources() {
+		size += len(r.GetResource().GetValue())
+	}
+	c.deliveredSize(resp.GetTypeUrl(), size)
+	return true
+}
+
+// deferDelta records names of t changed while the delta stream had no open
+// watch (nil: unknown, compare in full next time). Called with c.mu held.
+func (c *conn) deferDelta(t string, names []string) {
+	if names == nil || !c.dsynced[t] {
+		c.dsynced[t] = false
+		delete(c.dpending, t)
+		return
+	}
+	p := c.dpending[t]
+	if p == nil {
+		p = make(map[string]struct{}, len(names))
+		c.dpending[t] = p
+	}
+	for _, n := range names {
+		p[n] = struct{}{}
+	}
+}
+
+// withPending returns dirty plus the pending names not already in it.
+func withPending(dirty []string, pending map[string]struct{}) []string {
+	out := make([]string, 0, len(dirty)+len(pending))
+	seen := make(map[string]struct{}, len(dirty))
+	for _, n := range dirty {
+		if _, dup := seen[n]; !dup {
+			seen[n] = struct{}{}
+			out = append(out, n)
+		}
+	}
+	for n := range pending {
+		if _, dup := seen[n]; !dup {
+			out = append(out, n)
+		}
+	}
+	return out
+}
