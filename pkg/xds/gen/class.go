@@ -131,6 +131,14 @@ func (g *Generator) Class(w *model.World, p *model.Proxy, prev *ClassConfig) (ou
 		routeRefs = append(routeRefs, g.sidecarOutbound(sc, bs, cc, prev)...)
 		g.fixed(bs)
 	}
+	return g.publish(cc, bs, prev, edsRefs, routeRefs)
+}
+
+// publish turns the builders into cc's sets and returns cc, or prev (the
+// last good configuration) with an error if the result is not consistent.
+// Sets, their consistency and the changed names are derived from prev
+// where they can be.
+func (g *Generator) publish(cc *ClassConfig, bs map[string]*builder, prev *ClassConfig, edsRefs, routeRefs []string) (*ClassConfig, error) {
 	var errs []error
 	cc.Sets = map[string]*Set{}
 	for t, b := range bs {
@@ -145,7 +153,7 @@ func (g *Generator) Class(w *model.World, p *model.Proxy, prev *ClassConfig) (ou
 		g.log.Error("generated resource left out", "class", cc.Class, "error", err)
 	}
 	if err := consistentSince(prev, cc.Sets, edsRefs, routeRefs); err != nil {
-		g.log.Error("configuration not published", "class", cc.Class, "world", w.Version, "error", err)
+		g.log.Error("configuration not published", "class", cc.Class, "world", cc.WorldVersion, "error", err)
 		return prev, fmt.Errorf("class %s: %w", cc.Class, err)
 	}
 	cc.ID = g.ids.Add(1)
