@@ -101,6 +101,11 @@ func appliesTo(c *model.Config, gateway string) bool {
 	return false
 }
 
+// ExportedTo reports whether an object of namespace ownNS with exportTo
+// is visible in namespace toNS (Istio's exportTo rules, as generation
+// applies them).
+func ExportedTo(exportTo []string, ownNS, toNS string) bool { return exportedTo(exportTo, ownNS, toNS) }
+
 // exportedTo applies Istio's exportTo: empty or "*" is everywhere, "." the
 // object's own namespace, anything else a namespace name.
 func exportedTo(exportTo []string, ownNS, toNS string) bool {

@@ -145,7 +145,7 @@ func changeMatters(k model.Key, p *model.Proxy, w *model.World, old *gen.Scope) 
 			return true
 		}
 		svc := w.Service(k.Namespace, k.Name)
-		return svc != nil && exported(svcExport(svc), k.Namespace, p.Namespace)
+		return svc != nil && gen.ExportedTo(svc.ExportTo, k.Namespace, p.Namespace)
 	case model.KindVirtualService, model.KindDestinationRule:
 		return configVisible(w, k, p.Namespace) || configVisible(old.World, k, p.Namespace)
 	case model.KindGateway:
@@ -162,8 +162,6 @@ func changeMatters(k model.Key, p *model.Proxy, w *model.World, old *gen.Scope) 
 	}
 	return true
 }
-
-func svcExport(s *model.Service) []string { return s.ExportTo }
 
 // ownUnchanged reports whether none of the changes can change a proxy's
 // own configuration: gen.Proxy reads the proxy's pod, the Services that
@@ -192,23 +190,11 @@ func configVisible(w *model.World, k model.Key, ns string) bool {
 			// matters where a root that names it is seen.
 			return gen.DelegatedTo(w, k, ns)
 		}
-		return exported(o.Spec.GetExportTo(), k.Namespace, ns)
+		return gen.ExportedTo(o.Spec.GetExportTo(), k.Namespace, ns)
 	case *networkingv1.DestinationRule:
-		return exported(o.Spec.GetExportTo(), k.Namespace, ns)
+		return gen.ExportedTo(o.Spec.GetExportTo(), k.Namespace, ns)
 	}
 	return true
-}
-
-func exported(exportTo []string, own, to string) bool {
-	if len(exportTo) == 0 {
-		return true
-	}
-	for _, e := range exportTo {
-		if e == "*" || e == to || (e == "." && own == to) {
-			return true
-		}
-	}
-	return false
 }
 
 // work prepares one proxy's push: its class's configuration (generated
