@@ -31,10 +31,60 @@ type Options struct {
 	Addr string
 	// ReadyAddr is the readiness address: /ready and /healthz.
 	ReadyAddr string
+
+	// The limits below apply to both servers; zero means the default.
+	// There is no write timeout: it would cut a long answer such as
+	// /debug/config_dump or /debug/configz of a big mesh half-way.
+
+	// ReadHeaderTimeout bounds reading a request's headers, so that a
+	// client sending them slowly cannot hold a connection.
+	ReadHeaderTimeout time.Duration
+	// ReadTimeout bounds reading a whole request, body included (the
+	// handlers here take GETs; it bounds a client trickling a body). It
+	// does not limit how long a handler runs or writes.
+	ReadTimeout time.Duration
+	// IdleTimeout closes a keep-alive connection idle between requests
+	// this long. It is longer than Prometheus's scrape interval, so a
+	// scraper keeps its connection.
+	IdleTimeout time.Duration
+	// MaxHeaderBytes bounds a request's headers.
+	MaxHeaderBytes int
 }
 
-// DefaultOptions are Istio's ports.
-func DefaultOptions() Options { return Options{Addr: ":15014", ReadyAddr: ":8080"} }
+// Default limits of the monitoring and readiness servers.
+const (
+	defaultReadHeaderTimeout = 10 * time.Second
+	defaultReadTimeout       = 30 * time.Second
+	defaultIdleTimeout       = 90 * time.Second
+	defaultMaxHeaderBytes    = 64 << 10
+)
+
+// DefaultOptions are Istio's ports and the default limits.
+func DefaultOptions() Options {
+	return Options{
+		Addr: ":15014", ReadyAddr: ":8080",
+		ReadHeaderTimeout: defaultReadHeaderTimeout, ReadTimeout: defaultReadTimeout,
+		IdleTimeout: defaultIdleTimeout, MaxHeaderBytes: defaultMaxHeaderBytes,
+	}
+}
+
+// withDefaults fills the limits left zero.
+func (o Options) withDefaults() Options {
+	d := DefaultOptions()
+	if o.ReadHeaderTimeout == 0 {
+		o.ReadHeaderTimeout = d.ReadHeaderTimeout
+	}
+	if o.ReadTimeout == 0 {
+		o.ReadTimeout = d.ReadTimeout
+	}
+	if o.IdleTimeout == 0 {
+		o.IdleTimeout = d.IdleTimeout
+	}
+	if o.MaxHeaderBytes == 0 {
+		o.MaxHeaderBytes = d.MaxHeaderBytes
+	}
+	return o
+}
 
 // AddFlags registers the options' flags.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
@@ -48,6 +98,9 @@ func (o *Options) Validate() error {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
 			return fmt.Errorf("%s %q: %w", flag, addr, err)
 		}
+	}
+	if o.ReadHeaderTimeout < 0 || o.ReadTimeout < 0 || o.IdleTimeout < 0 || o.MaxHeaderBytes < 0 {
+		return errors.New("monitoring server: timeouts and the header limit must not be negative")
 	}
 	return nil
 }
@@ -70,7 +123,7 @@ type Server struct {
 // process collectors in reg.
 func New(opts Options, reg *prometheus.Registry, log *slog.Logger) *Server {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	s := &Server{opts: opts, reg: reg, log: log, mux: http.NewServeMux(), checks: map[string]func() error{}, addrs: make(chan [2]net.Addr, 1)}
+	s := &Server{opts: opts.withDefaults(), reg: reg, log: log, mux: http.NewServeMux(), checks: map[string]func() error{}, addrs: make(chan [2]net.Addr, 1)}
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	s.mux.HandleFunc("GET /debug", s.index)
 	s.mux.HandleFunc("GET /debug/{$}", s.index)
@@ -145,6 +198,18 @@ func (s *Server) Addrs(ctx context.Context) (monitoring, readiness net.Addr, err
 	}
 }
 
+// httpServer serves h within the Options' limits.
+func (s *Server) httpServer(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: s.opts.ReadHeaderTimeout,
+		ReadTimeout:       s.opts.ReadTimeout,
+		IdleTimeout:       s.opts.IdleTimeout,
+		MaxHeaderBytes:    s.opts.MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+}
+
 // Start serves until ctx ends, then shuts both servers down gracefully.
 func (s *Server) Start(ctx context.Context) error {
 	mon, err := net.Listen("tcp", s.opts.Addr)
@@ -160,10 +225,7 @@ func (s *Server) Start(ctx context.Context) error {
 	readyMux := http.NewServeMux()
 	readyMux.HandleFunc("GET /ready", s.ready)
 	readyMux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
-	servers := []*http.Server{
-		{Handler: s.mux, ReadHeaderTimeout: 10 * time.Second},
-		{Handler: readyMux, ReadHeaderTimeout: 10 * time.Second},
-	}
+	servers := []*http.Server{s.httpServer(s.mux), s.httpServer(readyMux)}
 	errc := make(chan error, 2)
 	for i, l := range []net.Listener{mon, rdy} {
 		go func() { errc <- servers[i].Serve(l) }()

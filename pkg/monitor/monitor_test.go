@@ -36,7 +36,12 @@ func get(t *testing.T, url string) (int, string) {
 
 func start(t *testing.T) (*Server, string, string) {
 	t.Helper()
-	s := New(Options{Addr: "127.0.0.1:0", ReadyAddr: "127.0.0.1:0"}, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	return startWith(t, Options{Addr: "127.0.0.1:0", ReadyAddr: "127.0.0.1:0"})
+}
+
+func startWith(t *testing.T, opts Options) (*Server, string, string) {
+	t.Helper()
+	s := New(opts, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Start(ctx) }()
