@@ -20,10 +20,50 @@ type Options struct {
 	// ShutdownTimeout bounds how long in-flight requests may finish once
 	// the server is asked to stop.
 	ShutdownTimeout time.Duration
+
+	// The limits below are zero for the default.
+
+	// ReadHeaderTimeout bounds reading a request's headers.
+	ReadHeaderTimeout time.Duration
+	// ReadTimeout bounds reading a whole request, AdmissionReview body
+	// included.
+	ReadTimeout time.Duration
+	// WriteTimeout bounds a request from its headers to the end of the
+	// answer. The API server waits at most 30s for a webhook
+	// (timeoutSeconds), so 30s cuts no answer it would still take.
+	WriteTimeout time.Duration
+	// IdleTimeout closes a keep-alive connection idle between requests
+	// this long.
+	IdleTimeout time.Duration
+	// MaxHeaderBytes bounds a request's headers.
+	MaxHeaderBytes int
 }
 
 // DefaultOptions returns the defaults.
-func DefaultOptions() Options { return Options{Addr: ":15017", ShutdownTimeout: 5 * time.Second} }
+func DefaultOptions() Options {
+	return Options{
+		Addr: ":15017", ShutdownTimeout: 5 * time.Second,
+		ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second,
+		IdleTimeout: 90 * time.Second, MaxHeaderBytes: 64 << 10,
+	}
+}
+
+// withDefaults fills the limits left zero.
+func (o Options) withDefaults() Options {
+	d := DefaultOptions()
+	for _, f := range []struct{ v, def *time.Duration }{
+		{&o.ReadHeaderTimeout, &d.ReadHeaderTimeout}, {&o.ReadTimeout, &d.ReadTimeout},
+		{&o.WriteTimeout, &d.WriteTimeout}, {&o.IdleTimeout, &d.IdleTimeout},
+	} {
+		if *f.v == 0 {
+			*f.v = *f.def
+		}
+	}
+	if o.MaxHeaderBytes == 0 {
+		o.MaxHeaderBytes = d.MaxHeaderBytes
+	}
+	return o
+}
 
 // AddFlags registers the server's flags.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
@@ -37,6 +77,9 @@ func (o *Options) Validate() error {
 	}
 	if o.ShutdownTimeout <= 0 {
 		return errors.New("webhook server: shutdown timeout must be positive")
+	}
+	if o.ReadHeaderTimeout < 0 || o.ReadTimeout < 0 || o.WriteTimeout < 0 || o.IdleTimeout < 0 || o.MaxHeaderBytes < 0 {
+		return errors.New("webhook server: timeouts and the header limit must not be negative")
 	}
 	return nil
 }
@@ -56,6 +99,7 @@ func New(opts Options, tlsConfig *tls.Config, inject, validate http.Handler, log
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
+	opts = opts.withDefaults()
 	if tlsConfig == nil || (len(tlsConfig.Certificates) == 0 && tlsConfig.GetCertificate == nil && tlsConfig.GetConfigForClient == nil) {
 		return nil, errors.New("webhook server: the TLS config has no certificate")
 	}
@@ -80,11 +124,11 @@ func New(opts Options, tlsConfig *tls.Config, inject, validate http.Handler, log
 		srv: &http.Server{
 			Handler:           mux,
 			TLSConfig:         tc,
-			ReadHeaderTimeout: 10 * time.Second,
-			ReadTimeout:       30 * time.Second,
-			WriteTimeout:      30 * time.Second,
-			IdleTimeout:       90 * time.Second,
-			MaxHeaderBytes:    1 << 20,
+			ReadHeaderTimeout: opts.ReadHeaderTimeout,
+			ReadTimeout:       opts.ReadTimeout,
+			WriteTimeout:      opts.WriteTimeout,
+			IdleTimeout:       opts.IdleTimeout,
+			MaxHeaderBytes:    opts.MaxHeaderBytes,
 			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 		},
 	}, nil
