@@ -12,6 +12,7 @@ import (
 
 	"github.com/meshplane/discovery/pkg/model"
 	"github.com/meshplane/discovery/pkg/xds/gen"
+	"github.com/meshplane/discovery/pkg/xds/streamauth"
 )
 
 // callbacks observe go-control-plane's streams: they register conns,
@@ -25,7 +26,11 @@ func (cb callbacks) open(ctx context.Context, key streamKey) error {
 	if ctl == nil {
 		ctl = newStreamCtl()
 	}
-	cb.s.conns.Store(key, newConn(cb.s, key, ctl))
+	c := newConn(cb.s, key, ctl)
+	if id, ok := streamauth.Caller(ctx); ok {
+		c.caller = &id
+	}
+	cb.s.conns.Store(key, c)
 	return nil
 }
 

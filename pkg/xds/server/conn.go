@@ -11,6 +11,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/meshplane/discovery/pkg/ca"
 	"github.com/meshplane/discovery/pkg/model"
 	"github.com/meshplane/discovery/pkg/xds/gen"
 )
@@ -107,6 +108,9 @@ type conn struct {
 	pushFirst  time.Time // first change of the push being delivered
 	closed     bool
 	secrets    secretState // gateway credentials (sds.go)
+	// caller is the stream's verified identity (streamauth on the TLS
+	// port); nil on the plaintext port, whose streams get no credentials.
+	caller *ca.Identity
 }
 
 func newConn(s *Server, key streamKey, ctl *streamCtl) *conn {

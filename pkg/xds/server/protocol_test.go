@@ -8,6 +8,7 @@ import (
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -173,8 +174,14 @@ type deltaClient struct {
 
 func newDeltaClient(t testing.TB, ts *testServer) *deltaClient {
 	t.Helper()
+	return newDeltaClientOn(t, dial(t, ts.addr))
+}
+
+// newDeltaClientOn opens a delta ADS stream on cc.
+func newDeltaClientOn(t testing.TB, cc *grpc.ClientConn) *deltaClient {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	stream, err := discovery.NewAggregatedDiscoveryServiceClient(dial(t, ts.addr)).DeltaAggregatedResources(ctx)
+	stream, err := discovery.NewAggregatedDiscoveryServiceClient(cc).DeltaAggregatedResources(ctx)
 	if err != nil {
 		cancel()
 		t.Fatal(err)

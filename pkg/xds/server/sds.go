@@ -19,16 +19,20 @@ import (
 // Gateway credentials (Gateway tls.credentialName) are served here as SDS
 // Secrets over ADS, state of the world and delta, by name only
 // (kubernetes://[NS/]NAME[-cacert], see gen.ParseCredential). A Secret goes
-// only to router proxies (gateways) of its own namespace; on :15012 the
-// proxy's namespace is its authenticated identity's (streamauth). Any other
-// request gets nothing for that name, a WARN log line once per stream and
-// name (never any material), and discovery_xds_secrets_denied_total.
+// only to an authenticated stream (streamauth verified its caller: the TLS
+// port) of a router proxy (gateway) whose verified namespace is the
+// Secret's, as istiod serves SDS only to a proxy with a verified identity.
+// The plaintext port authenticates nobody, so whatever a node ID there
+// claims, it is sent no credential. Any other request gets nothing for
+// that name, a WARN log line once per stream and name (never any
+// material), and discovery_xds_secrets_denied_total.
 
 // Deny reasons, the counter's label.
 const (
-	denyNotGateway     = "not_gateway"
-	denyOtherNamespace = "other_namespace"
-	denyBadName        = "bad_name"
+	denyUnauthenticated = "unauthenticated"
+	denyNotGateway      = "not_gateway"
+	denyOtherNamespace  = "other_namespace"
+	denyBadName         = "bad_name"
 )
 
 // secretState is what one stream was sent of Secrets.
@@ -43,7 +47,7 @@ type secretState struct {
 func (s *Server) UseCredentials(r credentials.Reader, reg prometheus.Registerer) error {
 	denied := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "discovery_xds_secrets_denied_total",
-		Help: "SDS requests for a gateway credential the proxy may not read (not a gateway, another namespace, or a name that is not a credential), by reason.",
+		Help: "SDS requests for a gateway credential the proxy may not read (unauthenticated stream, not a gateway, another namespace, or a name that is not a credential), by reason.",
 	}, []string{"reason"})
 	if err := reg.Register(denied); err != nil {
 		return err
@@ -84,9 +88,13 @@ func (c *conn) credential(name string) *gen.Resource {
 	switch {
 	case !ok:
 		reason = denyBadName
+	case c.caller == nil:
+		reason = denyUnauthenticated
 	case p.Type != model.ProxyRouter:
 		reason = denyNotGateway
-	case cred.Namespace != "" && cred.Namespace != p.Namespace:
+	case c.caller.Namespace != p.Namespace, cred.Namespace != "" && cred.Namespace != p.Namespace:
+		// streamauth refuses a node of another namespace; checked again
+		// here, where the key would leave the process.
 		reason = denyOtherNamespace
 	}
 	if reason != "" {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"errors"
 	"log/slog"
 	"net"
 	"net/http"
@@ -17,13 +18,17 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/meshplane/discovery/pkg/ca"
 	"github.com/meshplane/discovery/pkg/credentials"
 	"github.com/meshplane/discovery/pkg/model"
 	"github.com/meshplane/discovery/pkg/xds/gen"
 	"github.com/meshplane/discovery/pkg/xds/internal/worldtest"
+	"github.com/meshplane/discovery/pkg/xds/streamauth"
 )
 
 // fakeCreds is an in-memory credentials.Reader.
@@ -79,13 +84,46 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// startCredServer runs a Server serving creds on a loopback port.
-func startCredServer(t *testing.T, creds credentials.Reader) (*testServer, *syncBuffer) {
+// testAuthn plays the TLS port's authentication: the caller's namespace
+// is the x-test-caller metadata its connection sends (dialAs).
+type testAuthn struct{}
+
+func (testAuthn) Authenticate(ctx context.Context) (ca.Identity, string, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if v := md.Get("x-test-caller"); len(v) == 1 {
+		return ca.Identity{TrustDomain: "cluster.local", Namespace: v[0]}, "test", nil
+	}
+	return ca.Identity{}, "", errors.New("no x-test-caller")
+}
+
+// callerCreds sends x-test-caller on every call.
+type callerCreds string
+
+func (c callerCreds) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"x-test-caller": string(c)}, nil
+}
+func (callerCreds) RequireTransportSecurity() bool { return false }
+
+// dialAs connects to addr as a caller authenticated in namespace ns.
+func dialAs(t testing.TB, addr, ns string) *grpc.ClientConn {
+	t.Helper()
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(callerCreds(ns)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cc.Close() })
+	return cc
+}
+
+// startCredServer runs a Server serving creds on two loopback ports, as
+// serve does: ts.addr authenticates every stream with streamauth's Guard
+// (callers connect with dialAs), plainAddr authenticates nobody.
+func startCredServer(t *testing.T, creds credentials.Reader) (ts *testServer, logs *syncBuffer, plainAddr string) {
 	t.Helper()
 	opts := DefaultOptions()
 	opts.DebounceAfter = 10 * time.Millisecond
 	opts.DebounceMax = time.Second
-	logs := &syncBuffer{}
+	logs = &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	reg := prometheus.NewRegistry()
 	s, err := New(opts, meshStore(t, 1), log, reg)
@@ -95,23 +133,35 @@ func startCredServer(t *testing.T, creds credentials.Reader) (*testServer, *sync
 	if err := s.UseCredentials(creds, reg); err != nil {
 		t.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	s.Register(gs)
+	guard := streamauth.New(testAuthn{}, log, reg)
+	secure := serveOn(t, s, grpc.ChainStreamInterceptor(guard.StreamInterceptor()))
+	plain := serveOn(t, s)
 	ctx, cancel := context.WithCancel(context.Background())
-	served, started := make(chan struct{}), make(chan struct{})
-	go func() { _ = gs.Serve(lis); close(served) }()
+	started := make(chan struct{})
 	go func() { _ = s.Start(ctx); close(started) }()
 	t.Cleanup(func() {
 		cancel()
 		<-started
+	})
+	return &testServer{s: s, addr: secure, reg: reg}, logs, plain
+}
+
+// serveOn serves s's xDS on a new loopback port until the test ends.
+func serveOn(t *testing.T, s *Server, opts ...grpc.ServerOption) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer(opts...)
+	s.Register(gs)
+	served := make(chan struct{})
+	go func() { _ = gs.Serve(lis); close(served) }()
+	t.Cleanup(func() {
 		gs.Stop()
 		<-served
 	})
-	return &testServer{s: s, addr: lis.Addr().String(), reg: reg}, logs
+	return lis.Addr().String()
 }
 
 const (
@@ -151,10 +201,10 @@ func certOf(s *tlsv3.Secret) string {
 
 func TestGatewayCredentialsSotw(t *testing.T) {
 	creds := testCreds()
-	ts, logs := startCredServer(t, creds)
-	cc := dial(t, ts.addr)
+	ts, logs, plain := startCredServer(t, creds)
+	ccA, ccB := dialAs(t, ts.addr, "ns-a"), dialAs(t, ts.addr, "ns-b")
 
-	a := newSotwClient(t, cc, node(gatewayA, nil))
+	a := newSotwClient(t, ccA, node(gatewayA, nil))
 	a.send(gen.SecretType, []string{certA, caA}, "", "", "")
 	r := a.next()
 	got := secrets(t, r.GetResources())
@@ -184,16 +234,18 @@ func TestGatewayCredentialsSotw(t *testing.T) {
 	})
 
 	denied := map[string]struct {
+		cc                   *grpc.ClientConn
 		id, resource, reason string
 	}{
-		"a gateway of namespace B asking for A's secret gets nothing": {gatewayB, "kubernetes://ns-a/cert-a", denyOtherNamespace},
-		"a sidecar of A's namespace gets nothing":                     {sidecarA, certA, denyNotGateway},
-		"a name that is not a credential gets nothing":                {"router~10.1.0.4~gw-a2.ns-a~ns-a.svc.cluster.local", "default", denyBadName},
+		"a gateway of namespace B asking for A's secret gets nothing": {ccB, gatewayB, "kubernetes://ns-a/cert-a", denyOtherNamespace},
+		"a sidecar of A's namespace gets nothing":                     {ccA, sidecarA, certA, denyNotGateway},
+		"a name that is not a credential gets nothing":                {ccA, "router~10.1.0.4~gw-a2.ns-a~ns-a.svc.cluster.local", "default", denyBadName},
+		"gateway A's node on the plaintext port gets nothing":         {dial(t, plain), "router~10.1.0.5~gw-a3.ns-a~ns-a.svc.cluster.local", certA, denyUnauthenticated},
 	}
 	for name, tc := range denied {
 		t.Run(name, func(t *testing.T) {
 			before := ts.counter(t, "discovery_xds_secrets_denied_total", "reason", tc.reason)
-			c := newSotwClient(t, cc, node(tc.id, nil))
+			c := newSotwClient(t, tc.cc, node(tc.id, nil))
 			c.send(gen.SecretType, []string{tc.resource}, "", "", "")
 			if r := c.next(); len(r.GetResources()) != 0 || r.GetTypeUrl() != gen.SecretType {
 				t.Fatalf("got %d resources of %s, want none", len(r.GetResources()), r.GetTypeUrl())
@@ -207,7 +259,7 @@ func TestGatewayCredentialsSotw(t *testing.T) {
 		})
 	}
 	t.Run("a gateway of namespace B asking for a name only A has gets nothing", func(t *testing.T) {
-		c := newSotwClient(t, cc, node(gatewayB, nil))
+		c := newSotwClient(t, ccB, node(gatewayB, nil))
 		c.send(gen.SecretType, []string{certA, "kubernetes://cert-b"}, "", "", "")
 		got := secrets(t, c.next().GetResources())
 		if len(got) != 1 || certOf(got["kubernetes://cert-b"]) != "CERT-B-v2" {
@@ -248,8 +300,8 @@ func TestGatewayCredentialsSotw(t *testing.T) {
 
 func TestGatewayCredentialsDelta(t *testing.T) {
 	creds := testCreds()
-	ts, _ := startCredServer(t, creds)
-	a := newDeltaClient(t, ts)
+	ts, _, plain := startCredServer(t, creds)
+	a := newDeltaClientOn(t, dialAs(t, ts.addr, "ns-a"))
 	a.send(&discovery.DeltaDiscoveryRequest{Node: node(gatewayA, nil), TypeUrl: gen.SecretType, ResourceNamesSubscribe: []string{certA}})
 	r := a.next()
 	if got := deltaNames(r); joined(got) != certA {
@@ -271,7 +323,7 @@ func TestGatewayCredentialsDelta(t *testing.T) {
 		t.Fatalf("after the deletion got %v, removed %v; want %s removed", deltaNames(r), r.GetRemovedResources(), certA)
 	}
 
-	b := newDeltaClient(t, ts)
+	b := newDeltaClientOn(t, dialAs(t, ts.addr, "ns-b"))
 	b.send(&discovery.DeltaDiscoveryRequest{Node: node(gatewayB, nil), TypeUrl: gen.SecretType, ResourceNamesSubscribe: []string{"kubernetes://ns-a/cert-a-cacert"}})
 	if r := b.next(); len(r.GetResources()) != 0 {
 		t.Fatalf("gateway B got %v of namespace A", deltaNames(r))
@@ -279,13 +331,23 @@ func TestGatewayCredentialsDelta(t *testing.T) {
 	if n := ts.counter(t, "discovery_xds_secrets_denied_total", "reason", denyOtherNamespace); n != 1 {
 		t.Errorf("denied{other_namespace} = %v, want 1", n)
 	}
+
+	creds.set("ns-a", "cert-a", credentials.TLS{Cert: []byte("CERT-A-v3"), Key: []byte(keyA)})
+	p := newDeltaClientOn(t, dial(t, plain))
+	p.send(&discovery.DeltaDiscoveryRequest{Node: node(gatewayA, nil), TypeUrl: gen.SecretType, ResourceNamesSubscribe: []string{certA}})
+	if r := p.next(); len(r.GetResources()) != 0 {
+		t.Fatalf("gateway A's node on the plaintext port got %v", deltaNames(r))
+	}
+	if n := ts.counter(t, "discovery_xds_secrets_denied_total", "reason", denyUnauthenticated); n != 1 {
+		t.Errorf("denied{unauthenticated} = %v, want 1", n)
+	}
 }
 
 // The generator refers to what the server serves: a gateway that gets a
 // Gateway with credentialName over ADS finds the same names in SDS.
 func TestCredentialNamesMatchTheListener(t *testing.T) {
 	creds := testCreds()
-	ts, _ := startCredServer(t, creds)
+	ts, _, _ := startCredServer(t, creds)
 	ev, err := worldtest.Decode([]byte(`
 apiVersion: networking.istio.io/v1
 kind: Gateway
@@ -301,7 +363,7 @@ spec:
 		t.Fatal(err)
 	}
 	apply(t, ts.s.world.(*model.Store), ev...)
-	c := newSotwClient(t, dial(t, ts.addr), node(gatewayA, map[string]any{"LABELS": map[string]any{"istio": "ingressgateway"}}))
+	c := newSotwClient(t, dialAs(t, ts.addr, "ns-a"), node(gatewayA, map[string]any{"LABELS": map[string]any{"istio": "ingressgateway"}}))
 	c.send(gen.ListenerType, nil, "", "", "")
 	l := c.next()
 	var body string

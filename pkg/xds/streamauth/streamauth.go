@@ -99,7 +99,8 @@ func (g *Guard) StreamInterceptor() grpc.StreamServerInterceptor {
 			g.log.Warn("xDS stream refused: not authenticated", "method", info.FullMethod, "err", err)
 			return status.Error(codes.Unauthenticated, msgUnauthenticated)
 		}
-		cs := &checkedStream{ServerStream: ss, g: g, id: id, via: method}
+		cs := &checkedStream{ServerStream: ss, g: g, id: id, via: method,
+			ctx: context.WithValue(ss.Context(), callerKey{}, id)}
 		err = handler(srv, cs)
 		// go-control-plane ends a stream whose Recv fails without passing
 		// the error on: the refusal is returned here, so the client sees it.
@@ -110,15 +111,30 @@ func (g *Guard) StreamInterceptor() grpc.StreamServerInterceptor {
 	}
 }
 
+// callerKey is the context key of a stream's verified identity.
+type callerKey struct{}
+
+// Caller returns the verified identity of the stream whose context ctx
+// is: set only for streams this package authenticated. A stream without
+// one (the plaintext port) must never be sent credentials.
+func Caller(ctx context.Context) (ca.Identity, bool) {
+	id, ok := ctx.Value(callerKey{}).(ca.Identity)
+	return id, ok
+}
+
 // checkedStream checks the node of every request it receives.
 type checkedStream struct {
 	grpc.ServerStream
+	ctx     context.Context // carries the caller (Caller)
 	g       *Guard
 	id      ca.Identity
 	via     string
 	checked string // the node ID already checked
 	refusal atomic.Pointer[error]
 }
+
+// Context is the stream's context with the verified caller.
+func (s *checkedStream) Context() context.Context { return s.ctx }
 
 // RecvMsg receives a request and refuses the stream when the request's
 // node is not the caller's.
