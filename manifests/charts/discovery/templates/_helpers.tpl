@@ -17,3 +17,6 @@ app.kubernetes.io/part-of: discovery
 {{ include "discovery.istiod" . }}.{{ .Values.namespace }}.svc:15012
 {{- end -}}
 {{- end }}
+{{- /* The webhook configurations this revision renders, and its RBAC names. */ -}}
+{{- define "discovery.injectorWebhook" -}}istio-sidecar-injector{{ .Values.suffix }}{{- end }}
+{{- define "discovery.validatorWebhook" -}}istio-validator{{ .Values.suffix }}-{{ .Values.namespace }}{{- end }}
