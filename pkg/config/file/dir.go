@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/fsnotify/fsnotify"
 
@@ -22,6 +23,9 @@ type fileState struct {
 	good   []Object          // the objects in force for this file
 	loaded bool              // some version of the file has been parsed
 	stale  bool              // good comes from an earlier version
+	// heldUntil is set while good comes from an earlier version because
+	// the file read empty; see grace.go.
+	heldUntil time.Time
 }
 
 // claim is an object in force and the file it comes from.
@@ -45,8 +49,13 @@ type FileStatus struct {
 	Objects int `json:"objects"`
 	// Stale says the objects in force come from an earlier version of the
 	// file, because the current one has failing documents.
-	Stale  bool `json:"stale,omitempty"`
-	Errors int  `json:"errors,omitempty"`
+	Stale bool `json:"stale,omitempty"`
+	// Held says the objects in force come from an earlier version of the
+	// file, because it read empty, which may be the middle of a rewrite. It is read
+	// again at HeldUntil, and what it holds then is applied.
+	Held      bool      `json:"held,omitempty"`
+	HeldUntil time.Time `json:"held_until,omitzero"`
+	Errors    int       `json:"errors,omitempty"`
 }
 
 func isConfigFile(name string) bool {
@@ -140,17 +149,22 @@ func (s *Source) readFiles(found []string, dirErrs []*DocError) {
 		}
 	}
 	for rel, st := range s.files {
-		if _, ok := next[rel]; ok {
-			continue
-		}
-		for _, de := range dirErrs {
-			if dir := s.rel(de.File); strings.HasPrefix(rel, dir+"/") {
-				next[rel] = st
-				break
-			}
+		if _, ok := next[rel]; !ok && s.underFailedDir(rel, dirErrs) {
+			next[rel] = st
 		}
 	}
 	s.files = next
+}
+
+// underFailedDir reports whether the file rel is under one of the
+// directories that could not be read.
+func (s *Source) underFailedDir(rel string, dirErrs []*DocError) bool {
+	for _, de := range dirErrs {
+		if strings.HasPrefix(rel, s.rel(de.File)+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // readFile reads and parses one file, or returns its previous state if its
@@ -168,13 +182,16 @@ func (s *Source) readFile(rel string) *fileState {
 		}
 		return st
 	}
-	sum := sha256.Sum256(data)
-	if prev != nil && prev.sum == sum {
+	sum, now := sha256.Sum256(data), time.Now()
+	if prev != nil && prev.sum == sum && (prev.heldUntil.IsZero() || prev.held(now)) {
 		return prev
 	}
 	objs, errs := Parse(s.abs(rel), data)
 	st := &fileState{sum: sum, errs: errs, good: objs, loaded: true}
-	if len(errs) > 0 && prev != nil && prev.loaded {
+	switch {
+	case len(objs) == 0 && len(errs) == 0:
+		s.holdEmpty(rel, st, prev, now)
+	case len(errs) > 0 && prev != nil && prev.loaded:
 		st.good, st.stale = prev.good, true
 	}
 	return st
@@ -258,6 +275,7 @@ func (s *Source) buildStatus(dirErrs, dups []*DocError) Status {
 		fs := s.files[rel]
 		st.Files = append(st.Files, FileStatus{
 			Path: s.abs(rel), Objects: len(fs.good), Stale: fs.stale, Errors: perFile[s.abs(rel)],
+			Held: !fs.heldUntil.IsZero(), HeldUntil: fs.heldUntil,
 		})
 	}
 	return st

@@ -35,6 +35,18 @@
 // earlier version, so its good documents are loaded. Deleting a file
 // deletes its objects, whatever state it was in.
 //
+// Reads that may be the middle of a rewrite. A file that had objects and
+// is read with no documents (empty, blank, only comments), as a tool that
+// truncates it and then writes it leaves it, keeps its objects in force
+// for --config-dir-empty-grace (2s): it is read again at its next change
+// or when the grace ends, and only if it is still empty then are its
+// objects deleted. A half-written file whose last document does not parse
+// keeps them by the rule above. Removing a file is not held: its objects
+// go at the next read (a removal followed within the debounce by a new,
+// empty file is one read of that empty file, so held). The file shows
+// "held" at /debug/config_dirz, and discovery_config_file_held counts
+// such files.
+//
 // Two definitions of the same kind, namespace and name: the one in the
 // file that comes first in byte order of paths relative to DIR (then the
 // earlier document) is used, the other is reported as a DocError holding a

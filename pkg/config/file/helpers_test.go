@@ -58,13 +58,16 @@ type harness struct {
 }
 
 // start runs a Source on dir until the test ends and waits for its first
-// read.
-func start(t *testing.T, dir string) *harness {
+// read. Each edit changes the options first.
+func start(t *testing.T, dir string, edits ...func(*Options)) *harness {
 	t.Helper()
 	h := &harness{dir: dir, store: model.NewStore(model.StoreOptions{}), reg: prometheus.NewRegistry(), logs: &syncBuffer{}}
 	opts := DefaultOptions()
 	opts.Dir = dir
 	opts.Debounce = 20 * time.Millisecond
+	for _, edit := range edits {
+		edit(&opts)
+	}
 	log := slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	src, err := New(opts, log, h.reg)
 	if err != nil {
@@ -111,6 +114,62 @@ func (h *harness) waitReload(t *testing.T, change func()) {
 }
 
 func (h *harness) world() *model.World { return h.store.World() }
+
+// gauge is the value of the gauge named name on the harness's registry, or
+// -1 if there is none.
+func (h *harness) gauge(t *testing.T, name string) float64 {
+	t.Helper()
+	families, err := h.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == name && len(f.GetMetric()) == 1 {
+			return f.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	return -1
+}
+
+// status is the Source's status as /debug/config_dirz shows it.
+func (h *harness) status(t *testing.T) map[string]any {
+	t.Helper()
+	data, err := json.Marshal(h.src.Status())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(data, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// deletions records the keys the Store deletes from now on.
+type deletions struct {
+	mu   sync.Mutex
+	keys []model.Key
+}
+
+func (h *harness) recordDeletions() *deletions {
+	d := &deletions{}
+	h.store.Subscribe(func(u *model.Update) {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		for _, c := range u.Changes {
+			if c.Op == model.OpDelete {
+				d.keys = append(d.keys, c.Key)
+			}
+		}
+	})
+	return d
+}
+
+func (d *deletions) list() []model.Key {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]model.Key(nil), d.keys...)
+}
 
 func writeFile(t *testing.T, path, content string) {
 	t.Helper()

@@ -9,6 +9,7 @@ import (
 type metrics struct {
 	errors  prometheus.Gauge
 	objects prometheus.Gauge
+	held    prometheus.Gauge
 	reloads *prometheus.CounterVec
 }
 
@@ -22,6 +23,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "discovery_config_file_objects",
 			Help: "Objects in force from the config directory.",
 		}),
+		held: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "discovery_config_file_held",
+			Help: "Config files whose earlier objects stay in force because the file read empty (--config-dir-empty-grace).",
+		}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "discovery_config_file_reloads_total",
 			Help: "Reads of the config directory, by result: ok, errors (some documents failed), failed (the directory could not be read).",
@@ -31,7 +36,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	var errs []error
-	for _, c := range []prometheus.Collector{m.errors, m.objects, m.reloads} {
+	for _, c := range []prometheus.Collector{m.errors, m.objects, m.held, m.reloads} {
 		errs = append(errs, reg.Register(c))
 	}
 	return m, errors.Join(errs...)

@@ -17,16 +17,26 @@ type Options struct {
 	// before it is read again. Changes that keep coming are read at the
 	// latest ten Debounce periods after the first.
 	Debounce time.Duration
+	// EmptyGrace is how long the objects of a file stay in force after it
+	// is read empty (no documents): such a read may be the middle of a
+	// rewrite. The file is read again when it ends, or at its next
+	// change. Zero applies empty reads at once.
+	EmptyGrace time.Duration
 }
 
-// DefaultOptions returns the defaults: no directory, a 20 ms debounce.
+// DefaultOptions returns the defaults: no directory, a 20 ms debounce, a
+// 2 s grace for empty reads.
 // A write or an atomic rename arrives as a few events within a millisecond
 // or two; 20 ms gathers them, and a copy of many files that takes longer
 // is read again at most every 200 ms. The xDS server debounces again
 // (--debounce-after): a longer wait here only added to every change's
 // latency (100 ms before, measured in BENCHMARKS.md).
+//
+// A tool that truncates a file and writes it again leaves it empty for as
+// long as it takes to produce the content; 2 s covers a slow renderer
+// without keeping a file that was emptied on purpose in force for long.
 func DefaultOptions() Options {
-	return Options{Debounce: 20 * time.Millisecond}
+	return Options{Debounce: 20 * time.Millisecond, EmptyGrace: 2 * time.Second}
 }
 
 // AddFlags registers the options' flags on fs.
@@ -35,6 +45,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"serve the mesh from the Kubernetes-style YAML files in this directory (recursively), watched for changes")
 	fs.DurationVar(&o.Debounce, "config-dir-debounce", o.Debounce,
 		"how long --config-dir must stay quiet after a change before it is read again")
+	fs.DurationVar(&o.EmptyGrace, "config-dir-empty-grace", o.EmptyGrace,
+		"how long the objects of a file in --config-dir stay in force after it is read empty (as in the middle of a rewrite); 0 applies such reads at once")
 }
 
 // Enabled reports whether a directory is configured.
@@ -47,6 +59,9 @@ func (o *Options) Validate() error {
 	}
 	if o.Debounce <= 0 || o.Debounce > time.Minute {
 		return fmt.Errorf("--config-dir-debounce %s: must be more than 0 and at most 1m", o.Debounce)
+	}
+	if o.EmptyGrace < 0 || o.EmptyGrace > time.Minute {
+		return fmt.Errorf("--config-dir-empty-grace %s: must be at least 0 and at most 1m", o.EmptyGrace)
 	}
 	fi, err := os.Stat(o.Dir)
 	if err != nil {

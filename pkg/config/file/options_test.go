@@ -36,6 +36,15 @@ func TestOptionsValidate(t *testing.T) {
 		"rejects a file":              {args: []string{"--config-dir", notDir}, wantErr: "not a directory"},
 		"rejects a debounce of zero":  {args: []string{"--config-dir", dir, "--config-dir-debounce", "0s"}, wantErr: "must be more than 0"},
 		"rejects a debounce too long": {args: []string{"--config-dir", dir, "--config-dir-debounce", "2m"}, wantErr: "at most 1m"},
+		"accepts an empty grace of zero: empty reads apply at once": {
+			args: []string{"--config-dir", dir, "--config-dir-empty-grace", "0s"},
+		},
+		"rejects a negative empty grace": {
+			args: []string{"--config-dir", dir, "--config-dir-empty-grace", "-1s"}, wantErr: "must be at least 0",
+		},
+		"rejects an empty grace too long": {
+			args: []string{"--config-dir", dir, "--config-dir-empty-grace", "2m"}, wantErr: "at most 1m",
+		},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

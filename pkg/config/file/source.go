@@ -165,6 +165,7 @@ func (s *Source) publish(ctx context.Context, sink config.Sink, dirErrs []*DocEr
 	s.metrics.reloads.WithLabelValues(result).Inc()
 	s.metrics.objects.Set(float64(len(desired)))
 	s.metrics.errors.Set(float64(len(errs)))
+	s.metrics.held.Set(float64(s.heldFiles()))
 	level := slog.LevelDebug // a reload that changed nothing, as after a chmod
 	if len(events) > 0 || len(errs) != before {
 		level = slog.LevelInfo

@@ -13,22 +13,30 @@ import (
 	"github.com/meshplane/discovery/pkg/config"
 )
 
-// watch reloads the directory once it has been quiet for Debounce after a
+var errWatcherClosed = errors.New("config directory watcher closed")
+
+// changes is what changed since the last read.
+type changes struct {
+	first time.Time       // of the first change not yet read; zero when none
+	files map[string]bool // config files to read again
+	full  bool            // anything else: read the whole directory
+}
+
+// watch reads the directory once it has been quiet for Debounce after a
 // change, or at the latest ten Debounce periods after the first change.
+// Between changes it reads again the files held after an empty read.
 func (s *Source) watch(ctx context.Context, sink config.Sink, w *fsnotify.Watcher) error {
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	defer timer.Stop()
-	var first time.Time // of the first change not yet read; zero when none
-	// What changed since the last read: config files only (read those
-	// again), or anything else (read the whole directory).
-	changed, full := map[string]bool{}, false
+	debounce, recheck := stoppedTimer(), stoppedTimer()
+	defer debounce.Stop()
+	defer recheck.Stop()
+	s.arm(recheck)
+	pending := changes{files: map[string]bool{}}
 	schedule := func() {
 		now := time.Now()
-		if first.IsZero() {
-			first = now
+		if pending.first.IsZero() {
+			pending.first = now
 		}
-		timer.Reset(debounceWait(first, now, s.opts.Debounce))
+		debounce.Reset(debounceWait(pending.first, now, s.opts.Debounce))
 	}
 	for {
 		select {
@@ -36,37 +44,48 @@ func (s *Source) watch(ctx context.Context, sink config.Sink, w *fsnotify.Watche
 			return nil
 		case ev, ok := <-w.Events:
 			if !ok {
-				return errors.New("config directory watcher closed")
+				return errWatcherClosed
 			}
 			s.log.Debug("config directory changed", "path", ev.Name, "op", ev.Op.String())
 			if rel, ok := s.fileEvent(ev); ok {
-				changed[rel] = true
+				pending.files[rel] = true
 			} else {
-				full = true
+				pending.full = true
 			}
 			schedule()
 		case err, ok := <-w.Errors:
 			if !ok {
-				return errors.New("config directory watcher closed")
+				return errWatcherClosed
 			}
 			// An overflow loses events: read everything again.
 			s.log.Warn("watching the config directory", "error", err)
-			full = true
+			pending.full = true
 			schedule()
-		case <-timer.C:
-			first = time.Time{}
-			if !full {
-				s.reloadFiles(ctx, sink, changed)
-				clear(changed)
-				continue
-			}
-			full = false
-			clear(changed)
-			if err := s.reload(ctx, sink, w); err != nil {
-				s.log.Error("config directory not read; the objects in force stay in force", "error", err)
-			}
+		case <-debounce.C:
+			s.readChanges(ctx, sink, w, &pending)
+			s.arm(recheck)
+		case <-recheck.C:
+			s.recheck(ctx, sink)
+			s.arm(recheck)
 		}
 	}
+}
+
+func stoppedTimer() *time.Timer {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}
+
+// arm sets t to fire when a read leaves something to read again, or stops
+// it.
+func (s *Source) arm(t *time.Timer) {
+	at := s.nextRecheck()
+	if at.IsZero() {
+		t.Stop()
+		return
+	}
+	t.Reset(max(time.Until(at), 0))
 }
 
 // debounceWait is how long to wait after a change at now, the first change
@@ -74,6 +93,27 @@ func (s *Source) watch(ctx context.Context, sink config.Sink, w *fsnotify.Watche
 // ten debounce periods after first.
 func debounceWait(first, now time.Time, debounce time.Duration) time.Duration {
 	return max(min(debounce, first.Add(10*debounce).Sub(now)), 0)
+}
+
+// readChanges reads what c names, the whole directory if it must, and
+// empties c.
+func (s *Source) readChanges(ctx context.Context, sink config.Sink, w *fsnotify.Watcher, c *changes) {
+	full := c.full
+	c.first, c.full = time.Time{}, false
+	if full {
+		clear(c.files)
+		if err := s.reload(ctx, sink, w); err != nil {
+			s.log.Error("config directory not read; the objects in force stay in force", "error", err)
+		}
+		return
+	}
+	s.reloadFiles(ctx, sink, c.files)
+	clear(c.files)
+}
+
+// recheck reads again the files whose grace period is over.
+func (s *Source) recheck(ctx context.Context, sink config.Sink) {
+	s.reloadFiles(ctx, sink, s.dueFiles(time.Now()))
 }
 
 // fileEvent reports whether ev concerns one config file of a directory
