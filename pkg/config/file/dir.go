@@ -24,7 +24,8 @@ type fileState struct {
 	loaded bool              // some version of the file has been parsed
 	stale  bool              // good comes from an earlier version
 	// heldUntil is set while good comes from an earlier version because
-	// the file read empty; see grace.go.
+	// the file read empty or is missing from a directory just replaced;
+	// see grace.go.
 	heldUntil time.Time
 }
 
@@ -36,9 +37,14 @@ type claim struct {
 
 // Status is what the last read of the directory found.
 type Status struct {
-	Dir    string       `json:"dir"`
-	Files  []FileStatus `json:"files"`
-	Errors []*DocError  `json:"errors"`
+	Dir string `json:"dir"`
+	// Missing says the directory is gone (removed, renamed away, a
+	// dangling symlink): the objects last read from it stay in force, and
+	// Files and Errors are those of the last read.
+	Missing      bool         `json:"missing,omitempty"`
+	MissingSince time.Time    `json:"missing_since,omitzero"`
+	Files        []FileStatus `json:"files"`
+	Errors       []*DocError  `json:"errors"`
 }
 
 // FileStatus is one file of the directory.
@@ -51,7 +57,8 @@ type FileStatus struct {
 	// file, because the current one has failing documents.
 	Stale bool `json:"stale,omitempty"`
 	// Held says the objects in force come from an earlier version of the
-	// file, because it read empty, which may be the middle of a rewrite. It is read
+	// file, because it read empty or is missing from a directory that was
+	// just replaced, which may be the middle of a rewrite. It is read
 	// again at HeldUntil, and what it holds then is applied.
 	Held      bool      `json:"held,omitempty"`
 	HeldUntil time.Time `json:"held_until,omitzero"`
@@ -78,8 +85,9 @@ func (s *Source) rel(abs string) string {
 
 // walk lists the config files under Dir (sorted slash paths relative to
 // it) and makes w watch every directory, each before it is listed so that
-// nothing created meanwhile is missed. Subdirectories that cannot be read
-// are returned as errors; only an unreadable Dir fails the walk.
+// nothing created meanwhile is missed, and no other but Dir's parent.
+// Subdirectories that cannot be read are returned as errors; only an
+// unreadable Dir fails the walk.
 func (s *Source) walk(w *fsnotify.Watcher) ([]string, []*DocError, error) {
 	root := s.opts.Dir
 	if fi, err := os.Lstat(root); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
@@ -118,7 +126,7 @@ func (s *Source) walk(w *fsnotify.Watcher) ([]string, []*DocError, error) {
 		return nil, nil, err
 	}
 	for _, p := range w.WatchList() {
-		if !dirs[p] {
+		if !dirs[p] && p != s.parent {
 			_ = w.Remove(p) // gone with its directory, most likely
 		}
 	}
@@ -140,7 +148,8 @@ func isRegular(path string, d fs.DirEntry) bool {
 }
 
 // readFiles brings s.files up to date with the files found. Files under a
-// directory that could not be read are kept as they were.
+// directory that could not be read are kept as they were; those missing
+// from a directory just replaced are held (grace.go).
 func (s *Source) readFiles(found []string, dirErrs []*DocError) {
 	next := make(map[string]*fileState, len(found))
 	for _, rel := range found {
@@ -148,10 +157,20 @@ func (s *Source) readFiles(found []string, dirErrs []*DocError) {
 			next[rel] = st
 		}
 	}
+	now, held := time.Now(), 0
 	for rel, st := range s.files {
-		if _, ok := next[rel]; !ok && s.underFailedDir(rel, dirErrs) {
-			next[rel] = st
+		if _, ok := next[rel]; ok {
+			continue
 		}
+		if s.underFailedDir(rel, dirErrs) {
+			next[rel] = st
+		} else if h := s.holdAbsent(st, now); h != nil {
+			next[rel], held = h, held+1
+		}
+	}
+	if held > 0 {
+		s.log.Info("config directory replaced; the objects of the files it lacks stay in force for the grace period",
+			"files", held, "until", s.replacedUntil)
 	}
 	s.files = next
 }
@@ -259,7 +278,10 @@ func compareEvents(a, b model.Event) int {
 }
 
 func (s *Source) buildStatus(dirErrs, dups []*DocError) Status {
-	st := Status{Dir: s.opts.Dir, Files: []FileStatus{}, Errors: append([]*DocError{}, dirErrs...)}
+	st := Status{
+		Dir: s.opts.Dir, Missing: s.missing, MissingSince: s.missingSince,
+		Files: []FileStatus{}, Errors: append([]*DocError{}, dirErrs...),
+	}
 	perFile := map[string]int{}
 	for _, rel := range slices.Sorted(maps.Keys(s.files)) {
 		fs := s.files[rel]

@@ -41,11 +41,22 @@
 // for --config-dir-empty-grace (2s): it is read again at its next change
 // or when the grace ends, and only if it is still empty then are its
 // objects deleted. A half-written file whose last document does not parse
-// keeps them by the rule above. Removing a file is not held: its objects
-// go at the next read (a removal followed within the debounce by a new,
-// empty file is one read of that empty file, so held). The file shows
-// "held" at /debug/config_dirz, and discovery_config_file_held counts
-// such files.
+// keeps them by the rule above. The same grace holds the objects of the
+// files that a directory just replaced lacks. Removing a file is not held:
+// its objects go at the next read (a removal followed within the debounce
+// by a new, empty file is one read of that empty file, so held). The file
+// shows "held" at /debug/config_dirz, and discovery_config_file_held
+// counts such files.
+//
+// The directory itself is watched through its parent too: removed,
+// renamed away, replaced by another (rename, or a symlink pointed
+// elsewhere, as ConfigMap volumes swap ..data) or made again, it is read
+// again. While it is gone the objects last read from it stay in force
+// (HasSynced stays true, so /ready too), it is looked for every second
+// besides the parent's events, and it says so once in a warning, in the
+// discovery_config_file_dir_missing gauge (1) and in /debug/config_dirz
+// ("missing", "missing_since"). When it is back it is read whole and
+// watched again.
 //
 // Two definitions of the same kind, namespace and name: the one in the
 // file that comes first in byte order of paths relative to DIR (then the

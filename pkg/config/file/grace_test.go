@@ -92,6 +92,11 @@ func TestWhatStaysEmptyLosesItsObjectsAfterTheGrace(t *testing.T) {
 				t.Fatal(err)
 			}
 		}},
+		"a directory replaced by one without the file": {empty: func(t *testing.T, dir string) {
+			writeFile(t, filepath.Join(dir+".new", "b.yaml"), service("ratings", 9080))
+			rename(t, dir, dir+".old")
+			rename(t, dir+".new", dir)
+		}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -18,8 +18,9 @@ type Options struct {
 	// latest ten Debounce periods after the first.
 	Debounce time.Duration
 	// EmptyGrace is how long the objects of a file stay in force after it
-	// is read empty (no documents): such a read may be the middle of a
-	// rewrite. The file is read again when it ends, or at its next
+	// is read empty (no documents), and those of the files a directory
+	// that has just been replaced lacks: such a read may be the middle of
+	// a rewrite. The file is read again when it ends, or at its next
 	// change. Zero applies empty reads at once.
 	EmptyGrace time.Duration
 }
@@ -46,7 +47,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.Debounce, "config-dir-debounce", o.Debounce,
 		"how long --config-dir must stay quiet after a change before it is read again")
 	fs.DurationVar(&o.EmptyGrace, "config-dir-empty-grace", o.EmptyGrace,
-		"how long the objects of a file in --config-dir stay in force after it is read empty (as in the middle of a rewrite); 0 applies such reads at once")
+		"how long the objects of a file in --config-dir stay in force after it is read empty (as in the middle of a rewrite), and those of the files missing from a directory that was just replaced; 0 applies such reads at once")
 }
 
 // Enabled reports whether a directory is configured.

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/fsnotify/fsnotify"
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,6 +34,15 @@ type Source struct {
 	served   map[model.Key]claim
 	dirErrs  []*DocError     // of the last full read
 	watching map[string]bool // directories watched at the last full read
+	self     string          // Dir, absolute
+	parent   string          // the directory holding Dir, watched for Dir itself; "" for /
+	// root is Dir as the last full read found it: another directory there
+	// since then means Dir was replaced.
+	root          os.FileInfo
+	replacedUntil time.Time // files a replaced Dir lacks are held until then
+	missing       bool      // Dir is gone; see missing.go
+	missingSince  time.Time
+	parentWarned  bool
 
 	mu     sync.Mutex // guards status
 	status Status
@@ -50,13 +61,15 @@ func New(opts Options, log *slog.Logger, reg prometheus.Registerer) (*Source, er
 	if err != nil {
 		return nil, fmt.Errorf("config directory source metrics: %w", err)
 	}
-	return &Source{
+	s := &Source{
 		opts:    opts,
 		log:     log.With("source", "file", "dir", opts.Dir),
 		metrics: m,
 		files:   map[string]*fileState{},
 		served:  map[model.Key]claim{},
-	}, nil
+	}
+	s.self, s.parent = dirPaths(opts.Dir)
+	return s, nil
 }
 
 // Name is "file:" and the directory.
@@ -87,7 +100,9 @@ func (s *Source) Status() Status {
 // Start reads the directory, hands its objects to sink, then watches it and
 // hands over every change until ctx ends. It returns an error if the
 // directory cannot be read or watched at the start; later failures are
-// logged and the objects in force stay in force. A Source starts once.
+// logged and the objects in force stay in force, also while the directory
+// is gone (HasSynced stays true: the last objects read are served). A
+// Source starts once.
 func (s *Source) Start(ctx context.Context, sink config.Sink) error {
 	if sink == nil {
 		return errors.New("config directory source: no sink")
@@ -111,18 +126,30 @@ func (s *Source) Start(ctx context.Context, sink config.Sink) error {
 	return s.watch(ctx, sink, w)
 }
 
-// reload reads the directory, works out what changed and applies it.
+// reload reads the directory, works out what changed and applies it. The
+// error of a directory that is not there satisfies isMissing.
 func (s *Source) reload(ctx context.Context, sink config.Sink, w *fsnotify.Watcher) error {
-	found, dirErrs, err := s.walk(w)
+	s.watchParent(w)
+	root, err := s.statDir()
+	var found []string
+	var dirErrs []*DocError
+	if err == nil {
+		found, dirErrs, err = s.walk(w)
+	}
 	if err != nil {
-		s.metrics.reloads.WithLabelValues("failed").Inc()
+		if !s.missing || !isMissing(err) { // not every look while it is gone
+			s.metrics.reloads.WithLabelValues("failed").Inc()
+		}
 		return fmt.Errorf("read config directory %s: %w", s.opts.Dir, err)
 	}
+	s.found(root)
 	s.readFiles(found, dirErrs)
 	s.dirErrs = dirErrs
 	s.watching = map[string]bool{}
 	for _, d := range w.WatchList() {
-		s.watching[filepath.Clean(d)] = true
+		if d != s.parent {
+			s.watching[filepath.Clean(d)] = true
+		}
 	}
 	return s.publish(ctx, sink, dirErrs)
 }

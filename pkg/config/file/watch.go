@@ -24,7 +24,8 @@ type changes struct {
 
 // watch reads the directory once it has been quiet for Debounce after a
 // change, or at the latest ten Debounce periods after the first change.
-// Between changes it reads again the files held after an empty read.
+// Between changes it reads again what a read left pending: files held
+// after an empty read, and a directory that is gone.
 func (s *Source) watch(ctx context.Context, sink config.Sink, w *fsnotify.Watcher) error {
 	debounce, recheck := stoppedTimer(), stoppedTimer()
 	defer debounce.Stop()
@@ -46,6 +47,9 @@ func (s *Source) watch(ctx context.Context, sink config.Sink, w *fsnotify.Watche
 			if !ok {
 				return errWatcherClosed
 			}
+			if s.besideDir(ev) {
+				continue
+			}
 			s.log.Debug("config directory changed", "path", ev.Name, "op", ev.Op.String())
 			if rel, ok := s.fileEvent(ev); ok {
 				pending.files[rel] = true
@@ -65,7 +69,7 @@ func (s *Source) watch(ctx context.Context, sink config.Sink, w *fsnotify.Watche
 			s.readChanges(ctx, sink, w, &pending)
 			s.arm(recheck)
 		case <-recheck.C:
-			s.recheck(ctx, sink)
+			s.recheck(ctx, sink, w)
 			s.arm(recheck)
 		}
 	}
@@ -102,25 +106,44 @@ func (s *Source) readChanges(ctx context.Context, sink config.Sink, w *fsnotify.
 	c.first, c.full = time.Time{}, false
 	if full {
 		clear(c.files)
-		if err := s.reload(ctx, sink, w); err != nil {
-			s.log.Error("config directory not read; the objects in force stay in force", "error", err)
-		}
+		s.readDir(ctx, sink, w)
 		return
 	}
 	s.reloadFiles(ctx, sink, c.files)
 	clear(c.files)
 }
 
-// recheck reads again the files whose grace period is over.
-func (s *Source) recheck(ctx context.Context, sink config.Sink) {
+// recheck looks for a missing directory again, or reads again the files
+// whose grace period is over.
+func (s *Source) recheck(ctx context.Context, sink config.Sink, w *fsnotify.Watcher) {
+	if s.missing {
+		s.readDir(ctx, sink, w)
+		return
+	}
 	s.reloadFiles(ctx, sink, s.dueFiles(time.Now()))
+}
+
+// besideDir reports whether ev is about another entry of the directory
+// that holds Dir, which is watched only for Dir itself.
+func (s *Source) besideDir(ev fsnotify.Event) bool {
+	return s.parent != "" && filepath.Dir(ev.Name) == s.parent && !s.isDir(ev.Name)
+}
+
+// isDir reports whether name is Dir, as the parent's watch or Dir's own
+// names it.
+func (s *Source) isDir(name string) bool {
+	name = filepath.Clean(name)
+	return name == s.self || name == filepath.Clean(s.opts.Dir)
 }
 
 // fileEvent reports whether ev concerns one config file of a directory
 // already watched, which reading that file again accounts for, and names
-// it. Directories, symlinks, hidden names (ConfigMap's ..data swaps) and
-// anything else need the whole directory read again.
+// it. Dir itself, directories, symlinks, hidden names (ConfigMap's ..data
+// swaps) and anything else need the whole directory read again.
 func (s *Source) fileEvent(ev fsnotify.Event) (string, bool) {
+	if s.isDir(ev.Name) {
+		return "", false // removed, renamed, made again or repointed
+	}
 	name := filepath.Base(ev.Name)
 	if strings.HasPrefix(name, ".") {
 		// A hidden file is not served; its rename into place arrives as
