@@ -150,6 +150,12 @@ type PilotValues struct {
 	LogFormat string            `json:"logFormat,omitempty"`
 	ExtraArgs []string          `json:"extraArgs,omitempty"`
 	Labels    map[string]string `json:"labels,omitempty"`
+
+	// PlaintextXDS serves xDS without TLS or authentication on port 15010
+	// of the Pod and the Services, for trusted networks. Off (the
+	// default), the plaintext server listens on the Pod's loopback only,
+	// reachable through kubectl port-forward.
+	PlaintextXDS bool `json:"plaintextXDS"`
 }
 
 // InjectorValues configure the sidecar injector webhook.
