@@ -27,6 +27,14 @@ run: build
 test: proto-check crds-check fmt-check vet
 	set -euo pipefail; eval "$$(hack/testenv.sh)"; eval "$$(hack/istio-agent.sh)"; \
 	TESTENV_REQUIRED=1 COMPAT_REQUIRED=1 $(GO) test -count=1 -timeout 45m ./...
+	$(MAKE) fuzz-short
+
+# Bounded runs of the fuzzers whose property is a security claim: one bad
+# config costs only the resources built from it (FuzzBlastRadius).
+FUZZTIME ?= 30s
+.PHONY: fuzz-short
+fuzz-short:
+	$(GO) test ./pkg/xds/gen/ -run '^$$' -fuzz '^FuzzBlastRadius$$' -fuzztime $(FUZZTIME)
 
 # Fast tests only: integration tests skip (with the reason) without testenv.
 test-unit:

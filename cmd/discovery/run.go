@@ -113,7 +113,7 @@ func (o *serveOptions) build(ctx context.Context, cfg *rest.Config, client kuber
 	}
 	mon := monitor.New(o.monitor, reg, log)
 	mon.HandleDebug("registryz", monitor.RegistryzHandler(store.World))
-	mon.HandleDebug("configz", monitor.ConfigzHandler(store.World, status.ConfigzNote))
+	mon.HandleDebug("configz", monitor.ConfigzHandler(store.World, status.ConfigzNote, status.RefusedConfigzNote))
 	if fileSource != nil {
 		fileSource.RegisterDebug(mon.Mux())
 	}

@@ -56,14 +56,39 @@ type Auditor struct {
 	queue atomic.Pointer[workqueue.TypedRateLimitingInterface[model.Key]]
 
 	// Owned by Start's goroutine.
-	seen   map[model.Key]seenConfig
-	counts map[[2]string]int // kind, field -> configs
+	seen    map[model.Key]seenConfig
+	counts  map[[2]string]int // kind, field -> configs
+	refused map[string]int    // kind -> configs with refusals
 }
 
 // seenConfig is the last judged version of one config.
 type seenConfig struct {
 	version string
 	finding Finding
+	refused []string // Refused
+}
+
+// condition is one condition type the Auditor keeps, with what a config
+// should carry.
+type condition struct {
+	typ  string
+	want func(c *model.Config, now time.Time) *Condition
+}
+
+// conditions are the conditions the Auditor keeps in step.
+var conditions = []condition{
+	{UnsupportedConditionType, func(c *model.Config, now time.Time) *Condition { return wantCondition(c, Unsupported(c), now) }},
+	{RefusedConditionType, func(c *model.Config, now time.Time) *Condition { return wantRefusedCondition(c, Refused(c), now) }},
+}
+
+// inStep reports whether every condition of c is what it should be.
+func inStep(c *model.Config) bool {
+	for _, k := range conditions {
+		if !inSync(conditionsOf(c.Object), k.typ, k.want(c, time.Time{})) {
+			return false
+		}
+	}
+	return true
 }
 
 // NewAuditor returns an Auditor reading world (the Store's World) and
@@ -79,7 +104,7 @@ func NewAuditor(opts Options, world func() *model.World, w ConditionSetter, log 
 	}
 	return &Auditor{opts: opts, world: world, w: w, log: log, m: m, now: time.Now, retry: retryMin,
 		pending: map[model.Key]bool{}, full: true, wake: make(chan struct{}, 1),
-		seen: map[model.Key]seenConfig{}, counts: map[[2]string]int{}}, nil
+		seen: map[model.Key]seenConfig{}, counts: map[[2]string]int{}, refused: map[string]int{}}, nil
 }
 
 // Observe notes the Istio configs an Update changed. It runs under the
@@ -160,8 +185,8 @@ func (a *Auditor) audit() {
 			a.forget(k)
 			continue
 		}
-		f := a.judge(c)
-		if q != nil && !inSync(conditionsOf(c.Object), UnsupportedConditionType, wantCondition(c, f, time.Time{})) {
+		a.judge(c)
+		if q != nil && !inStep(c) {
 			(*q).Add(k)
 		}
 	}
@@ -175,10 +200,16 @@ func (a *Auditor) judge(c *model.Config) Finding {
 	if ok && prev.version == v {
 		return prev.finding
 	}
-	f := Unsupported(c)
+	f, refused := Unsupported(c), Refused(c)
 	a.count(c.Key.Kind, prev.finding, -1)
 	a.count(c.Key.Kind, f, +1)
-	a.seen[c.Key] = seenConfig{version: v, finding: f}
+	a.countRefused(c.Key.Kind, prev.refused, -1)
+	a.countRefused(c.Key.Kind, refused, +1)
+	a.seen[c.Key] = seenConfig{version: v, finding: f, refused: refused}
+	if len(refused) > 0 {
+		a.log.Warn("Istio resource has values Envoy refuses: what is built from them fails closed", "kind", string(c.Key.Kind),
+			"resource", c.Key.Namespace+"/"+c.Key.Name, "version", v, "problems", refused)
+	}
 	switch {
 	case f.Kind:
 		a.log.Warn("Istio kind not supported: the resource has no effect", "kind", string(c.Key.Kind),
@@ -193,6 +224,7 @@ func (a *Auditor) judge(c *model.Config) Finding {
 func (a *Auditor) forget(k model.Key) {
 	if prev, ok := a.seen[k]; ok {
 		a.count(k.Kind, prev.finding, -1)
+		a.countRefused(k.Kind, prev.refused, -1)
 		delete(a.seen, k)
 	}
 }
@@ -209,6 +241,21 @@ func (a *Auditor) count(kind model.Kind, f Finding, delta int) {
 		}
 		a.m.configs.WithLabelValues(k[0], k[1]).Set(float64(a.counts[k]))
 	}
+}
+
+// countRefused adds delta to the gauge of refused configs of kind when
+// refused is not empty.
+func (a *Auditor) countRefused(kind model.Kind, refused []string, delta int) {
+	if len(refused) == 0 {
+		return
+	}
+	a.refused[string(kind)] += delta
+	if n := a.refused[string(kind)]; n > 0 {
+		a.m.refused.WithLabelValues(string(kind)).Set(float64(n))
+		return
+	}
+	delete(a.refused, string(kind))
+	a.m.refused.DeleteLabelValues(string(kind))
 }
 
 // gaugeFields are f's gauge labels: fields without "spec." and list
@@ -279,29 +326,31 @@ func (a *Auditor) next(ctx context.Context, q workqueue.TypedRateLimitingInterfa
 	return true
 }
 
-// reconcile brings key's condition in step with its config in the current
-// World. A config gone or already right needs nothing.
+// reconcile brings key's conditions in step with its config in the
+// current World. A config gone or already right needs nothing.
 func (a *Auditor) reconcile(ctx context.Context, key model.Key, limit *rate.Limiter) error {
-	c := a.world().Config(key.Kind, key.Namespace, key.Name)
-	if c == nil {
-		return nil
-	}
-	want := wantCondition(c, Unsupported(c), a.now())
-	if inSync(conditionsOf(c.Object), UnsupportedConditionType, want) {
-		return nil
-	}
-	if err := limit.Wait(ctx); err != nil {
-		return err
-	}
-	wctx, cancel := context.WithTimeout(ctx, a.opts.WriteTimeout)
-	defer cancel()
-	outcome, err := a.w.SetCondition(wctx, key, generation(c.Object), UnsupportedConditionType, want)
-	if err != nil {
-		return err
-	}
-	a.m.writes.WithLabelValues(outcome).Inc()
-	if outcome == OutcomeSet || outcome == OutcomeCleared {
-		a.log.Info("updated the status of an Istio resource", "resource", key.String(), "condition", UnsupportedConditionType, "result", outcome)
+	for _, k := range conditions {
+		c := a.world().Config(key.Kind, key.Namespace, key.Name)
+		if c == nil {
+			return nil
+		}
+		want := k.want(c, a.now())
+		if inSync(conditionsOf(c.Object), k.typ, want) {
+			continue
+		}
+		if err := limit.Wait(ctx); err != nil {
+			return err
+		}
+		wctx, cancel := context.WithTimeout(ctx, a.opts.WriteTimeout)
+		outcome, err := a.w.SetCondition(wctx, key, generation(c.Object), k.typ, want)
+		cancel()
+		if err != nil {
+			return err
+		}
+		a.m.writes.WithLabelValues(outcome).Inc()
+		if outcome == OutcomeSet || outcome == OutcomeCleared {
+			a.log.Info("updated the status of an Istio resource", "resource", key.String(), "condition", k.typ, "result", outcome)
+		}
 	}
 	return nil
 }

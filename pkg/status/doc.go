@@ -47,6 +47,13 @@
 //	observedGeneration: 3
 //
 // present only while something is ignored, removed when it no longer is.
+//
+// Beside it, the same way, the condition discovery.meshplane.io/Refused
+// (reason BreaksEnvoyRules) while the config holds values Envoy refuses
+// (gen.EnvoyRefusals: header names and values, empty prefixes, regexes):
+// what is built from them fails closed (gen's containment), the rest of
+// the mesh is served. The gauge discovery_config_refused{kind} counts such
+// configs and /debug/configz lists them under "refused".
 // It is level-triggered: a resource is queued when the condition its World
 // object carries differs from the one it should carry, so nothing is
 // written while nothing changes, and a new leader corrects whatever it

@@ -28,6 +28,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 
 type auditMetrics struct {
 	configs *prometheus.GaugeVec   // discovery_config_unsupported_fields{kind,field}
+	refused *prometheus.GaugeVec   // discovery_config_refused{kind}
 	writes  *prometheus.CounterVec // discovery_status_unsupported_writes_total{result}
 }
 
@@ -39,13 +40,17 @@ func newAuditMetrics(reg prometheus.Registerer) (*auditMetrics, error) {
 				"(list indexes left out, as in discovery_xds_unsupported_fields_total); field \"*\" counts configs of a kind discovery does not read at all. " +
 				"Every replica counts every config, whether or not a proxy uses it; discovery_xds_unsupported_fields_total counts resource versions as the xDS generator meets them.",
 		}, []string{"kind", "field"}),
+		refused: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "discovery_config_refused",
+			Help: "Istio configs known now with values Envoy refuses (" + RefusedConditionType + "): what is built from them fails closed, by kind.",
+		}, []string{"kind"}),
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "discovery_status_unsupported_writes_total",
-			Help: "Reconciliations of the " + UnsupportedConditionType + " condition on Istio resources (leader only), by result: " +
+			Help: "Reconciliations of the " + UnsupportedConditionType + " and " + RefusedConditionType + " conditions on Istio resources (leader only), by result: " +
 				"set, cleared, unchanged (already right), stale (a newer generation exists), gone (deleted), failed (retried with back-off).",
 		}, []string{"result"}),
 	}
-	for _, c := range []prometheus.Collector{m.configs, m.writes} {
+	for _, c := range []prometheus.Collector{m.configs, m.refused, m.writes} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

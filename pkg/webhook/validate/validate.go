@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
-	"regexp"
 	"strings"
 
 	"google.golang.org/protobuf/encoding/protojson"
@@ -155,12 +154,6 @@ func checkNamespacedHost(p *problems, path, h string) {
 func checkPort(p *problems, path string, port uint32) {
 	if port < 1 || port > 65535 {
 		p.add(path, "port %d is not in 1-65535", port)
-	}
-}
-
-func checkRegex(p *problems, path, re string) {
-	if _, err := regexp.Compile(re); err != nil {
-		p.add(path, "invalid regex %q: %v", re, err)
 	}
 }
 

@@ -70,9 +70,36 @@ func TestValidate(t *testing.T) {
     - {destination: {host: reviews, subset: v2}, weight: 20}`,
 			problem: "spec.http[0].route: weights add up to 90, not 100",
 		},
+		"rejects a header match name with CR/LF, which Envoy refuses": {
+			doc:     vsHead + "spec:\n  hosts: [a]\n  http: [{match: [{headers: {\"x-a\\r\\nb\": {exact: \"1\"}}}], route: [{destination: {host: a}}]}]",
+			problem: `spec.http[0].match[0].headers."x-a\r\nb": "x-a\r\nb" is not a header name`,
+		},
+		"rejects a header value it sets with CR/LF, which would inject a header": {
+			doc:     vsHead + "spec:\n  hosts: [a]\n  http: [{headers: {request: {set: {x-b: \"v\\r\\nInjected: 1\"}}}, route: [{destination: {host: a}}]}]",
+			problem: `spec.http[0].headers.request.set.x-b: control character '\r'`,
+		},
+		"rejects a header name it sets with CR/LF in a destination's headers": {
+			doc:     vsHead + "spec:\n  hosts: [a]\n  http: [{route: [{destination: {host: a}, headers: {response: {add: {\"x\\nb\": v}}}}]}]",
+			problem: `spec.http[0].route[0].headers.response.add."x\nb": a header name must not contain NUL, CR or LF`,
+		},
+		"rejects an empty header prefix, which Envoy refuses": {
+			doc:     vsHead + "spec:\n  hosts: [a]\n  http: [{match: [{headers: {x-a: {prefix: \"\"}}}], route: [{destination: {host: a}}]}]",
+			problem: "spec.http[0].match[0].headers.x-a.prefix: Envoy refuses an empty prefix",
+		},
+		"rejects a regex longer than Envoy's program size allows": {
+			doc:     vsHead + "spec:\n  hosts: [a]\n  http: [{match: [{uri: {regex: \"" + strings.Repeat("a", 1025) + "\"}}], route: [{destination: {host: a}}]}]",
+			problem: "spec.http[0].match[0].uri.regex: a regex is at most 1024 bytes",
+		},
+		"rejects an unterminated %VARIABLE% in a header value": {
+			doc:     vsHead + "spec:\n  hosts: [a]\n  http: [{headers: {request: {add: {x-b: \"50%\"}}}, route: [{destination: {host: a}}]}]",
+			problem: "spec.http[0].headers.request.add.x-b: unterminated or empty %VARIABLE%",
+		},
+		"accepts %% and %VARIABLE% in header values, and withoutHeaders regex * (absent)": {
+			doc: vsHead + "spec:\n  hosts: [a]\n  http: [{match: [{withoutHeaders: {x-a: {regex: \"*\"}}}], headers: {request: {set: {x-b: \"100%% %HOSTNAME% %REQ(x-y)%\"}}}, route: [{destination: {host: a}}]}]",
+		},
 		"rejects an invalid regex": {
 			doc:     vsHead + "spec:\n  hosts: [reviews]\n  http: [{match: [{uri: {regex: 'a(b'}}], route: [{destination: {host: reviews}}]}]",
-			problem: "spec.http[0].match[0].uri.regex: invalid regex",
+			problem: "spec.http[0].match[0].uri.regex: not an RE2 regex",
 		},
 		"rejects an invalid header regex": {
 			doc:     vsHead + "spec:\n  hosts: [reviews]\n  http: [{match: [{headers: {x-user: {regex: '*'}}}], route: [{destination: {host: reviews}}]}]",

@@ -1,12 +1,14 @@
 package validate
 
 import (
-	"sort"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	networking "istio.io/api/networking/v1alpha3"
+
+	"github.com/meshplane/discovery/pkg/model"
+	"github.com/meshplane/discovery/pkg/xds/gen"
 )
 
 func checkVirtualService(m proto.Message, p *problems) {
@@ -23,6 +25,10 @@ func checkVirtualService(m proto.Message, p *problems) {
 			checkGatewayName(p, at("spec.gateways", i), g)
 		}
 	}
+	// What generation could not turn into configuration Envoy accepts
+	// (header names and values, string matches, regexes): the same rules
+	// the generator's containment and the status Auditor apply.
+	p.list = append(p.list, gen.EnvoyRefusals(model.KindVirtualService, vs)...)
 	if len(vs.Http)+len(vs.Tcp)+len(vs.Tls) == 0 {
 		p.add("spec", "a VirtualService must have at least one http, tcp or tls route")
 	}
@@ -109,9 +115,6 @@ func checkHTTPRoute(p *problems, path string, r *networking.HTTPRoute) {
 	if r.Rewrite != nil && r.Rewrite.Uri != "" && r.Rewrite.UriRegexRewrite != nil {
 		p.add(path+".rewrite", "uri and uriRegexRewrite cannot both be set")
 	}
-	if rr := r.Rewrite.GetUriRegexRewrite(); rr != nil {
-		checkRegex(p, path+".rewrite.uriRegexRewrite.match", rr.Match)
-	}
 	if d := r.DirectResponse; d != nil && (d.Status < 200 || d.Status > 599) {
 		p.add(path+".directResponse.status", "%d is not an HTTP status (200-599)", d.Status)
 	}
@@ -126,42 +129,11 @@ func checkHTTPRoute(p *problems, path string, r *networking.HTTPRoute) {
 	if r.MirrorPercentage != nil {
 		checkPercent(p, path+".mirrorPercentage", r.MirrorPercentage.Value)
 	}
-	if c := r.CorsPolicy; c != nil {
-		for i, o := range c.AllowOrigins {
-			if re := o.GetRegex(); re != "" {
-				checkRegex(p, at(path+".corsPolicy.allowOrigins", i)+".regex", re)
-			}
-		}
-	}
 }
 
+// checkMatch checks what Envoy's rules do not (gen.EnvoyRefusals checks
+// the header names, string matches and regexes).
 func checkMatch(p *problems, path string, m *networking.HTTPMatchRequest) {
-	for _, f := range []struct {
-		name string
-		sm   *networking.StringMatch
-	}{{"uri", m.Uri}, {"scheme", m.Scheme}, {"method", m.Method}, {"authority", m.Authority}} {
-		if re := f.sm.GetRegex(); re != "" {
-			checkRegex(p, path+"."+f.name+".regex", re)
-		}
-	}
-	for _, group := range []struct {
-		name string
-		m    map[string]*networking.StringMatch
-	}{{"headers", m.Headers}, {"queryParams", m.QueryParams}, {"withoutHeaders", m.WithoutHeaders}} {
-		keys := make([]string, 0, len(group.m))
-		for k := range group.m {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			if k == "" {
-				p.add(path+"."+group.name, "a name must not be empty")
-			}
-			if re := group.m[k].GetRegex(); re != "" {
-				checkRegex(p, path+"."+group.name+"."+k+".regex", re)
-			}
-		}
-	}
 	if m.Port != 0 {
 		checkPort(p, path+".port", m.Port)
 	}

@@ -22,6 +22,9 @@ type Generator struct {
 	ids   atomic.Uint64
 	parts partCache
 	trust trustDomains // SetTrustDomain (trustdomain.go)
+	// refusals logs and counts resources that broke Envoy's rules
+	// (contain.go).
+	refusals refusals
 }
 
 // New returns a Generator that logs to log.
@@ -150,7 +153,7 @@ func (g *Generator) publish(cc *ClassConfig, bs map[string]*builder, prev *Class
 		cc.Sets[t] = b.setFrom(prevSet)
 	}
 	for _, err := range errs {
-		g.log.Error("generated resource left out", "class", cc.Class, "error", err)
+		g.report(cc.scope, cc.Class, err)
 	}
 	if err := consistentSince(prev, cc.Sets, edsRefs, routeRefs); err != nil {
 		g.log.Error("configuration not published", "class", cc.Class, "world", cc.WorldVersion, "error", err)
@@ -222,7 +225,7 @@ func (g *Generator) sidecarOutbound(sc *Scope, bs map[string]*builder, cc, prev 
 		if pu == nil || pu.key != key || key == "" {
 			l, lrefs, addressless := g.outboundListener(sc, port, byPort[port])
 			sc.applyOutboundPolicy(l)
-			r, err := NewResource(l.Name, ListenerType, l)
+			r, err := buildResource(l.Name, ListenerType, l)
 			if err != nil {
 				bs[ListenerType].errs = append(bs[ListenerType].errs, err)
 				continue
@@ -292,12 +295,12 @@ func (g *Generator) serviceUnit(sc *Scope, svc *model.Service, prev *ClassConfig
 		}
 		if grpc {
 			name := RouteName(svc.Hostname, port.Port)
-			g.addTo(&u.listeners, name, ListenerType, apiListener(name))
-			g.addTo(&u.routes, name, RouteType, g.serviceRoute(sc, svc, port))
+			g.addTo(sc, &u.listeners, name, ListenerType, apiListener(name))
+			g.addTo(sc, &u.routes, name, RouteType, g.serviceRoute(sc, svc, port))
 			u.routeRefs = append(u.routeRefs, name)
 		} else if sc.Proxy.Type == model.ProxySidecar && port.Protocol.IsHTTP() && len(svc.Addresses) > 0 {
 			rc := g.serviceRoute(sc, svc, port, "*")
-			g.addTo(&u.routes, rc.Name, RouteType, rc)
+			g.addTo(sc, &u.routes, rc.Name, RouteType, rc)
 		}
 	}
 	return u
@@ -319,13 +322,32 @@ func partKeyOf(svc *model.Service, eps *model.ServiceEndpoints, drc *model.Confi
 	return fmt.Sprintf("%p|%p|%p", svc, eps, drc)
 }
 
-func (g *Generator) addTo(dst *[]*Resource, name, typeURL string, m proto.Message) {
-	r, err := NewResource(name, typeURL, m)
+// addTo builds a resource of sc's class into dst (contain.go: a resource
+// that breaks Envoy's rules is replaced by its stand-in or left out).
+func (g *Generator) addTo(sc *Scope, dst *[]*Resource, name, typeURL string, m proto.Message) {
+	r, err := buildResource(name, typeURL, m)
 	if err != nil {
-		g.log.Error("generated resource left out", "resource", name, "error", err)
+		g.report(sc, ClassKey(sc.World, sc.Proxy), err)
+	}
+	if r != nil {
+		*dst = append(*dst, r)
+	}
+}
+
+// report logs a resource generation could not build as it was: a
+// refusal (contain.go) with the configs it came from, anything else as
+// left out.
+func (g *Generator) report(sc *Scope, where string, err error) {
+	var re *RefusedError
+	if errors.As(err, &re) {
+		var from []ConfigRef
+		if sc != nil {
+			from = sc.sources(re.TypeURL, re.Name)
+		}
+		g.refusals.note(g, where, from, re)
 		return
 	}
-	*dst = append(*dst, r)
+	g.log.Error("generated resource left out", "class", where, "error", err)
 }
 
 // UpdateEndpoints returns prev with the endpoints of services regenerated

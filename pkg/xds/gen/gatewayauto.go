@@ -160,7 +160,7 @@ func (g *Generator) sniClusters(sc *Scope, svc *model.Service, eps *model.Servic
 				// passed through.
 				c.TransportSocket = nil
 			}
-			g.addTo(&u.clusters, name, ClusterType, c)
+			g.addTo(sc, &u.clusters, name, ClusterType, c)
 		}
 	}
 	n := len(u.endpoints)
@@ -183,7 +183,7 @@ func (g *Generator) sniEndpoints(sc *Scope, svc *model.Service, eps *model.Servi
 		}
 		for _, ss := range sc.subsets(svc.Hostname) {
 			name := IstioSNI(ClusterName(port.Port, ss.Name, svc.Hostname))
-			g.addTo(dst, name, EndpointType, loadAssignment(name, port, meshEndpoints(eps), ss.Labels))
+			g.addTo(sc, dst, name, EndpointType, loadAssignment(name, port, meshEndpoints(eps), ss.Labels))
 		}
 	}
 }

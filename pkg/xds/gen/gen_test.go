@@ -1,9 +1,10 @@
 package gen
 
 import (
-	"errors"
 	"strings"
 	"testing"
+
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 
 	networking "istio.io/api/networking/v1alpha3"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
@@ -125,8 +126,9 @@ func TestInvalidResourceIsNeverPublished(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A regex Envoy's validation rejects (empty) in a header match makes
-	// the route invalid: it is left out, its listener's reference dangles,
-	// and the last good configuration stays.
+	// the route invalid: what is published for that host is the
+	// fail-closed stand-in (contain.go), never the invalid route, and the
+	// other hosts keep theirs.
 	ev := vsEvent("ns-0", "bad", "svc-0", "1", 100)
 	vs := ev.Object.(*networkingv1.VirtualService)
 	vs.Spec.Http[0].Match = []*networking.HTTPMatchRequest{{Uri: &networking.StringMatch{MatchType: &networking.StringMatch_Regex{Regex: ""}}}}
@@ -134,11 +136,24 @@ func TestInvalidResourceIsNeverPublished(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := g.Class(store.World(), p, good)
-	if !errors.Is(err, ErrInconsistent) {
-		t.Fatalf("error %v, want ErrInconsistent", err)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if got != good {
-		t.Errorf("an inconsistent generation replaced the last good configuration")
+	victim := RouteName("svc-0.ns-0.svc.cluster.local", 80)
+	// The VirtualService names no port: it routes both of svc-0's.
+	if c, want := changed(good.Sets[RouteType], got.Sets[RouteType]), RouteName("svc-0.ns-0.svc.cluster.local", 7070)+","+victim; strings.Join(c, ",") != want {
+		t.Errorf("routes changed: %v, want only %s", c, want)
+	}
+	var rc routev3.RouteConfiguration
+	if err := got.Sets[RouteType].Get(victim).Any.UnmarshalTo(&rc); err != nil {
+		t.Fatal(err)
+	}
+	for _, vh := range rc.VirtualHosts {
+		for _, r := range vh.Routes {
+			if r.GetMatch().GetSafeRegex() != nil || r.GetDirectResponse().GetStatus() != refusedStatus {
+				t.Errorf("published route %v, want only the fail-closed stand-in", r)
+			}
+		}
 	}
 }
 

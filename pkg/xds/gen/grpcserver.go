@@ -76,7 +76,7 @@ func (g *Generator) grpcServer(w *model.World, p *model.Proxy, pc *ProxyConfig) 
 		listeners.add(l.Name, l)
 	}
 	for _, err := range listeners.errs {
-		g.log.Error("generated resource left out", "proxy", p.ID, "error", err)
+		g.report(pc.Class.Scope(), p.ID, err)
 	}
 	pc.Own[ListenerType] = listeners.set()
 	return pc

@@ -41,9 +41,9 @@ func (g *Generator) outboundClusters(sc *Scope, svc *model.Service, eps *model.S
 		for _, ss := range sc.subsets(svc.Hostname) {
 			name := ClusterName(port.Port, ss.Name, svc.Hostname)
 			c := g.outboundCluster(sc, svc, eps, dr, port, ss, ids)
-			g.addTo(&u.clusters, name, ClusterType, c)
+			g.addTo(sc, &u.clusters, name, ClusterType, c)
 			if c.GetType() == clusterv3.Cluster_EDS {
-				g.addTo(&u.endpoints, name, EndpointType, loadAssignment(name, port, eps, ss.Labels))
+				g.addTo(sc, &u.endpoints, name, EndpointType, loadAssignment(name, port, eps, ss.Labels))
 				u.edsRefs = append(u.edsRefs, name)
 			}
 		}

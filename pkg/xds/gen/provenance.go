@@ -35,7 +35,11 @@ func (c *ProxyConfig) Sources(typeURL, name string) []ConfigRef {
 	if c == nil || c.Class == nil || c.Class.scope == nil {
 		return nil
 	}
-	sc := c.Class.scope
+	return c.Class.scope.sources(typeURL, name)
+}
+
+// sources is Sources for a resource of sc's class.
+func (sc *Scope) sources(typeURL, name string) []ConfigRef {
 	var cfgs []*model.Config
 	switch typeURL {
 	case ClusterType, EndpointType:

@@ -80,7 +80,7 @@ func (g *Generator) Proxy(w *model.World, p *model.Proxy, cls *ClassConfig) (out
 	}
 	listeners.add(VirtualInbound, inboundListener(ports, sec))
 	for _, err := range append(clusters.errs, listeners.errs...) {
-		g.log.Error("generated resource left out", "proxy", p.ID, "error", err)
+		g.report(cls.Scope(), p.ID, err)
 	}
 	pc.Own[ClusterType] = clusters.set()
 	pc.Own[ListenerType] = listeners.set()

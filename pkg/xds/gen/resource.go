@@ -159,7 +159,8 @@ func (s *Set) Bytes() int {
 }
 
 // builder collects resources of one type, validating each; a resource
-// that fails validation is reported and left out.
+// that fails validation is reported and replaced by its stand-in or left
+// out (contain.go).
 type builder struct {
 	typeURL string
 	out     map[string]*Resource
@@ -175,12 +176,13 @@ func (b *builder) add(name string, m proto.Message) {
 		b.errs = append(b.errs, fmt.Errorf("duplicate %s %q", ShortType(b.typeURL), name))
 		return
 	}
-	r, err := NewResource(name, b.typeURL, m)
+	r, err := buildResource(name, b.typeURL, m)
 	if err != nil {
 		b.errs = append(b.errs, err)
-		return
 	}
-	b.out[name] = r
+	if r != nil {
+		b.out[name] = r
+	}
 }
 
 func (b *builder) reuse(r *Resource) { b.out[r.Name] = r }

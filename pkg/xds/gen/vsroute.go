@@ -380,10 +380,11 @@ func stringMatcher(sm *networking.StringMatch) *matcherv3.StringMatcher {
 }
 
 // headerMatch matches a header's value, or its presence when sm sets no
-// value (Istio's `{}`); invert matches the opposite (withoutHeaders).
+// value (Istio's `{}`) or is the regex "*" (as Istio translates it);
+// invert matches the opposite (withoutHeaders).
 func headerMatch(name string, sm *networking.StringMatch, invert bool) *routev3.HeaderMatcher {
 	hm := &routev3.HeaderMatcher{Name: name, InvertMatch: invert}
-	if m := stringMatcher(sm); m != nil {
+	if m := stringMatcher(sm); m != nil && sm.GetRegex() != "*" {
 		hm.HeaderMatchSpecifier = &routev3.HeaderMatcher_StringMatch{StringMatch: m}
 	} else {
 		hm.HeaderMatchSpecifier = &routev3.HeaderMatcher_PresentMatch{PresentMatch: true}

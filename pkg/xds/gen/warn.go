@@ -145,6 +145,9 @@ func (g *Generator) RegisterMetrics(reg prometheus.Registerer) error {
 	if err := g.warns.dupDomains.register(reg); err != nil {
 		return err
 	}
+	if err := g.refusals.register(reg); err != nil {
+		return err
+	}
 	g.warns.mu.Lock()
 	defer g.warns.mu.Unlock()
 	for k, n := range g.warns.count {
