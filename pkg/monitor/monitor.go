@@ -32,7 +32,7 @@ type Options struct {
 	// ReadyAddr is the readiness address: /ready and /healthz.
 	ReadyAddr string
 
-	// The limits below apply to both servers; zero means the default.
+	// The limits below apply to both servers; zero in any means its default.
 	// There is no write timeout: it would cut a long answer such as
 	// /debug/config_dump or /debug/configz of a big mesh half-way.
 

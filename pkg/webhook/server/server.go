@@ -21,7 +21,7 @@ type Options struct {
 	// the server is asked to stop.
 	ShutdownTimeout time.Duration
 
-	// The limits below are zero for the default.
+	// Zero in any limit below means its default.
 
 	// ReadHeaderTimeout bounds reading a request's headers.
 	ReadHeaderTimeout time.Duration
