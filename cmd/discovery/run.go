@@ -234,7 +234,7 @@ func synced(src config.Source) func() error {
 func (o *serveOptions) grpcServers(tlsCfg *tls.Config, guard *streamauth.Guard) (plain, secure *grpc.Server) {
 	common := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(4 << 20),
-		grpc.MaxConcurrentStreams(1 << 16),
+		grpc.MaxConcurrentStreams(uint32(o.xds.MaxStreamsPerConnection)),
 		// MaxConnectionAge sends GOAWAY (gRPC adds +/-10% jitter); the
 		// proxy's stream then has the grace period to move.
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second,

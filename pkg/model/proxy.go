@@ -167,7 +167,7 @@ func ParseProxy(id string, meta map[string]any) (*Proxy, error) {
 
 func parseNodeID(id string) (*Proxy, error) {
 	bad := func(why string) error {
-		return &NodeError{Field: "id", Reason: fmt.Sprintf("%q: %s; expected %s", id, why, NodeIDForm)}
+		return &NodeError{Field: "id", Reason: fmt.Sprintf("%q: %s; expected %s", Clip(id), why, NodeIDForm)}
 	}
 	parts := strings.Split(id, "~")
 	if len(parts) != 4 {
@@ -282,4 +282,16 @@ func jsonKind(v any) string {
 		return "list"
 	}
 	return fmt.Sprintf("%T", v)
+}
+
+// Clip shortens an untrusted string from a node (its ID, a metadata
+// value, an error that quotes them) for a log line, marking what was cut:
+// a node ID may be up to the server's bound long, and a log line per
+// refused stream must not copy it whole.
+func Clip(s string) string {
+	const max = 256
+	if len(s) <= max {
+		return s
+	}
+	return fmt.Sprintf("%s...(%d bytes)", s[:max], len(s))
 }

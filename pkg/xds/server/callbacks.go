@@ -63,11 +63,15 @@ func (cb callbacks) request(key streamKey, typeURL string, node *corev3.Node, re
 	c := v.(*conn)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if err := cb.s.checkNode(node); err != nil {
+		cb.s.log.Warn("refused xDS stream", "error", err)
+		return err
+	}
 	if c.proxy == nil {
 		p, err := parseNode(node)
 		if err != nil {
-			cb.s.log.Warn("refused xDS stream", "error", err)
-			return status.Error(codes.InvalidArgument, err.Error())
+			cb.s.log.Warn("refused xDS stream", "error", model.Clip(err.Error()))
+			return status.Error(codes.InvalidArgument, model.Clip(err.Error()))
 		}
 		c.proxy = p
 		cb.s.m.proxies.Inc()
@@ -80,8 +84,14 @@ func (cb callbacks) request(key streamKey, typeURL string, node *corev3.Node, re
 			intern(c.cfg, typeURL, r.ResourceNames)
 		case *discovery.DeltaDiscoveryRequest:
 			intern(c.cfg, typeURL, r.ResourceNamesSubscribe)
-			c.noteDeltaRequest(typeURL, r)
 		}
+	}
+	if r, ok := req.(*discovery.DeltaDiscoveryRequest); ok {
+		c.noteDeltaRequest(typeURL, r)
+	}
+	if err := c.checkNames(typeURL, req); err != nil {
+		c.logger().Warn("refused xDS stream", "type", gen.ShortType(typeURL), "error", err)
+		return err
 	}
 	if old := c.reqs[typeURL]; old != nil {
 		cb.s.reqs.Delete(old)

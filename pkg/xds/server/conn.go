@@ -129,7 +129,7 @@ func (c *conn) logger() *slog.Logger {
 	if c.proxy == nil {
 		return c.s.log
 	}
-	return c.s.log.With("proxy", c.proxy.ID)
+	return c.s.log.With("proxy", model.Clip(c.proxy.ID))
 }
 
 func (c *conn) typeStatus(t string) *typeStatus {

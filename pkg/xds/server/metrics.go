@@ -6,18 +6,19 @@ import (
 
 // metrics carry Istio's names, so its dashboards find them.
 type metrics struct {
-	proxies       prometheus.Gauge         // pilot_xds
-	pushes        *prometheus.CounterVec   // pilot_xds_pushes{type}
-	convergence   prometheus.Histogram     // pilot_proxy_convergence_time
-	triggers      *prometheus.CounterVec   // pilot_push_triggers{type}
-	debounce      prometheus.Histogram     // pilot_debounce_time
-	queueTime     prometheus.Histogram     // pilot_proxy_queue_time
-	pushTime      *prometheus.HistogramVec // pilot_xds_push_time{type}
-	rejects       *prometheus.CounterVec   // pilot_total_xds_rejects{type}
-	typeRejects   map[string]prometheus.Counter
-	services      prometheus.Gauge         // pilot_services
-	configSize    *prometheus.HistogramVec // pilot_xds_config_size_bytes{type}
-	streamsClosed *prometheus.CounterVec   // discovery_xds_streams_closed_total{reason}
+	proxies        prometheus.Gauge         // pilot_xds
+	pushes         *prometheus.CounterVec   // pilot_xds_pushes{type}
+	convergence    prometheus.Histogram     // pilot_proxy_convergence_time
+	triggers       *prometheus.CounterVec   // pilot_push_triggers{type}
+	debounce       prometheus.Histogram     // pilot_debounce_time
+	queueTime      prometheus.Histogram     // pilot_proxy_queue_time
+	pushTime       *prometheus.HistogramVec // pilot_xds_push_time{type}
+	rejects        *prometheus.CounterVec   // pilot_total_xds_rejects{type}
+	typeRejects    map[string]prometheus.Counter
+	services       prometheus.Gauge         // pilot_services
+	configSize     *prometheus.HistogramVec // pilot_xds_config_size_bytes{type}
+	streamsClosed  *prometheus.CounterVec   // discovery_xds_streams_closed_total{reason}
+	streamsRefused *prometheus.CounterVec   // discovery_xds_streams_refused_total{reason}
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -58,9 +59,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		streamsClosed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "discovery_xds_streams_closed_total", Help: "xDS streams the server closed, by reason.",
 		}, []string{"reason"}),
+		streamsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "discovery_xds_streams_refused_total", Help: "xDS streams refused for going over a bound (limits.go), by reason: " +
+				"too_many_streams, node_too_large, node_id_too_long, too_many_names, too_many_unknown_names.",
+		}, []string{"reason"}),
 	}
 	reg.MustRegister(m.proxies, m.pushes, m.convergence, m.triggers, m.debounce, m.queueTime, m.pushTime,
-		m.rejects, m.services, m.configSize, m.streamsClosed)
+		m.rejects, m.services, m.configSize, m.streamsClosed, m.streamsRefused)
 	for _, t := range []string{"cds", "eds", "lds", "rds"} {
 		c := prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pilot_xds_" + t + "_reject", Help: "Proxies' rejections (NACK) of " + t + " responses.",

@@ -27,6 +27,22 @@ type Options struct {
 	// TrustDomain is the SPIFFE trust domain of workload identities (the
 	// serve command's --trust-domain); "" means cluster.local.
 	TrustDomain string
+	// What one stream may hold (limits.go); 0 turns a bound off.
+	// MaxStreams bounds the replica's open xDS streams.
+	MaxStreams int
+	// MaxStreamsPerConnection bounds the concurrent streams (xDS and CA
+	// calls) of one connection; the serve command sets it on its gRPC
+	// servers. Envoy, pilot-agent and grpc-go hold one ADS stream each.
+	MaxStreamsPerConnection int
+	// MaxNodeBytes bounds a node (ID and metadata, as marshaled).
+	MaxNodeBytes int
+	// MaxNodeIDBytes bounds a node ID.
+	MaxNodeIDBytes int
+	// MaxNames bounds the names a stream subscribes to, per type.
+	MaxNames int
+	// MaxUnknownNames bounds the subscribed names of a type that the
+	// proxy's configuration does not hold.
+	MaxUnknownNames int
 }
 
 // DefaultOptions returns the defaults the flags show.
@@ -38,6 +54,18 @@ func DefaultOptions() Options {
 		SendTimeout:      30 * time.Second,
 		MaxUnackedPushes: 100,
 		PushStatusSize:   100,
+		// Twice the 10,000 proxies one replica is built to serve.
+		MaxStreams:              20000,
+		MaxStreamsPerConnection: 16,
+		// Istio's node metadata carries the pod's labels and annotations
+		// (at most 256 KiB in Kubernetes) and a few KB more.
+		MaxNodeBytes:   512 << 10,
+		MaxNodeIDBytes: 1024,
+		// A proxy subscribes to what it was sent: an EDS name per
+		// cluster, a route name per port. A 10,000-service mesh with two
+		// ports each and no Sidecar scoping is 20,000; five times that.
+		MaxNames:        100000,
+		MaxUnknownNames: 10000,
 	}
 }
 
@@ -49,6 +77,12 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.PushConcurrency, "push-concurrency", d.PushConcurrency, "proxies prepared for a push at once")
 	fs.DurationVar(&o.SendTimeout, "xds-send-timeout", d.SendTimeout, "close an xDS stream whose proxy does not read a response within this time (0: never)")
 	fs.IntVar(&o.MaxUnackedPushes, "xds-max-unacked-pushes", d.MaxUnackedPushes, "close an xDS stream whose proxy leaves its last response unanswered through this many pushes")
+	fs.IntVar(&o.MaxStreams, "xds-max-streams", d.MaxStreams, "xDS streams this replica holds at most; beyond it new streams get RESOURCE_EXHAUSTED (0: no limit)")
+	fs.IntVar(&o.MaxStreamsPerConnection, "xds-max-streams-per-connection", d.MaxStreamsPerConnection, "concurrent gRPC streams one connection to :15010 or :15012 may hold")
+	fs.IntVar(&o.MaxNodeBytes, "xds-max-node-bytes", d.MaxNodeBytes, "largest node (ID and metadata) an xDS request may carry; a larger one ends the stream (0: no limit)")
+	fs.IntVar(&o.MaxNodeIDBytes, "xds-max-node-id-bytes", d.MaxNodeIDBytes, "longest node ID an xDS request may carry (0: no limit)")
+	fs.IntVar(&o.MaxNames, "xds-max-names", d.MaxNames, "resource names of one type an xDS stream may subscribe to (0: no limit)")
+	fs.IntVar(&o.MaxUnknownNames, "xds-max-unknown-names", d.MaxUnknownNames, "subscribed names of one type that the proxy's configuration does not hold, at most (0: no limit)")
 }
 
 // Validate reports options that cannot work.
@@ -65,6 +99,18 @@ func (o *Options) Validate() error {
 	}
 	if o.SendTimeout < 0 {
 		errs = append(errs, fmt.Errorf("--xds-send-timeout must not be negative, got %s", o.SendTimeout))
+	}
+	for _, b := range []struct {
+		flag string
+		v    int
+	}{{"--xds-max-streams", o.MaxStreams}, {"--xds-max-node-bytes", o.MaxNodeBytes}, {"--xds-max-node-id-bytes", o.MaxNodeIDBytes},
+		{"--xds-max-names", o.MaxNames}, {"--xds-max-unknown-names", o.MaxUnknownNames}} {
+		if b.v < 0 {
+			errs = append(errs, fmt.Errorf("%s must not be negative, got %d", b.flag, b.v))
+		}
+	}
+	if o.MaxStreamsPerConnection < 1 {
+		errs = append(errs, fmt.Errorf("--xds-max-streams-per-connection must be at least 1, got %d", o.MaxStreamsPerConnection))
 	}
 	if o.MaxUnackedPushes < 1 {
 		errs = append(errs, fmt.Errorf("--xds-max-unacked-pushes must be at least 1, got %d", o.MaxUnackedPushes))

@@ -54,6 +54,7 @@ type Server struct {
 	reqs      sync.Map // request pointer -> *conn, between OnStreamRequest and CreateWatch
 	classes   classCache
 	history   *history
+	streams   streamCount // open streams, against Options.MaxStreams (limits.go)
 
 	// Gateway credentials (sds.go); nil without a cluster.
 	creds       credentials.Reader
@@ -186,6 +187,10 @@ func (g *guardedStream[Req, Resp]) Send(m *Resp) error {
 }
 
 func guarded[Req, Resp any](s *Server, st grpc.BidiStreamingServer[Req, Resp], run func(grpc.BidiStreamingServer[Req, Resp]) error) error {
+	if err := s.admit(); err != nil {
+		return err
+	}
+	defer s.release()
 	return s.guard(st.Context(), func(ctx context.Context, ctl *streamCtl) error {
 		return run(&guardedStream[Req, Resp]{BidiStreamingServer: st, ctx: ctx, ctl: ctl, s: s, timeout: s.opts.SendTimeout})
 	})

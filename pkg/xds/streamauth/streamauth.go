@@ -171,7 +171,7 @@ func (s *checkedStream) check(node *core.Node) error {
 		(proxy.Metadata.ServiceAccount != "" && proxy.Metadata.ServiceAccount != s.id.ServiceAccount) {
 		s.g.refused.WithLabelValues("identity_mismatch").Inc()
 		s.g.log.Warn("xDS stream refused: the node is not the caller's",
-			"node", node.GetId(), "nodeNamespace", proxy.Namespace, "nodeServiceAccount", proxy.Metadata.ServiceAccount,
+			"node", model.Clip(node.GetId()), "nodeNamespace", model.Clip(proxy.Namespace), "nodeServiceAccount", model.Clip(proxy.Metadata.ServiceAccount),
 			"caller", s.id.SPIFFEID(), "authenticatedBy", s.via)
 		return status.Error(codes.PermissionDenied, msgDenied)
 	}

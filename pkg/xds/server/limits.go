@@ -1,0 +1,127 @@
+package server
+
+import (
+	"sync/atomic"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/meshplane/discovery/pkg/xds/gen"
+)
+
+// What one stream may cost. The plaintext port authenticates nobody and
+// the TLS port checks a node only after its first request, so every
+// bound holds for any caller: a stream's node (ID and metadata) is at
+// most MaxNodeBytes, it subscribes to at most MaxNames names of a type
+// and, once its configuration is known, at most MaxUnknownNames of a
+// type that the configuration does not hold (a proxy only asks for what
+// it was sent, so unknown names are what a careless or hostile client
+// costs; known ones share the class's strings, see intern), and the
+// replica holds at most MaxStreams streams. A stream over a bound ends
+// with ResourceExhausted (too many streams) or InvalidArgument, naming
+// the bound; discovery_xds_streams_refused_total{reason} counts them.
+// Streams per connection are bounded by the gRPC servers
+// (MaxConcurrentStreams, the serve command's
+// --xds-max-streams-per-connection).
+
+// Refusal reasons, the counter's label.
+const (
+	refuseTooManyStreams = "too_many_streams"
+	refuseNodeTooLarge   = "node_too_large"
+	refuseNodeIDTooLong  = "node_id_too_long"
+	refuseTooManyNames   = "too_many_names"
+	refuseUnknownNames   = "too_many_unknown_names"
+)
+
+// streamCount counts open streams against Options.MaxStreams.
+type streamCount struct{ n atomic.Int64 }
+
+// admit takes a slot for a new stream, or refuses it.
+func (s *Server) admit() error {
+	if n := s.streams.n.Add(1); s.opts.MaxStreams > 0 && n > int64(s.opts.MaxStreams) {
+		s.streams.n.Add(-1)
+		s.refuse(refuseTooManyStreams)
+		return status.Errorf(codes.ResourceExhausted, "this replica holds its maximum of %d xDS streams; connect to another", s.opts.MaxStreams)
+	}
+	return nil
+}
+
+func (s *Server) release() { s.streams.n.Add(-1) }
+
+func (s *Server) refuse(reason string) { s.m.streamsRefused.WithLabelValues(reason).Inc() }
+
+// checkNode bounds a request's node. Called for every request that
+// carries one: go-control-plane keeps the latest.
+func (s *Server) checkNode(node *corev3.Node) error {
+	if node == nil {
+		return nil
+	}
+	if max := s.opts.MaxNodeIDBytes; max > 0 && len(node.GetId()) > max {
+		s.refuse(refuseNodeIDTooLong)
+		return status.Errorf(codes.InvalidArgument, "node ID of %d bytes is over the limit of %d", len(node.GetId()), max)
+	}
+	if max := s.opts.MaxNodeBytes; max > 0 {
+		if n := proto.Size(node); n > max {
+			s.refuse(refuseNodeTooLarge)
+			return status.Errorf(codes.InvalidArgument, "node (ID and metadata) of %d bytes is over the limit of %d", n, max)
+		}
+	}
+	return nil
+}
+
+// checkNames bounds the names a request leaves the stream subscribed to,
+// in all and those c's configuration does not hold. Called with c.mu held,
+// before go-control-plane applies the request.
+func (c *conn) checkNames(typeURL string, req any) error {
+	o := c.s.opts
+	var total int
+	var names []string
+	switch r := req.(type) {
+	case *discovery.DiscoveryRequest:
+		names = r.GetResourceNames()
+		total = len(names)
+	case *discovery.DeltaDiscoveryRequest:
+		if len(r.GetResourceNamesSubscribe()) == 0 {
+			return nil
+		}
+		total = len(c.dsubs[typeURL]) + len(c.dnew[typeURL])
+		names = c.dnew[typeURL]
+	}
+	if o.MaxNames > 0 && total > o.MaxNames {
+		c.s.refuse(refuseTooManyNames)
+		return status.Errorf(codes.InvalidArgument, "%d %s names subscribed; the limit is %d", total, gen.ShortType(typeURL), o.MaxNames)
+	}
+	if o.MaxUnknownNames <= 0 || c.cfg == nil || typeURL == gen.SecretType || !knownType(typeURL) {
+		return nil
+	}
+	unknown := c.unknownNames(typeURL, names, req)
+	if unknown > o.MaxUnknownNames {
+		c.s.refuse(refuseUnknownNames)
+		return status.Errorf(codes.InvalidArgument, "%d subscribed %s names are not in this proxy's configuration; the limit is %d",
+			unknown, gen.ShortType(typeURL), o.MaxUnknownNames)
+	}
+	return nil
+}
+
+// unknownNames counts the names the stream would subscribe to after req
+// that c's configuration does not hold.
+func (c *conn) unknownNames(typeURL string, names []string, req any) int {
+	n := 0
+	for _, name := range names {
+		if c.cfg.Get(typeURL, name) == nil {
+			n++
+		}
+	}
+	if _, delta := req.(*discovery.DeltaDiscoveryRequest); delta {
+		// names are the new ones; add those already held.
+		for name := range c.dsubs[typeURL] {
+			if c.cfg.Get(typeURL, name) == nil {
+				n++
+			}
+		}
+	}
+	return n
+}
