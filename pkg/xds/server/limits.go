@@ -16,8 +16,8 @@ import (
 // the TLS port checks a node only after its first request, so every
 // bound holds for any caller: a stream's node (ID and metadata) is at
 // most MaxNodeBytes, it subscribes to at most MaxNames names of a type
-// and, once its configuration is known, at most MaxUnknownNames of a
-// type that the configuration does not hold (a proxy only asks for what
+// and at most MaxUnknownNames of a type that its configuration does not
+// hold (a proxy only asks for what
 // it was sent, so unknown names are what a careless or hostile client
 // costs; known ones share the class's strings, see intern), and the
 // replica holds at most MaxStreams streams. A stream over a bound ends
@@ -94,7 +94,7 @@ func (c *conn) checkNames(typeURL string, req any) error {
 		c.s.refuse(refuseTooManyNames)
 		return status.Errorf(codes.InvalidArgument, "%d %s names subscribed; the limit is %d", total, gen.ShortType(typeURL), o.MaxNames)
 	}
-	if o.MaxUnknownNames <= 0 || c.cfg == nil || typeURL == gen.SecretType || !knownType(typeURL) {
+	if o.MaxUnknownNames <= 0 || typeURL == gen.SecretType || !knownType(typeURL) {
 		return nil
 	}
 	unknown := c.unknownNames(typeURL, names, req)
@@ -107,18 +107,23 @@ func (c *conn) checkNames(typeURL string, req any) error {
 }
 
 // unknownNames counts the names the stream would subscribe to after req
-// that c's configuration does not hold.
+// that c's configuration does not hold. Before the configuration is
+// known every name is unknown: a proxy names resources only once it was
+// sent what names them (Envoy's first requests are wildcards, grpc-go's
+// name its few targets), so only a client that guesses names, by the
+// thousand, meets the bound there.
 func (c *conn) unknownNames(typeURL string, names []string, req any) int {
+	unknown := func(name string) bool { return c.cfg == nil || c.cfg.Get(typeURL, name) == nil }
 	n := 0
 	for _, name := range names {
-		if c.cfg.Get(typeURL, name) == nil {
+		if unknown(name) {
 			n++
 		}
 	}
 	if _, delta := req.(*discovery.DeltaDiscoveryRequest); delta {
 		// names are the new ones; add those already held.
 		for name := range c.dsubs[typeURL] {
-			if c.cfg.Get(typeURL, name) == nil {
+			if unknown(name) {
 				n++
 			}
 		}

@@ -58,6 +58,9 @@ func TestStreamBounds(t *testing.T) {
 		"a request for more names than the limit is refused": {
 			id: sidecar, names: manyNames("outbound|80||x", 51), code: codes.InvalidArgument, reason: refuseTooManyNames,
 		},
+		"a first request guessing more names than the unknown limit is refused": {
+			id: sidecar, names: manyNames("outbound|80||x", 11), code: codes.InvalidArgument, reason: refuseUnknownNames,
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -73,7 +76,7 @@ func TestStreamBounds(t *testing.T) {
 		})
 	}
 
-	t.Run("names the proxy was never sent are bounded once its configuration is known", func(t *testing.T) {
+	t.Run("names the proxy was never sent are bounded when its configuration is known too", func(t *testing.T) {
 		c := newSotwClient(t, cc, node(sidecar, nil))
 		c.send(gen.ClusterType, nil, "", "", "")
 		cds := c.next()
