@@ -26,22 +26,42 @@ type Authenticator interface {
 var errNoCredential = errors.New("no credential")
 
 // authenticate tries each authenticator in order; the first that proves an
-// identity wins. The refusal lists why each one failed.
-func authenticate(ctx context.Context, authns []Authenticator) (Identity, string, error) {
+// identity wins. The refusal lists why each one failed; settled says an
+// authenticator settled the failure budget for it.
+func authenticate(ctx context.Context, authns []Authenticator) (Identity, string, bool, error) {
 	var why []string
+	settled := false
 	for _, a := range authns {
 		id, err := a.Authenticate(ctx)
 		if err == nil {
-			return id, a.Name(), nil
+			return id, a.Name(), false, nil
 		}
+		settled = settled || errors.Is(err, errSettled)
 		if !errors.Is(err, errNoCredential) {
 			why = append(why, a.Name()+": "+err.Error())
 		}
 	}
 	if len(why) == 0 {
-		return Identity{}, "", refuse(ReasonUnauthenticated, nil, "no client certificate and no bearer token")
+		return Identity{}, "", false, refuse(ReasonUnauthenticated, nil, "no client certificate and no bearer token")
 	}
-	return Identity{}, "", refuse(ReasonUnauthenticated, nil, "%s", strings.Join(why, "; "))
+	return Identity{}, "", settled, refuse(ReasonUnauthenticated, nil, "%s", strings.Join(why, "; "))
+}
+
+// authenticators are the credentials the CA accepts, tried in order, and
+// the budget that failed authentications share (nil: none).
+type authenticators struct {
+	list   []Authenticator
+	budget *failureBudget
+}
+
+// authenticate proves the caller's identity; a failure is charged to the
+// failure budget of the caller's address, unless a review settled it.
+func (a *authenticators) authenticate(ctx context.Context) (Identity, string, error) {
+	id, name, settled, err := authenticate(ctx, a.list)
+	if err != nil && !settled {
+		a.budget.fail(ctx)
+	}
+	return id, name, err
 }
 
 // clientCertAuthn accepts a TLS client certificate this CA issued: the
@@ -85,7 +105,8 @@ func verifyClientCert(certs []*x509.Certificate, b *Bundle, trustDomain string) 
 		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	})
 	if err != nil {
-		return Identity{}, fmt.Errorf("client certificate does not verify: %w", err)
+		// x509's text quotes names from the peer's certificates.
+		return Identity{}, fmt.Errorf("client certificate does not verify: %s", clip(err.Error()))
 	}
 	if len(leaf.URIs) != 1 {
 		return Identity{}, fmt.Errorf("client certificate has %d URI SANs, want 1", len(leaf.URIs))

@@ -57,7 +57,7 @@ func BenchmarkCreateCertificateOverTLS(b *testing.B) {
 				clients[i] = dial(b, addr, c.RootPEM(), "istio-system", nil)
 			}
 			req := &pb.IstioCertificateRequest{Csr: string(makeCSR(b, newKey(b), csrSpec{uris: []string{idA}})), ValidityDuration: 86400}
-			ctx := ctxWithToken(b.Context(), "token-a")
+			ctx := ctxWithToken(b.Context(), tok("token-a"))
 			var (
 				next      atomic.Int64
 				mu        sync.Mutex

@@ -11,7 +11,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
-	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"k8s.io/client-go/kubernetes"
 )
@@ -68,10 +67,11 @@ func New(ctx context.Context, opts Options, client kubernetes.Interface, log *sl
 
 func (c *CA) newService() (*service, error) {
 	o := c.opts
+	budget := newFailureBudget(o)
 	authns := []Authenticator{&clientCertAuthn{authority: c.authority, trustDomain: o.TrustDomain}}
 	if c.client != nil && o.Dir == "" {
-		authns = append(authns, &tokenReviewAuthn{client: c.client, audience: o.TokenAudience,
-			trustDomain: o.TrustDomain, cache: newTokenCache(o.TokenCacheTTL), now: time.Now})
+		authns = append(authns, &tokenReviewAuthn{client: c.client, audience: o.TokenAudience, trustDomain: o.TrustDomain,
+			cache: newTokenCache(o.TokenCacheTTL, o.TokenNegativeCacheTTL), budget: budget, metrics: c.metrics, now: time.Now})
 	}
 	if o.TokenFile != "" {
 		f, err := newFileTokenAuthn(o.TokenFile, o.TrustDomain)
@@ -81,14 +81,12 @@ func (c *CA) newService() (*service, error) {
 		authns = append(authns, f)
 	}
 	s := &service{
-		log: c.log, signer: c.authority, authns: authns, trustDomain: o.TrustDomain,
-		defaultTTL: o.DefaultCertTTL, maxTTL: o.MaxCertTTL, impersonators: map[string]bool{}, metrics: c.metrics,
+		log: c.log, signer: c.authority, authn: &authenticators{list: authns, budget: budget}, trustDomain: o.TrustDomain,
+		defaultTTL: o.DefaultCertTTL, maxTTL: o.MaxCertTTL, impersonators: map[string]bool{},
+		limits: newCSRLimits(o), refusals: newRefusalLog(c.log, o.RefusalLogBurst, o.RefusalLogInterval, c.metrics), metrics: c.metrics,
 	}
 	for _, i := range o.Impersonators {
 		s.impersonators[i] = true
-	}
-	if o.CSRRateLimit > 0 {
-		s.limiter = rate.NewLimiter(rate.Limit(o.CSRRateLimit), o.CSRBurst)
 	}
 	return s, nil
 }
@@ -107,6 +105,7 @@ func (c *CA) Start(ctx context.Context) error {
 		})
 	})
 	g.Go(func() error { return c.serving.run(ctx) })
+	g.Go(func() error { return c.service.refusals.run(ctx) })
 	g.Go(func() error {
 		for {
 			select {
@@ -156,7 +155,9 @@ func (c *CA) Authority() *Authority { return c.authority }
 // credentials the CA accepts: a client certificate it issued, a
 // service-account token (TokenReview), or in file mode a listed token. It
 // returns the identity and the method that proved it; an error's detail is
-// for the log only. The xDS server on :15012 uses it for every stream.
+// for the log only (untrusted text in it is clipped). The xDS server on
+// :15012 uses it for every stream. Failures share the CA's authentication
+// failure budget: a caller over it is refused without a TokenReview.
 func (c *CA) Authenticate(ctx context.Context) (Identity, string, error) {
-	return authenticate(ctx, c.service.authns)
+	return c.service.authn.authenticate(ctx)
 }

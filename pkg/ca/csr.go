@@ -32,7 +32,7 @@ func ParseCSR(pemText []byte) (*x509.CertificateRequest, error) {
 		return nil, refuse(ReasonInvalidRequest, nil, "CSR is not PEM")
 	}
 	if block.Type != "CERTIFICATE REQUEST" && block.Type != "NEW CERTIFICATE REQUEST" {
-		return nil, refuse(ReasonInvalidRequest, nil, "PEM block is %q, not a CERTIFICATE REQUEST", block.Type)
+		return nil, refuse(ReasonInvalidRequest, nil, "PEM block is %q, not a CERTIFICATE REQUEST", clip(block.Type))
 	}
 	if len(bytes.TrimSpace(rest)) != 0 {
 		return nil, refuse(ReasonInvalidRequest, nil, "CSR PEM has trailing data")
@@ -78,7 +78,7 @@ func checkSANs(csr *x509.CertificateRequest, want Identity) error {
 	}
 	if got := csr.URIs[0].String(); got != want.SPIFFEID() {
 		return refuse(ReasonPermissionDenied, errors.New("identity mismatch"),
-			"CSR asks for %q but the caller is %q", got, want.SPIFFEID())
+			"CSR asks for %q but the caller is %q", clip(got), want.SPIFFEID())
 	}
 	return nil
 }

@@ -19,7 +19,8 @@ const (
 	ReasonPermissionDenied
 	// ReasonInvalidRequest: the CSR or a request field is malformed or not allowed.
 	ReasonInvalidRequest
-	// ReasonThrottled: the replica is over its CSR rate limit.
+	// ReasonThrottled: an authenticated caller is over a CSR rate limit (its
+	// identity's or the replica's).
 	ReasonThrottled
 	// ReasonInternal: the CA could not sign (no usable key, signing failed).
 	ReasonInternal
@@ -59,6 +60,22 @@ func (r Reason) code() (codes.Code, string) {
 		return codes.ResourceExhausted, "too many certificate requests, retry later"
 	default:
 		return codes.Internal, "failed to sign the certificate"
+	}
+}
+
+// String names the reason in logs and metric labels.
+func (r Reason) String() string {
+	switch r {
+	case ReasonUnauthenticated:
+		return "unauthenticated"
+	case ReasonPermissionDenied:
+		return "permission_denied"
+	case ReasonInvalidRequest:
+		return "invalid_request"
+	case ReasonThrottled:
+		return "throttled"
+	default:
+		return "internal"
 	}
 }
 

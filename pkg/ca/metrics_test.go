@@ -25,11 +25,11 @@ func TestMetricsCountOutcomes(t *testing.T) {
 		token, csr string
 		code       codes.Code
 	}{
-		{"token-a", string(makeCSR(t, ecKey(t), csrSpec{uris: []string{idA}})), codes.OK},
-		{"token-a", string(makeCSR(t, ecKey(t), csrSpec{uris: []string{idA}})), codes.OK},
-		{"token-unknown", "x", codes.Unauthenticated},
-		{"token-a", "garbage", codes.InvalidArgument},
-		{"token-a", string(makeCSR(t, ecKey(t), csrSpec{uris: []string{idB}})), codes.PermissionDenied},
+		{tok("token-a"), string(makeCSR(t, ecKey(t), csrSpec{uris: []string{idA}})), codes.OK},
+		{tok("token-a"), string(makeCSR(t, ecKey(t), csrSpec{uris: []string{idA}})), codes.OK},
+		{tok("token-unknown"), "x", codes.Unauthenticated},
+		{tok("token-a"), "garbage", codes.InvalidArgument},
+		{tok("token-a"), string(makeCSR(t, ecKey(t), csrSpec{uris: []string{idB}})), codes.PermissionDenied},
 	}
 	for i, call := range calls {
 		_, err := client.CreateCertificate(ctxWithToken(t.Context(), call.token), &pb.IstioCertificateRequest{Csr: call.csr})
@@ -70,8 +70,11 @@ func TestMetricsCountOutcomes(t *testing.T) {
 	if got["citadel_server_csr_sign_duration_seconds"] != 2 {
 		t.Errorf("signing latency has %v samples, want 2", got["citadel_server_csr_sign_duration_seconds"])
 	}
-	if n := testutil.CollectAndCount(reg); n != 10 {
-		t.Errorf("%d metrics registered, want 10", n)
+	checkLabelledCounts(t, c)
+	// 10 citadel_server_* series, the per-identity throttle counter and
+	// the 6 labelled series above.
+	if n := testutil.CollectAndCount(reg); n != 17 {
+		t.Errorf("%d metrics registered, want 17", n)
 	}
 }
 
@@ -87,5 +90,27 @@ func TestDebugCA(t *testing.T) {
 	}
 	if st.Mode != "kubernetes:istio-ca-secret" || !st.SelfSigned || st.ChainLength != 1 || len(st.ServingNames) != 2 || st.ServingNotAfter.IsZero() {
 		t.Fatalf("status %+v", st)
+	}
+}
+
+// checkLabelledCounts checks the discovery_ca_* series of the calls of
+// TestMetricsCountOutcomes.
+func checkLabelledCounts(t *testing.T, c *CA) {
+	t.Helper()
+	vecs := map[string]float64{
+		"refusals unauthenticated":   testutil.ToFloat64(c.metrics.refusals.WithLabelValues("unauthenticated")),
+		"refusals invalid_request":   testutil.ToFloat64(c.metrics.refusals.WithLabelValues("invalid_request")),
+		"refusals permission_denied": testutil.ToFloat64(c.metrics.refusals.WithLabelValues("permission_denied")),
+		"reviews authenticated":      testutil.ToFloat64(c.metrics.reviews.WithLabelValues("authenticated")),
+		"reviews rejected":           testutil.ToFloat64(c.metrics.reviews.WithLabelValues("rejected")),
+		"cache hits authenticated":   testutil.ToFloat64(c.metrics.reviewCacheHits.WithLabelValues("authenticated")),
+	}
+	for name, v := range map[string]float64{
+		"refusals unauthenticated": 1, "refusals invalid_request": 1, "refusals permission_denied": 1,
+		"reviews authenticated": 1, "reviews rejected": 1, "cache hits authenticated": 3,
+	} {
+		if vecs[name] != v {
+			t.Errorf("%s = %v, want %v", name, vecs[name], v)
+		}
 	}
 }

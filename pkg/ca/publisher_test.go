@@ -74,6 +74,14 @@ func TestOptionsValidate(t *testing.T) {
 		"refuses a trust domain with a slash":               {edit: func(o *Options) { o.TrustDomain = "a/b" }, wantErr: true},
 		"refuses a rate limit without a burst":              {edit: func(o *Options) { o.CSRBurst = 0 }, wantErr: true},
 		"refuses an empty audience":                         {edit: func(o *Options) { o.TokenAudience = "" }, wantErr: true},
+		"refuses a per-identity rate limit without a burst": {edit: func(o *Options) { o.CSRBurstPerIdentity = 0 }, wantErr: true},
+		"accepts no per-identity limit and no burst":        {edit: func(o *Options) { o.CSRRateLimitPerIdentity, o.CSRBurstPerIdentity = 0, 0 }},
+		"refuses a negative failure rate limit":             {edit: func(o *Options) { o.AuthnFailureRateLimit = -1 }, wantErr: true},
+		"refuses a per-peer failure limit without a burst":  {edit: func(o *Options) { o.AuthnFailureBurstPerPeer = 0 }, wantErr: true},
+		"accepts no per-peer failure limit":                 {edit: func(o *Options) { o.AuthnFailureRateLimitPerPeer = 0 }},
+		"refuses a negative negative-cache TTL":             {edit: func(o *Options) { o.TokenNegativeCacheTTL = -time.Second }, wantErr: true},
+		"refuses a refusal log burst without an interval":   {edit: func(o *Options) { o.RefusalLogInterval = 0 }, wantErr: true},
+		"accepts logging every refusal":                     {edit: func(o *Options) { o.RefusalLogBurst, o.RefusalLogInterval = 0, 0 }},
 		"refuses a serving certificate shorter than 10 min": {edit: func(o *Options) { o.ServingCertTTL = time.Minute }, wantErr: true},
 	}
 	for name, tc := range tests {

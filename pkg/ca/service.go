@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"time"
 
-	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
@@ -28,12 +27,13 @@ type service struct {
 
 	log           *slog.Logger
 	signer        Signer
-	authns        []Authenticator
+	authn         *authenticators
 	trustDomain   string
 	defaultTTL    time.Duration
 	maxTTL        time.Duration
 	impersonators map[string]bool // "<ns>/<sa>"
-	limiter       *rate.Limiter   // nil: no limit
+	limits        *csrLimits
+	refusals      *refusalLog
 	metrics       *metrics
 }
 
@@ -57,20 +57,18 @@ func (s *service) CreateCertificate(ctx context.Context, req *pb.IstioCertificat
 }
 
 // create returns the chain, or an error; log carries what is known of the
-// caller so far.
+// caller so far. The order is the cost: what is cheap to refuse is refused
+// first, and only authenticated callers spend the CSR budgets (their
+// identity's and the replica's), so unauthenticated junk cannot take them.
 func (s *service) create(ctx context.Context, req *pb.IstioCertificateRequest) ([]string, *slog.Logger, error) {
 	log := s.log
 	if p, ok := peer.FromContext(ctx); ok {
 		log = log.With("peer", p.Addr.String())
 	}
-	if s.limiter != nil && !s.limiter.Allow() {
-		s.metrics.throttled.Inc()
-		return nil, log, refuse(ReasonThrottled, nil, "over the CSR rate limit of %g/s", float64(s.limiter.Limit()))
-	}
 	if n := proto.Size(req); n > MaxRequestBytes {
 		return nil, log, refuse(ReasonInvalidRequest, nil, "request of %d bytes is over the limit of %d", n, MaxRequestBytes)
 	}
-	caller, method, err := authenticate(ctx, s.authns)
+	caller, method, err := s.authn.authenticate(ctx)
 	if err != nil {
 		s.metrics.authnFailures.Inc()
 		return nil, log, err
@@ -80,6 +78,13 @@ func (s *service) create(ctx context.Context, req *pb.IstioCertificateRequest) (
 	if err != nil {
 		s.metrics.idErrors.Inc()
 		return nil, log, err
+	}
+	if scope, err := s.limits.admit(subject); err != nil {
+		s.metrics.throttled.Inc()
+		if scope == scopeIdentity {
+			s.metrics.identityThrottled.Inc()
+		}
+		return nil, log.With("identity", subject.SPIFFEID()), err
 	}
 	ttl, err := s.ttl(req.GetValidityDuration())
 	if err != nil {
@@ -119,7 +124,7 @@ func (s *service) subject(caller Identity, req *pb.IstioCertificateRequest) (Ide
 		return Identity{}, refuse(ReasonInvalidRequest, err, "ImpersonatedIdentity")
 	}
 	if target.TrustDomain != s.trustDomain {
-		return Identity{}, refuse(ReasonPermissionDenied, nil, "ImpersonatedIdentity is in trust domain %q, not %q", target.TrustDomain, s.trustDomain)
+		return Identity{}, refuse(ReasonPermissionDenied, nil, "ImpersonatedIdentity is in trust domain %q, not %q", clip(target.TrustDomain), s.trustDomain)
 	}
 	return target, nil
 }
@@ -138,10 +143,16 @@ func (s *service) ttl(seconds int64) (time.Duration, error) {
 	return time.Duration(seconds) * time.Second, nil
 }
 
-// refusal logs the full reason and returns the opaque status for the caller.
+// refusal counts the refusal, logs its full reason (unless the refusals of
+// that reason are over the log limit; untrusted text in it is clipped) and
+// returns the opaque status for the caller.
 func (s *service) refusal(log *slog.Logger, err error) error {
 	r := reasonOf(err)
 	code, msg := r.code()
+	s.metrics.refusals.WithLabelValues(r.String()).Inc()
+	if !s.refusals.allow(r) {
+		return status.Error(code, msg)
+	}
 	level := slog.LevelWarn
 	if r == ReasonInternal {
 		level = slog.LevelError
@@ -150,6 +161,6 @@ func (s *service) refusal(log *slog.Logger, err error) error {
 	if !errors.As(err, &e) {
 		e = &Error{Reason: r, Detail: "internal", Err: err}
 	}
-	log.Log(context.Background(), level, "certificate request refused", "code", code.String(), "reason", e.Error())
+	log.Log(context.Background(), level, "certificate request refused", "code", code.String(), "reason", clipTo(e.Error(), maxDetailLog))
 	return status.Error(code, msg)
 }

@@ -2,6 +2,7 @@ package ca
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"net"
 	"strings"
@@ -30,6 +31,27 @@ var fakeTokens = map[string]authenticationv1.TokenReviewStatus{
 	"token-user": {Authenticated: true, User: authenticationv1.UserInfo{Username: "alice"}, Audiences: []string{"istio-ca"}},
 }
 
+// tok is the bearer of the fake token name: JWT-shaped (as service-account
+// tokens are, so it reaches the TokenReview), unsigned, without exp.
+func tok(name string) string {
+	enc := base64.RawURLEncoding.EncodeToString
+	return enc([]byte(`{"alg":"RS256"}`)) + "." + enc([]byte(fmt.Sprintf(`{"name":%q}`, name))) + ".c2ln"
+}
+
+// fakeName is the name tok encoded in token, or token itself.
+func fakeName(token string) string {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return token
+	}
+	b, _ := base64.RawURLEncoding.DecodeString(parts[1])
+	var claims struct{ Name string }
+	if json.Unmarshal(b, &claims) != nil || claims.Name == "" {
+		return token
+	}
+	return claims.Name
+}
+
 // fakeClient answers TokenReviews from fakeTokens and counts them.
 func fakeClient(reviews *int) *fake.Clientset {
 	client := fake.NewClientset()
@@ -41,7 +63,7 @@ func fakeClient(reviews *int) *fake.Clientset {
 		if len(tr.Spec.Audiences) != 1 || tr.Spec.Audiences[0] != "istio-ca" {
 			return true, nil, fmt.Errorf("review for audiences %v", tr.Spec.Audiences)
 		}
-		st, ok := fakeTokens[tr.Spec.Token]
+		st, ok := fakeTokens[fakeName(tr.Spec.Token)]
 		if !ok {
 			st = authenticationv1.TokenReviewStatus{Error: "invalid bearer token"}
 		}
@@ -60,7 +82,8 @@ func jwt(exp time.Time) string {
 func testOptions() Options {
 	o := DefaultOptions()
 	o.Impersonators = []string{"istio-system/ztunnel"}
-	o.CSRRateLimit = 0
+	o.CSRRateLimit, o.CSRRateLimitPerIdentity = 0, 0
+	o.RefusalLogBurst = 0 // the tests read the reason of every refusal
 	return o
 }
 
@@ -96,76 +119,79 @@ func TestCreateCertificateRefusals(t *testing.T) {
 			csr: good, code: codes.Unauthenticated, reason: "no client certificate and no bearer token",
 		},
 		"refuses a token for another audience": {
-			token: "token-other-audience", csr: good, code: codes.Unauthenticated, reason: "is invalid for the target audiences",
+			token: tok("token-other-audience"), csr: good, code: codes.Unauthenticated, reason: "is invalid for the target audiences",
 		},
 		"refuses a token whose reviewed audiences lack istio-ca": {
-			token: "token-audiences-unchecked", csr: good, code: codes.Unauthenticated, reason: `do not include \"istio-ca\"`,
+			token: tok("token-audiences-unchecked"), csr: good, code: codes.Unauthenticated, reason: `do not include \"istio-ca\"`,
 		},
 		"refuses an expired token without asking the API server": {
 			token: jwt(time.Now().Add(-time.Minute)), csr: good, code: codes.Unauthenticated, reason: "token expired at",
 		},
+		"refuses a bearer that is not a JWT without asking the API server": {
+			token: "token-a", csr: good, code: codes.Unauthenticated, reason: "bearer token is not a JWT: 1 parts",
+		},
 		"refuses a token the API server does not know": {
-			token: "token-unknown-secret", csr: good, code: codes.Unauthenticated, reason: "invalid bearer token",
+			token: tok("token-unknown-secret"), csr: good, code: codes.Unauthenticated, reason: "invalid bearer token",
 		},
 		"refuses a user token that is not a service account": {
-			token: "token-user", csr: good, code: codes.Unauthenticated, reason: "is not a service account",
+			token: tok("token-user"), csr: good, code: codes.Unauthenticated, reason: "is not a service account",
 		},
 		"refuses sa A's token with a CSR for sa B": {
-			token: "token-a", csr: string(makeCSR(t, ecKey(t), csrSpec{uris: []string{idB}})), code: codes.PermissionDenied,
+			token: tok("token-a"), csr: string(makeCSR(t, ecKey(t), csrSpec{uris: []string{idB}})), code: codes.PermissionDenied,
 			reason: "CSR asks for",
 		},
 		"refuses a CSR with an extra DNS SAN": {
-			token: "token-a", csr: string(makeCSR(t, ecKey(t), csrSpec{uris: []string{idA}, dns: []string{"evil.example.com"}})),
+			token: tok("token-a"), csr: string(makeCSR(t, ecKey(t), csrSpec{uris: []string{idA}, dns: []string{"evil.example.com"}})),
 			code: codes.InvalidArgument, reason: "1 DNS, 0 IP and 0 email SANs",
 		},
 		"refuses a CSR with an IP SAN": {
-			token: "token-a", csr: string(makeCSR(t, ecKey(t), csrSpec{uris: []string{idA}, ips: []net.IP{net.IPv4(127, 0, 0, 1)}})),
+			token: tok("token-a"), csr: string(makeCSR(t, ecKey(t), csrSpec{uris: []string{idA}, ips: []net.IP{net.IPv4(127, 0, 0, 1)}})),
 			code: codes.InvalidArgument, reason: "0 DNS, 1 IP and 0 email SANs",
 		},
 		"refuses a CSR with two URI SANs": {
-			token: "token-a", csr: string(makeCSR(t, ecKey(t), csrSpec{uris: []string{idA, idB}})),
+			token: tok("token-a"), csr: string(makeCSR(t, ecKey(t), csrSpec{uris: []string{idA, idB}})),
 			code: codes.InvalidArgument, reason: "2 URI SANs",
 		},
 		"refuses a CSR with no SAN": {
-			token: "token-a", csr: string(makeCSR(t, ecKey(t), csrSpec{})), code: codes.InvalidArgument, reason: "0 URI SANs",
+			token: tok("token-a"), csr: string(makeCSR(t, ecKey(t), csrSpec{})), code: codes.InvalidArgument, reason: "0 URI SANs",
 		},
 		"refuses a CSR with a bad signature": {
-			token: "token-a", csr: string(badSignatureCSR(t, idA)), code: codes.InvalidArgument, reason: "CSR signature",
+			token: tok("token-a"), csr: string(badSignatureCSR(t, idA)), code: codes.InvalidArgument, reason: "CSR signature",
 		},
 		"refuses an RSA 1024 key": {
-			token: "token-a", csr: string(makeCSR(t, rsaKey(t, 1024), csrSpec{uris: []string{idA}})),
+			token: tok("token-a"), csr: string(makeCSR(t, rsaKey(t, 1024), csrSpec{uris: []string{idA}})),
 			code: codes.InvalidArgument, reason: "RSA key of 1024 bits",
 		},
 		"refuses a TTL above the maximum": {
-			token: "token-a", csr: good, ttl: int64((24*time.Hour + time.Second) / time.Second), code: codes.InvalidArgument,
+			token: tok("token-a"), csr: good, ttl: int64((24*time.Hour + time.Second) / time.Second), code: codes.InvalidArgument,
 			reason: "above the maximum 24h0m0s",
 		},
 		"refuses a negative TTL": {
-			token: "token-a", csr: good, ttl: -1, code: codes.InvalidArgument, reason: "negative validity_duration",
+			token: tok("token-a"), csr: good, ttl: -1, code: codes.InvalidArgument, reason: "negative validity_duration",
 		},
 		"refuses an empty CSR": {
-			token: "token-a", csr: "", code: codes.InvalidArgument, reason: "empty CSR",
+			token: tok("token-a"), csr: "", code: codes.InvalidArgument, reason: "empty CSR",
 		},
 		"refuses a garbage CSR": {
-			token: "token-a", csr: "not a certificate request at all", code: codes.InvalidArgument, reason: "CSR is not PEM",
+			token: tok("token-a"), csr: "not a certificate request at all", code: codes.InvalidArgument, reason: "CSR is not PEM",
 		},
 		"refuses a PEM block that is not a CSR": {
-			token: "token-a", csr: "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n", code: codes.InvalidArgument,
+			token: tok("token-a"), csr: "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n", code: codes.InvalidArgument,
 			reason: `PEM block is \"CERTIFICATE\"`,
 		},
 		"refuses a PEM CSR whose body is garbage": {
-			token: "token-a", csr: "-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n-----END CERTIFICATE REQUEST-----\n",
+			token: tok("token-a"), csr: "-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n-----END CERTIFICATE REQUEST-----\n",
 			code: codes.InvalidArgument, reason: "parse CSR",
 		},
 		"refuses a 1 MiB request": {
-			token: "token-a", csr: good + strings.Repeat("A", 1<<20), code: codes.InvalidArgument, reason: "over the limit of 32768",
+			token: tok("token-a"), csr: good + strings.Repeat("A", 1<<20), code: codes.InvalidArgument, reason: "over the limit of 32768",
 		},
 		"refuses impersonation by a caller not in the list": {
-			token: "token-a", csr: string(makeCSR(t, ecKey(t), csrSpec{uris: []string{idB}})), metadata: map[string]any{ImpersonatedIdentityKey: idB},
+			token: tok("token-a"), csr: string(makeCSR(t, ecKey(t), csrSpec{uris: []string{idB}})), metadata: map[string]any{ImpersonatedIdentityKey: idB},
 			code: codes.PermissionDenied, reason: "may not impersonate",
 		},
 		"refuses impersonation of another trust domain": {
-			token: "token-node", csr: good, metadata: map[string]any{ImpersonatedIdentityKey: "spiffe://other.domain/ns/app/sa/a"},
+			token: tok("token-node"), csr: good, metadata: map[string]any{ImpersonatedIdentityKey: "spiffe://other.domain/ns/app/sa/a"},
 			code: codes.PermissionDenied, reason: `trust domain \"other.domain\"`,
 		},
 	}
