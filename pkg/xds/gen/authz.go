@@ -94,7 +94,15 @@ func (g *Generator) rbacRules(aps []*model.Config, tcp bool) map[security.Author
 	}
 	for _, c := range aps {
 		ap := c.Object.(*securityv1.AuthorizationPolicy)
-		action := ap.Spec.GetAction()
+		action, suffix := ap.Spec.GetAction(), ""
+		if action == security.AuthorizationPolicy_CUSTOM {
+			// No external authorizer is configured (discovery has no
+			// extension providers yet): what the policy would send to one
+			// is denied, as istiod does for a CUSTOM policy whose provider
+			// it cannot find. Never fail open. Reported as unsupported
+			// (authzvalues.go).
+			action, suffix = security.AuthorizationPolicy_DENY, "-deny-due-to-bad-CUSTOM-action"
+		}
 		ea, ok := envoyAction[action]
 		if !ok {
 			g.warnOnce(c, ap.ResourceVersion, "action", "AuthorizationPolicy action not supported; the policy is ignored", "action", action.String())
@@ -123,7 +131,7 @@ func (g *Generator) rbacRules(aps []*model.Config, tcp bool) map[security.Author
 				// rule would match more than written: leave it out.
 				continue
 			}
-			rules.Policies[fmt.Sprintf("ns[%s]-policy[%s]-rule[%d]", c.Key.Namespace, c.Key.Name, i)] = pol
+			rules.Policies[fmt.Sprintf("ns[%s]-policy[%s]-rule[%d]%s", c.Key.Namespace, c.Key.Name, i, suffix)] = pol
 		}
 	}
 	for a, r := range out {

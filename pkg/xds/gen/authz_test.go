@@ -125,7 +125,15 @@ spec:
 				"deny the namespace on TCP": {principal: monitor, port: 5432},
 			},
 		},
-		"policies of other workloads, other namespaces, CUSTOM and targetRefs do not apply": {
+		"a CUSTOM policy denies what it would ask its authorizer about (istiod's rule for a provider it cannot find)": {
+			policies: `apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: ext, namespace: default}
+spec: {action: CUSTOM, provider: {name: opa}, rules: [{to: [{operation: {paths: ["/admin"]}}]}]}
+`,
+			http: map[string]request{"deny what the authorizer would judge": get("/admin"), "allow the rest": get("/")},
+		},
+		"policies of other workloads, other namespaces and targetRefs do not apply": {
 			policies: `apiVersion: security.istio.io/v1
 kind: AuthorizationPolicy
 metadata: {name: reviews, namespace: default}
@@ -135,11 +143,6 @@ apiVersion: security.istio.io/v1
 kind: AuthorizationPolicy
 metadata: {name: other, namespace: other}
 spec: {action: DENY, rules: [{}]}
----
-apiVersion: security.istio.io/v1
-kind: AuthorizationPolicy
-metadata: {name: ext, namespace: default}
-spec: {action: CUSTOM, provider: {name: opa}, rules: [{}]}
 ---
 apiVersion: security.istio.io/v1
 kind: AuthorizationPolicy

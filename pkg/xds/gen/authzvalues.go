@@ -8,8 +8,9 @@ import (
 )
 
 // authzUnsupportedValues reports action CUSTOM (external authorization):
-// such a policy is left out of the RBAC filters (authz.go), so it must be
-// reported like an unsupported field, not only by the webhook.
+// without an authorizer such a policy denies what its rules match
+// (authz.go), so it must be reported like an unsupported field, not only by
+// the webhook.
 func authzUnsupportedValues(spec proto.Message) []string {
 	ap, ok := spec.(*security.AuthorizationPolicy)
 	if !ok || ap.GetAction() != security.AuthorizationPolicy_CUSTOM {
