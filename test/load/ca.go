@@ -134,7 +134,7 @@ func RunCA(ctx context.Context, o CAOptions, out io.Writer) (*LatencyReport, err
 	}
 	extra := []string{"--ca-token-file", tokens}
 	if !o.KeepRateLimit {
-		extra = append(extra, "--csr-rate-limit=0")
+		extra = append(extra, "--csr-rate-limit=0", "--csr-rate-limit-per-identity=0")
 	}
 	server, err := startServer(ctx, o.Server, configDir, o.Out, extra...)
 	if err != nil {
