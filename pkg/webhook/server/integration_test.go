@@ -154,6 +154,22 @@ func checkVirtualServices(ctx context.Context, t *testing.T, env *testenv.Env) {
 	if !strings.Contains(last.Error(), "admission webhook") {
 		t.Errorf("refusal does not come from the webhook: %v", last)
 	}
+	// The VirtualService that once stopped the mesh (issue 13): a CR/LF in
+	// a header match name and in a header value it sets, which Envoy
+	// refuses. The webhook refuses it, naming both fields.
+	crlf := virtualService("crlf", map[string]any{
+		"hosts": []any{"reviews"},
+		"http": []any{map[string]any{
+			"match":   []any{map[string]any{"headers": map[string]any{"x-a\r\nb": map[string]any{"exact": "1"}}}},
+			"headers": map[string]any{"request": map[string]any{"set": map[string]any{"x-b": "v\r\nInjected: 1"}}},
+			"route":   []any{map[string]any{"destination": map[string]any{"host": "reviews"}}},
+		}},
+	})
+	_, err := vs.Create(ctx, crlf, metav1.CreateOptions{})
+	if err == nil || !strings.Contains(err.Error(), "admission webhook") || !strings.Contains(err.Error(), "is not a header name") ||
+		!strings.Contains(err.Error(), "headers.request.set.x-b: control character") {
+		t.Errorf("a VirtualService with CR/LF in header names and values: %v; want the webhook's refusal naming both", err)
+	}
 	// Valid, but with a field the generator does not act on yet: stored,
 	// with a warning the client sees.
 	valid := virtualService("with-stat-prefix", map[string]any{
