@@ -5,7 +5,6 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -94,17 +93,7 @@ func TestGatewayCredentialsAreServedOnlyToAuthenticatedGateways(t *testing.T) {
 	p := startServe(t, "--kubeconfig", env.Kubeconfig, "--grpc-address", plainAddr, "--secure-grpc-address", secureAddr)
 	p.waitReady(t)
 
-	var rootPEM string
-	waitFor(t, 20*time.Second, "istio-ca-root-cert in ns-a", func() bool {
-		cm, err := env.Client.CoreV1().ConfigMaps("ns-a").Get(ctx, "istio-ca-root-cert", metav1.GetOptions{})
-		if err == nil {
-			rootPEM = cm.Data["root-cert.pem"]
-		}
-		return rootPEM != ""
-	})
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM([]byte(rootPEM))
-	tlsCfg := &tls.Config{RootCAs: roots, ServerName: "istiod.istio-system.svc", MinVersion: tls.VersionTLS12}
+	tlsCfg := meshRootTLS(t, env, "ns-a")
 
 	secure, err := grpc.NewClient(secureAddr, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
 		grpc.WithPerRPCCredentials(bearer(tr.Status.Token)))

@@ -95,17 +95,7 @@ func TestSecureXDSAuthenticatesEveryStream(t *testing.T) {
 	p := startServe(t, "--kubeconfig", env.Kubeconfig, "--secure-grpc-address", secure)
 	p.waitReady(t)
 
-	var rootPEM string
-	waitFor(t, 20*time.Second, "istio-ca-root-cert in team-a", func() bool {
-		cm, err := env.Client.CoreV1().ConfigMaps("team-a").Get(ctx, "istio-ca-root-cert", metav1.GetOptions{})
-		if err == nil {
-			rootPEM = cm.Data["root-cert.pem"]
-		}
-		return rootPEM != ""
-	})
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM([]byte(rootPEM))
-	tlsCfg := &tls.Config{RootCAs: roots, ServerName: "istiod.istio-system.svc", MinVersion: tls.VersionTLS12}
+	tlsCfg := meshRootTLS(t, env, "team-a")
 
 	if _, err := adsFirstResponse(t, secure, tlsCfg, token, "team-a", "web"); err != nil {
 		t.Fatalf("token of team-a, node in team-a: %v", err)
@@ -135,6 +125,23 @@ func TestSecureXDSAuthenticatesEveryStream(t *testing.T) {
 	if _, err := adsFirstResponse(t, secure, withCert, "", "team-b", ""); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("client certificate of team-a, node in team-b: %v; want PermissionDenied", err)
 	}
+}
+
+// meshRootTLS waits for the root certificate published in ns and returns
+// a client TLS configuration that trusts it for istiod's name.
+func meshRootTLS(t *testing.T, env *testenv.Env, ns string) *tls.Config {
+	t.Helper()
+	var rootPEM string
+	waitFor(t, 20*time.Second, "istio-ca-root-cert in "+ns, func() bool {
+		cm, err := env.Client.CoreV1().ConfigMaps(ns).Get(context.Background(), "istio-ca-root-cert", metav1.GetOptions{})
+		if err == nil {
+			rootPEM = cm.Data["root-cert.pem"]
+		}
+		return rootPEM != ""
+	})
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM([]byte(rootPEM))
+	return &tls.Config{RootCAs: roots, ServerName: "istiod.istio-system.svc", MinVersion: tls.VersionTLS12}
 }
 
 // workloadCert asks the CA for a certificate for spiffeID with token.
