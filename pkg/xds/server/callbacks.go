@@ -64,13 +64,13 @@ func (cb callbacks) request(key streamKey, typeURL string, node *corev3.Node, re
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := cb.s.checkNode(node); err != nil {
-		cb.s.log.Warn("refused xDS stream", "error", err)
+		cb.s.refusals.Warn("node", "refused xDS stream", "error", err)
 		return err
 	}
 	if c.proxy == nil {
 		p, err := parseNode(node)
 		if err != nil {
-			cb.s.log.Warn("refused xDS stream", "error", model.Clip(err.Error()))
+			cb.s.refusals.Warn("node", "refused xDS stream", "error", model.Clip(err.Error()))
 			return status.Error(codes.InvalidArgument, model.Clip(err.Error()))
 		}
 		c.proxy = p
@@ -78,19 +78,18 @@ func (cb callbacks) request(key streamKey, typeURL string, node *corev3.Node, re
 		c.logger().Info("proxy connected", "class", p.Class(), "delta", key.delta)
 		cb.s.enqueueInitial(c)
 	}
-	if c.cfg != nil && knownType(typeURL) {
-		switch r := req.(type) {
-		case *discovery.DiscoveryRequest:
-			intern(c.cfg, typeURL, r.ResourceNames)
-		case *discovery.DeltaDiscoveryRequest:
-			intern(c.cfg, typeURL, r.ResourceNamesSubscribe)
-		}
-	}
-	if r, ok := req.(*discovery.DeltaDiscoveryRequest); ok {
+	// misses counts the request's names c's configuration does not hold
+	// (all of them before it is known), for checkNames.
+	var misses int
+	switch r := req.(type) {
+	case *discovery.DiscoveryRequest:
+		misses = intern(c.cfg, typeURL, r.ResourceNames)
+	case *discovery.DeltaDiscoveryRequest:
+		misses = intern(c.cfg, typeURL, r.ResourceNamesSubscribe)
 		c.noteDeltaRequest(typeURL, r)
 	}
-	if err := c.checkNames(typeURL, req); err != nil {
-		c.logger().Warn("refused xDS stream", "type", gen.ShortType(typeURL), "error", err)
+	if err := c.checkNames(typeURL, req, misses); err != nil {
+		cb.s.refusals.Warn("names", "refused xDS stream", "proxy", model.Clip(c.proxy.ID), "type", gen.ShortType(typeURL), "error", err)
 		return err
 	}
 	if old := c.reqs[typeURL]; old != nil {
@@ -102,15 +101,23 @@ func (cb callbacks) request(key streamKey, typeURL string, node *corev3.Node, re
 }
 
 // intern replaces each name that cfg holds by the resource's own name
-// string. go-control-plane keeps the subscribed names for the stream's
-// life; decoded from the request they were a copy per proxy (about 4,000
-// names, 250 KB, per proxy at M1), interned they are shared by the class.
-func intern(cfg *gen.ProxyConfig, typeURL string, names []string) {
+// string, and returns how many it does not hold (all, while cfg is nil or
+// for a type it does not generate). go-control-plane keeps the subscribed
+// names for the stream's life; decoded from the request they were a copy
+// per proxy (about 4,000 names, 250 KB, per proxy at M1), interned they
+// are shared by the class.
+func intern(cfg *gen.ProxyConfig, typeURL string, names []string) (misses int) {
+	if cfg == nil || !knownType(typeURL) {
+		return len(names)
+	}
 	for i, n := range names {
 		if r := cfg.Get(typeURL, n); r != nil {
 			names[i] = r.Name
+		} else {
+			misses++
 		}
 	}
+	return misses
 }
 
 func parseNode(node *corev3.Node) (*model.Proxy, error) {

@@ -73,22 +73,23 @@ func (s *Server) checkNode(node *corev3.Node) error {
 }
 
 // checkNames bounds the names a request leaves the stream subscribed to,
-// in all and those c's configuration does not hold. Called with c.mu held,
-// before go-control-plane applies the request.
-func (c *conn) checkNames(typeURL string, req any) error {
+// in all and those c's configuration does not hold (misses of them are in
+// the request, see intern). Called with c.mu held, before go-control-plane
+// applies the request.
+func (c *conn) checkNames(typeURL string, req any, misses int) error {
 	o := c.s.opts
-	var total int
-	var names []string
+	total, unknown := 0, misses
 	switch r := req.(type) {
 	case *discovery.DiscoveryRequest:
-		names = r.GetResourceNames()
-		total = len(names)
+		total = len(r.GetResourceNames())
 	case *discovery.DeltaDiscoveryRequest:
 		if len(r.GetResourceNamesSubscribe()) == 0 {
 			return nil
 		}
+		// The stream's set after the request: what it held and the names
+		// new to it (a name subscribed again counts once).
 		total = len(c.dsubs[typeURL]) + len(c.dnew[typeURL])
-		names = c.dnew[typeURL]
+		unknown = c.unknown(typeURL, c.dnew[typeURL]) + c.unknownHeld(typeURL)
 	}
 	if o.MaxNames > 0 && total > o.MaxNames {
 		c.s.refuse(refuseTooManyNames)
@@ -97,7 +98,6 @@ func (c *conn) checkNames(typeURL string, req any) error {
 	if o.MaxUnknownNames <= 0 || typeURL == gen.SecretType || !knownType(typeURL) {
 		return nil
 	}
-	unknown := c.unknownNames(typeURL, names, req)
 	if unknown > o.MaxUnknownNames {
 		c.s.refuse(refuseUnknownNames)
 		return status.Errorf(codes.InvalidArgument, "%d subscribed %s names are not in this proxy's configuration; the limit is %d",
@@ -106,26 +106,28 @@ func (c *conn) checkNames(typeURL string, req any) error {
 	return nil
 }
 
-// unknownNames counts the names the stream would subscribe to after req
-// that c's configuration does not hold. Before the configuration is
-// known every name is unknown: a proxy names resources only once it was
-// sent what names them (Envoy's first requests are wildcards, grpc-go's
-// name its few targets), so only a client that guesses names, by the
-// thousand, meets the bound there.
-func (c *conn) unknownNames(typeURL string, names []string, req any) int {
-	unknown := func(name string) bool { return c.cfg == nil || c.cfg.Get(typeURL, name) == nil }
+// unknown counts the names that c's configuration does not hold.
+func (c *conn) unknown(typeURL string, names []string) int {
 	n := 0
 	for _, name := range names {
-		if unknown(name) {
+		if c.cfg == nil || c.cfg.Get(typeURL, name) == nil {
 			n++
 		}
 	}
-	if _, delta := req.(*discovery.DeltaDiscoveryRequest); delta {
-		// names are the new ones; add those already held.
-		for name := range c.dsubs[typeURL] {
-			if unknown(name) {
-				n++
-			}
+	return n
+}
+
+// unknownHeld counts the names a delta stream already subscribes to that
+// c's configuration does not hold. Before the configuration is known every
+// name is unknown: a proxy names resources only once it was sent what
+// names them (Envoy's first requests are wildcards, grpc-go's name its few
+// targets), so only a client that guesses names, by the thousand, meets
+// the bound there.
+func (c *conn) unknownHeld(typeURL string) int {
+	n := 0
+	for name := range c.dsubs[typeURL] {
+		if c.cfg == nil || c.cfg.Get(typeURL, name) == nil {
+			n++
 		}
 	}
 	return n

@@ -23,6 +23,7 @@ import (
 	"github.com/meshplane/discovery/pkg/model"
 	"github.com/meshplane/discovery/pkg/xds/gen"
 	"github.com/meshplane/discovery/pkg/xds/push"
+	"github.com/meshplane/discovery/pkg/xds/streamauth"
 )
 
 // World is where the server reads configuration from; *model.Store is it.
@@ -54,7 +55,8 @@ type Server struct {
 	reqs      sync.Map // request pointer -> *conn, between OnStreamRequest and CreateWatch
 	classes   classCache
 	history   *history
-	streams   streamCount // open streams, against Options.MaxStreams (limits.go)
+	streams   streamCount            // open streams, against Options.MaxStreams (limits.go)
+	refusals  *streamauth.RefusalLog // log lines of refused streams, bounded
 
 	// Gateway credentials (sds.go); nil without a cluster.
 	creds       credentials.Reader
@@ -70,7 +72,7 @@ func New(opts Options, world World, log *slog.Logger, reg prometheus.Registerer)
 	if opts.PushStatusSize <= 0 {
 		opts.PushStatusSize = DefaultOptions().PushStatusSize
 	}
-	s := &Server{opts: opts, world: world, log: log, m: newMetrics(reg), gen: gen.New(log)}
+	s := &Server{opts: opts, world: world, log: log, m: newMetrics(reg), gen: gen.New(log), refusals: streamauth.NewRefusalLog(log)}
 	if opts.TrustDomain != "" {
 		if err := s.gen.SetTrustDomain(opts.TrustDomain); err != nil {
 			return nil, err

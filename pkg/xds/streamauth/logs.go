@@ -7,12 +7,14 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// refusalLog bounds the log lines of refused streams, per reason: a
+// RefusalLog bounds the log lines of refused streams, per reason: a
 // burst, then one line a second; what it leaves out is counted and said
-// in the next line it writes. pilot_xds_auth_failures_total counts every
-// refusal. A flood of unauthenticated streams would otherwise write a line
-// each.
-type refusalLog struct {
+// in the next line it writes. Metrics count every refusal (here
+// pilot_xds_auth_failures_total, in the xDS server
+// discovery_xds_streams_refused_total); a flood of refused streams would
+// otherwise write a line each. The xDS server uses one for its own
+// refusals.
+type RefusalLog struct {
 	log *slog.Logger
 
 	mu         sync.Mutex
@@ -20,12 +22,13 @@ type refusalLog struct {
 	suppressed map[string]int
 }
 
-func newRefusalLog(log *slog.Logger) *refusalLog {
-	return &refusalLog{log: log, limits: map[string]*rate.Limiter{}, suppressed: map[string]int{}}
+// NewRefusalLog returns a RefusalLog writing to log.
+func NewRefusalLog(log *slog.Logger) *RefusalLog {
+	return &RefusalLog{log: log, limits: map[string]*rate.Limiter{}, suppressed: map[string]int{}}
 }
 
-// warn logs msg for reason unless its budget is spent.
-func (l *refusalLog) warn(reason, msg string, args ...any) {
+// Warn logs msg at WARN for reason unless the reason's budget is spent.
+func (l *RefusalLog) Warn(reason, msg string, args ...any) {
 	l.mu.Lock()
 	lim := l.limits[reason]
 	if lim == nil {

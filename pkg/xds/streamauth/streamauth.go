@@ -49,13 +49,13 @@ type Guard struct {
 	log      *slog.Logger
 	draining atomic.Bool
 	refused  *prometheus.CounterVec
-	logs     *refusalLog
+	logs     *RefusalLog
 }
 
 // New returns a Guard. Its refusals are counted in
 // pilot_xds_auth_failures_total{reason}.
 func New(authn Authenticator, log *slog.Logger, reg prometheus.Registerer) *Guard {
-	g := &Guard{authn: authn, log: log, logs: newRefusalLog(log), refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+	g := &Guard{authn: authn, log: log, logs: NewRefusalLog(log), refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "pilot_xds_auth_failures_total",
 		Help: "xDS streams refused on the TLS port, by reason (unauthenticated, identity_mismatch, invalid_node, draining).",
 	}, []string{"reason"})}
@@ -97,7 +97,7 @@ func (g *Guard) StreamInterceptor() grpc.StreamServerInterceptor {
 		id, method, err := g.authn.Authenticate(ss.Context())
 		if err != nil {
 			g.refused.WithLabelValues("unauthenticated").Inc()
-			g.logs.warn("unauthenticated", "xDS stream refused: not authenticated", "method", info.FullMethod, "err", model.Clip(err.Error()))
+			g.logs.Warn("unauthenticated", "xDS stream refused: not authenticated", "method", info.FullMethod, "err", model.Clip(err.Error()))
 			return status.Error(codes.Unauthenticated, msgUnauthenticated)
 		}
 		cs := &checkedStream{ServerStream: ss, g: g, id: id, via: method,
@@ -171,7 +171,7 @@ func (s *checkedStream) check(node *core.Node) error {
 	if proxy.Namespace != s.id.Namespace ||
 		(proxy.Metadata.ServiceAccount != "" && proxy.Metadata.ServiceAccount != s.id.ServiceAccount) {
 		s.g.refused.WithLabelValues("identity_mismatch").Inc()
-		s.g.logs.warn("identity_mismatch", "xDS stream refused: the node is not the caller's",
+		s.g.logs.Warn("identity_mismatch", "xDS stream refused: the node is not the caller's",
 			"node", model.Clip(node.GetId()), "nodeNamespace", model.Clip(proxy.Namespace), "nodeServiceAccount", model.Clip(proxy.Metadata.ServiceAccount),
 			"caller", s.id.SPIFFEID(), "authenticatedBy", s.via)
 		return status.Error(codes.PermissionDenied, msgDenied)
