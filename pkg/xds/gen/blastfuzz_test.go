@@ -219,10 +219,10 @@ func (r *refusals) total() float64 {
 
 // first is one logged refusal, for a failure message.
 func (r *refusals) first() string {
-	out := ""
-	r.logged.Range(func(k, _ any) bool {
-		out = fmt.Sprintf("%q", k)
-		return false
-	})
-	return out
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for k := range r.logged {
+		return fmt.Sprintf("%q", k)
+	}
+	return ""
 }

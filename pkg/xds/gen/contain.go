@@ -150,17 +150,23 @@ func sound(m interface {
 // resource and error (generation repeats for every class and push), the
 // counter every time.
 type refusals struct {
-	logged  sync.Map // type|name|error -> true
 	mu      sync.Mutex
+	logged  map[string]bool // type|name|error; forgotten past maxLogged
 	n       map[[2]string]float64
 	counter *prometheus.CounterVec
 }
+
+// maxLogged bounds the refusals remembered as logged: past it they are
+// forgotten (and each is logged once more), so a churn of bad configs
+// cannot grow the set without end.
+const maxLogged = 10000
 
 func (r *refusals) note(g *Generator, class string, sources []ConfigRef, err *RefusedError) {
 	outcome := "left_out"
 	if err.StandIn {
 		outcome = "stand_in"
 	}
+	key := err.TypeURL + "|" + err.Name + "|" + err.Err.Error()
 	r.mu.Lock()
 	if r.n == nil {
 		r.n = map[[2]string]float64{}
@@ -169,9 +175,13 @@ func (r *refusals) note(g *Generator, class string, sources []ConfigRef, err *Re
 	if r.counter != nil {
 		r.counter.WithLabelValues(ShortType(err.TypeURL), outcome).Inc()
 	}
+	if r.logged == nil || len(r.logged) >= maxLogged {
+		r.logged = map[string]bool{}
+	}
+	done := r.logged[key]
+	r.logged[key] = true
 	r.mu.Unlock()
-	key := err.TypeURL + "|" + err.Name + "|" + err.Err.Error()
-	if _, done := r.logged.LoadOrStore(key, true); done {
+	if done {
 		return
 	}
 	names := make([]string, len(sources))
