@@ -27,6 +27,8 @@ import (
 //	               to p's namespace select p (a digest of their
 //	               VirtualService, route and match indexes); absent when
 //	               none does
+//	|dr=A,B        the DestinationRules of p's namespace whose
+//	               workloadSelector selects p, oldest first (drselect.go)
 //
 // Without such configuration the key is p.Class(). Gateways' classes
 // already carry their labels, and Sidecars never apply to them. ClassKey
@@ -43,14 +45,19 @@ func ClassKey(w *model.World, p *model.Proxy) string {
 	if d := ix.sourceDigest(p); d != "" {
 		key += "|src=" + d
 	}
+	if r := ix.rules.selected(p); r != "" {
+		key += "|dr=" + r
+	}
 	return key
 }
 
 // worldIndex is what the workload-dependent choices need of one World,
-// built once per World: the Sidecars per namespace and the sourceLabels
-// matches of the VirtualServices that apply to sidecars.
+// built once per World: the Sidecars per namespace, the sourceLabels
+// matches of the VirtualServices that apply to sidecars and the
+// DestinationRules.
 type worldIndex struct {
 	version uint64
+	rules   *ruleIndex
 	// selected holds, per namespace, the Sidecars with a workloadSelector,
 	// defaults those without; both oldest first, as Istio orders them.
 	selected, defaults map[string][]*model.Config
@@ -179,6 +186,7 @@ func evictIndexes() {
 func newWorldIndex(w *model.World, prev *worldIndex) *worldIndex {
 	ix := &worldIndex{
 		version: w.Version, selected: map[string][]*model.Config{}, defaults: map[string][]*model.Config{},
+		rules: newRuleIndex(w),
 	}
 	for _, c := range w.Configs(model.KindSidecar) {
 		if _, ok := c.Object.(*networkingv1.Sidecar); !ok {

@@ -33,6 +33,7 @@ func (g *Generator) outboundClusters(sc *Scope, svc *model.Service, eps *model.S
 		return
 	}
 	dr := sc.DestinationRule(svc.Hostname)
+	g.warnRules(sc, svc.Hostname)
 	ids := g.serviceIdentities(svc, eps)
 	for _, port := range svc.Ports {
 		if port.Protocol == model.ProtocolUDP {

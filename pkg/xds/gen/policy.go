@@ -26,7 +26,7 @@ const (
 
 // drFields are the DestinationRule fields generation acts on.
 var drFields = newFieldSet(
-	"host", "exportTo", "subsets.name", "subsets.labels",
+	"host", "exportTo", "workloadSelector", "subsets.name", "subsets.labels",
 	"trafficPolicy.loadBalancer.simple",
 	"trafficPolicy.loadBalancer.consistentHash.httpHeaderName", "trafficPolicy.loadBalancer.consistentHash.httpCookie.name",
 	"trafficPolicy.loadBalancer.consistentHash.httpCookie.path", "trafficPolicy.loadBalancer.consistentHash.httpCookie.ttl",

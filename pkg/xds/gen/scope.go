@@ -29,15 +29,17 @@ type Scope struct {
 	// delegations are the http routes of root VirtualServices with their
 	// delegates merged in.
 	delegations map[*model.Config]*delegation
-	// dr maps a host to its DestinationRule.
-	dr map[string]*model.Config
+	// dr maps a host to its DestinationRule (drselect.go), drShadowed to
+	// the rules that one shadows, if any.
+	dr         map[string]*model.Config
+	drShadowed map[string][]*model.Config
 	// sidecar is the Sidecar that applies to the class, or nil.
 	sidecar *egressScope
 }
 
 // NewScope computes what proxies of p's class see of w.
 func NewScope(w *model.World, p *model.Proxy) *Scope {
-	sc := &Scope{World: w, Proxy: p, visible: map[model.NamespacedName]bool{}, vs: map[string][]*model.Config{}, dr: map[string]*model.Config{}}
+	sc := &Scope{World: w, Proxy: p, visible: map[model.NamespacedName]bool{}, vs: map[string][]*model.Config{}}
 	egress := sidecarScope(w, p)
 	sc.sidecar = egress
 	for _, s := range w.Services() {
@@ -47,16 +49,7 @@ func NewScope(w *model.World, p *model.Proxy) *Scope {
 		}
 	}
 	sc.indexVirtualServices()
-	for _, c := range w.Configs(model.KindDestinationRule) {
-		dr, ok := c.Object.(*networkingv1.DestinationRule)
-		if !ok || !exportedTo(dr.Spec.GetExportTo(), c.Key.Namespace, p.Namespace) {
-			continue
-		}
-		host := ResolveHost(dr.Spec.GetHost(), c.Key.Namespace, w.DomainSuffix)
-		if prev, ok := sc.dr[host]; !ok || (c.Key.Namespace == p.Namespace && prev.Key.Namespace != p.Namespace) {
-			sc.dr[host] = c
-		}
-	}
+	sc.dr, sc.drShadowed = indexFor(w).rules.forScope(sc)
 	return sc
 }
 

@@ -31,8 +31,14 @@ func (sc *Scope) RegistryOnly() bool {
 
 // warnSidecar logs the unsupported fields of the Sidecar that applies to
 // the class, once per version, and the Sidecars it shadows: Istio leaves
-// the choice among several undefined, here the oldest wins.
+// the choice among several undefined, here the oldest wins. It also
+// reports the DestinationRules the class's rules shadow, which
+// outboundClusters reports only when a service's clusters are built (they
+// are shared and reused).
 func (g *Generator) warnSidecar(sc *Scope) {
+	for host := range sc.drShadowed {
+		g.warnRules(sc, host)
+	}
 	if sc.sidecar == nil || sc.sidecar.cfg == nil {
 		return
 	}

@@ -192,7 +192,10 @@ func configVisible(w *model.World, k model.Key, ns string) bool {
 		}
 		return gen.ExportedTo(o.Spec.GetExportTo(), k.Namespace, ns)
 	case *networkingv1.DestinationRule:
-		return gen.ExportedTo(o.Spec.GetExportTo(), k.Namespace, ns)
+		// One with a workloadSelector applies in its own namespace only,
+		// whatever its exportTo: there to the proxies it selects, which a
+		// changed selection also moves to another class (ClassKey).
+		return gen.DestinationRuleExportedTo(&o.Spec, k.Namespace, ns)
 	}
 	return true
 }
