@@ -78,3 +78,52 @@ func (e *egressScope) allows(svc *model.Service) bool {
 	}
 	return false
 }
+
+// importsVirtualService reports whether the Sidecar's egress hosts import
+// the VirtualService c with hosts, resolved as written in c's namespace
+// (Istio's SelectVirtualServices): one of its hosts matches a host listed
+// for c's namespace ("." being the proxy's) or for "*". The namespace is
+// the VirtualService's own, not the namespace of the service it routes: a
+// Sidecar that imports ./* takes no other namespace's VirtualService, even
+// for its own services. Without Sidecar every VirtualService is imported.
+func (e *egressScope) importsVirtualService(c *model.Config, hosts []string, domainSuffix string) bool {
+	if e == nil {
+		return true
+	}
+	for _, h := range hosts {
+		host := ResolveHost(h, c.Key.Namespace, domainSuffix)
+		for _, eh := range e.hosts {
+			ns := eh[0]
+			if ns == "." {
+				ns = e.ns
+			}
+			if ns == "~" || (ns != "*" && ns != c.Key.Namespace) {
+				continue
+			}
+			if hostsMatch(host, eh[1]) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// hostsMatch is Istio's host.Name.Matches: equal names, or a wildcard
+// ("*", "*.suffix") on either side that covers the other (two wildcards
+// match when one covers the other). Istio matches VirtualService hosts
+// against egress hosts both ways; services only one way (allows).
+func hostsMatch(a, b string) bool {
+	aw, bw := strings.HasPrefix(a, "*"), strings.HasPrefix(b, "*")
+	switch {
+	case aw && bw:
+		if len(a) < len(b) {
+			return strings.HasSuffix(b[1:], a[1:])
+		}
+		return strings.HasSuffix(a[1:], b[1:])
+	case aw:
+		return strings.HasSuffix(b, a[1:])
+	case bw:
+		return strings.HasSuffix(a, b[1:])
+	}
+	return a == b
+}

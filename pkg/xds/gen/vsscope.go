@@ -30,6 +30,11 @@ import (
 //	delegate  VirtualServices without hosts are delegates: they route
 //	          nothing by themselves, their http routes are merged into the
 //	          roots that name them (vsdelegate.go)
+//	Sidecar   of those, a sidecar whose Sidecar has egress hosts sees the
+//	          ones its hosts import by the VirtualService's namespace
+//	          (importsVirtualService, Istio's SelectVirtualServices);
+//	          DestinationRules are not filtered so (Istio takes the rules
+//	          of the services the Sidecar imports, drselect.go)
 
 // exportBucket is a VirtualService's group in the order above, for proxies
 // of namespace ns: 0 private, 1 exported by name, 2 public.
@@ -83,8 +88,10 @@ func (sc *Scope) indexVirtualServices() {
 	var vss []*model.Config
 	for _, c := range w.Configs(model.KindVirtualService) {
 		vs, ok := c.Object.(*networkingv1.VirtualService)
-		// A delegate (no hosts) routes nothing by itself.
-		if ok && len(vs.Spec.GetHosts()) > 0 && exportedTo(vs.Spec.GetExportTo(), c.Key.Namespace, ns) {
+		// A delegate (no hosts) routes nothing by itself. A sidecar's
+		// Sidecar imports VirtualServices by their namespace (sidecar.go).
+		if ok && len(vs.Spec.GetHosts()) > 0 && exportedTo(vs.Spec.GetExportTo(), c.Key.Namespace, ns) &&
+			sc.sidecar.importsVirtualService(c, vs.Spec.GetHosts(), w.DomainSuffix) {
 			vss = append(vss, c)
 		}
 	}
