@@ -3,15 +3,12 @@ package validate
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"strings"
 
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	networking "istio.io/api/networking/v1alpha3"
 	security "istio.io/api/security/v1beta1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // Groups of the kinds /validate checks.
@@ -41,7 +38,17 @@ func (e *DecodeError) Unwrap() error { return e.Err }
 // kind pairs a proto message with its checks.
 type kind struct {
 	newSpec func() proto.Message
-	check   func(spec proto.Message, p *problems)
+	check   func(spec proto.Message, m *meta, p *problems)
+}
+
+// meta is the part of an object's metadata that Istio's checks read.
+type meta struct {
+	Name              string            `json:"name"`
+	GenerateName      string            `json:"generateName"`
+	Namespace         string            `json:"namespace"`
+	Labels            map[string]string `json:"labels"`
+	Annotations       map[string]string `json:"annotations"`
+	DeletionTimestamp string            `json:"deletionTimestamp"`
 }
 
 var kinds = map[schema.GroupKind]kind{
@@ -56,106 +63,106 @@ var kinds = map[schema.GroupKind]kind{
 	{Group: GroupSecurity, Kind: "RequestAuthentication"}: {func() proto.Message { return &security.RequestAuthentication{} }, checkRequestAuthentication},
 }
 
+// namespace is the object's namespace, "default" when it has none (as the
+// API server and file mode give it).
+func (m *meta) namespace() string {
+	if m.Namespace == "" {
+		return "default"
+	}
+	return m.Namespace
+}
+
 // object is the part of a custom resource that validation reads.
 type object struct {
-	APIVersion string `json:"apiVersion"`
-	Kind       string `json:"kind"`
-	Metadata   struct {
-		Name              string `json:"name"`
-		Namespace         string `json:"namespace"`
-		DeletionTimestamp string `json:"deletionTimestamp"`
-	} `json:"metadata"`
-	Spec json.RawMessage `json:"spec"`
+	APIVersion string          `json:"apiVersion"`
+	Kind       string          `json:"kind"`
+	Metadata   meta            `json:"metadata"`
+	Spec       json.RawMessage `json:"spec"`
+}
+
+// Warnings are what Check has to say of an object it accepts (or refuses).
+type Warnings struct {
+	// Istio are the warnings Istio's own validation gives for the object.
+	Istio []string
+	// Unsupported name what discovery accepts but does not act on: fields
+	// the generator ignores, or a kind it does not read.
+	Unsupported []string
+}
+
+// All is every warning, Istio's first, as /validate returns them.
+func (w Warnings) All() []string {
+	if len(w.Istio)+len(w.Unsupported) == 0 {
+		return nil
+	}
+	return append(append([]string{}, w.Istio...), w.Unsupported...)
 }
 
 // Validate checks one object (its JSON, as the API server sends it) of
-// kind gk. It returns warnings for fields discovery does not act on yet,
-// and a *DecodeError if the object cannot be read as that kind, or an
-// *InvalidError listing every problem found. Kinds of Istio's groups that
-// discovery does not read are accepted with a warning.
+// kind gk, as Check does, and returns all its warnings together.
 func Validate(gk schema.GroupKind, raw []byte) ([]string, error) {
+	w, err := Check(gk, raw)
+	return w.All(), err
+}
+
+// Check checks one object (its JSON, as the API server sends it) of kind
+// gk, and gives the same verdict as Istio (accept, warn or refuse), or
+// refuses what Envoy would refuse. It returns a *DecodeError if the object
+// cannot be read as that kind, or an *InvalidError listing every problem
+// found. Kinds of Istio's groups that discovery does not read are accepted
+// with an Unsupported warning. The webhook and the file source both judge
+// objects with it.
+func Check(gk schema.GroupKind, raw []byte) (Warnings, error) {
 	var obj object
 	if err := json.Unmarshal(raw, &obj); err != nil {
-		return nil, &DecodeError{fmt.Errorf("%s is not a Kubernetes object: %w", gk.Kind, err)}
+		return Warnings{}, &DecodeError{fmt.Errorf("%s is not a Kubernetes object: %w", gk.Kind, err)}
+	}
+	if err := topLevelFields(raw); err != nil {
+		return Warnings{}, &DecodeError{fmt.Errorf("%s %q: %w", gk.Kind, obj.Metadata.Name, err)}
 	}
 	if obj.Metadata.DeletionTimestamp != "" {
 		// An object on its way out (say, a finalizer being removed) is
 		// not judged again: refusing would keep it forever.
-		return nil, nil
+		return Warnings{}, nil
 	}
 	k, ok := kinds[gk]
 	if !ok {
-		return []string{fmt.Sprintf("discovery does not read %s: it is stored but has no effect", gk)}, nil
+		return Warnings{Unsupported: []string{fmt.Sprintf("discovery does not read %s: it is stored but has no effect", gk)}}, nil
 	}
 	spec := k.newSpec()
-	if len(obj.Spec) > 0 && string(obj.Spec) != "null" {
-		if err := protojson.Unmarshal(obj.Spec, spec); err != nil {
-			return nil, &DecodeError{fmt.Errorf("%s %q: spec: %s", gk.Kind, obj.Metadata.Name, cleanProtoError(err))}
-		}
+	if err := DecodeSpec(obj.Spec, spec); err != nil {
+		return Warnings{}, &DecodeError{fmt.Errorf("%s %q: spec: %w", gk.Kind, obj.Metadata.Name, err)}
 	}
 	p := &problems{}
-	k.check(spec, p)
-	warnings := unsupported(gk.Kind, spec)
+	checkMetadata(gk, &obj.Metadata, spec, p)
+	k.check(spec, &obj.Metadata, p)
+	w := Warnings{Istio: p.warnings, Unsupported: unsupported(gk.Kind, spec)}
 	if len(p.list) > 0 {
-		return warnings, &InvalidError{Kind: gk.Kind, Name: obj.Metadata.Name, Problems: p.list}
+		return w, &InvalidError{Kind: gk.Kind, Name: obj.Metadata.Name, Problems: p.list}
 	}
-	return warnings, nil
+	return w, nil
 }
 
-// cleanProtoError drops protojson's deliberately unstable spacing.
-func cleanProtoError(err error) string {
-	return strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\u00a0", " ")), " ")
-}
-
-// problems collects what is wrong, with field paths.
-type problems struct{ list []string }
+// problems collects what is wrong, with field paths,
+// and what Istio would only warn about.
+type problems struct{ list, warnings []string }
 
 func (p *problems) add(path, format string, args ...any) {
 	p.list = append(p.list, path+": "+fmt.Sprintf(format, args...))
 }
 
+// errorsOnly runs check and keeps only its errors: Istio drops the
+// warnings of some nested checks (subsets, port-level settings).
+func (p *problems) errorsOnly(check func(*problems)) {
+	q := &problems{}
+	check(q)
+	p.list = append(p.list, q.list...)
+}
+
+func (p *problems) warn(path, format string, args ...any) {
+	p.warnings = append(p.warnings, path+": "+fmt.Sprintf(format, args...))
+}
+
 func at(path string, i int) string { return fmt.Sprintf("%s[%d]", path, i) }
-
-// checkHost checks a host name as Istio accepts it: a DNS name, optionally
-// with a leading "*." wildcard, or "*", or an IP address.
-func checkHost(p *problems, path, host string) {
-	switch {
-	case host == "":
-		p.add(path, "host must not be empty")
-	case host == "*", net.ParseIP(host) != nil:
-	case strings.HasPrefix(host, "*."):
-		checkDNSName(p, path, host[2:])
-	default:
-		checkDNSName(p, path, host)
-	}
-}
-
-func checkDNSName(p *problems, path, name string) {
-	if errs := validation.IsDNS1123Subdomain(strings.ToLower(name)); len(errs) > 0 {
-		p.add(path, "%q is not a valid host name: %s", name, strings.Join(errs, ", "))
-	}
-}
-
-// checkNamespacedHost checks "namespace/host" as Gateway and Sidecar use it.
-func checkNamespacedHost(p *problems, path, h string) {
-	ns, host, ok := strings.Cut(h, "/")
-	if !ok {
-		p.add(path, "%q must be namespace/host (namespace may be * or .)", h)
-		return
-	}
-	if ns != "*" && ns != "." && ns != "~" {
-		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
-			p.add(path, "namespace %q: %s", ns, strings.Join(errs, ", "))
-		}
-	}
-	checkHost(p, path, host)
-}
-
-func checkPort(p *problems, path string, port uint32) {
-	if port < 1 || port > 65535 {
-		p.add(path, "port %d is not in 1-65535", port)
-	}
-}
 
 func checkPercent(p *problems, path string, v float64) {
 	if v < 0 || v > 100 {

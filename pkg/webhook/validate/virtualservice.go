@@ -1,6 +1,7 @@
 package validate
 
 import (
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -11,20 +12,16 @@ import (
 	"github.com/meshplane/discovery/pkg/xds/gen"
 )
 
-func checkVirtualService(m proto.Message, p *problems) {
+func checkVirtualService(m proto.Message, md *meta, p *problems) {
 	vs := m.(*networking.VirtualService)
 	delegate := len(vs.Hosts) == 0
 	if delegate {
 		checkDelegate(p, vs)
 	}
-	for i, h := range vs.Hosts {
-		checkHost(p, at("spec.hosts", i), h)
-	}
-	for i, g := range vs.Gateways {
-		if g != "mesh" {
-			checkGatewayName(p, at("spec.gateways", i), g)
-		}
-	}
+	checkVirtualServiceHosts(p, vs)
+	checkExportTo(p, md.namespace(), vs.ExportTo, false, false)
+	checkUnreachableRules(p, vs)
+	checkGatewayNames(p, vs.Gateways)
 	// What generation could not turn into configuration Envoy accepts
 	// (header names and values, string matches, regexes): the same rules
 	// the generator's containment and the status Auditor apply.
@@ -51,7 +48,9 @@ func checkVirtualService(m proto.Message, p *problems) {
 				p.add(at(path+".match", j)+".sniHosts", "must not be empty")
 			}
 			for k, h := range m.SniHosts {
-				checkHost(p, at(at(path+".match", j)+".sniHosts", k), h)
+				if msg := wildcardDomainProblem(h); msg != "" && !isIP(h) {
+					p.add(at(at(path+".match", j)+".sniHosts", k), "%s", msg)
+				}
 			}
 		}
 		checkRouteDestinations(p, path+".route", r.Route)
@@ -73,26 +72,33 @@ func checkDelegate(p *problems, vs *networking.VirtualService) {
 	}
 }
 
-// checkGatewayName checks a gateway reference: name or namespace/name.
-func checkGatewayName(p *problems, path, g string) {
-	if g == "" {
-		p.add(path, "gateway name must not be empty")
-		return
-	}
-	if ns, name, ok := cutLast(g, "/"); ok {
-		checkDNSName(p, path, ns)
-		g = name
-	}
-	checkDNSName(p, path, g)
-}
-
-func cutLast(s, sep string) (string, string, bool) {
-	for i := len(s) - len(sep); i >= 0; i-- {
-		if s[i:i+len(sep)] == sep {
-			return s[:i], s[i+len(sep):], true
+// checkGatewayNames: namespace/name of DNS labels, or the older name or
+// name.namespace, which Istio accepts with a warning (and, as Istio does,
+// stops looking at the rest after one).
+func checkGatewayNames(p *problems, names []string) {
+	for i, g := range names {
+		path := at("spec.gateways", i)
+		ns, name, ok := strings.Cut(g, "/")
+		if !ok {
+			if first, rest, dotted := strings.Cut(g, "."); dotted {
+				second, _, _ := strings.Cut(rest, ".")
+				p.warn(path, "using legacy gatewayName format %q; prefer the <namespace>/<name> format: %q", g, second+"/"+first)
+			}
+			if msg := fqdnProblem(g); msg != "" {
+				p.add(path, "%s", msg)
+			}
+			return
+		}
+		if ns == "" || name == "" {
+			p.add(path, "config namespace and gateway name cannot be empty")
+		}
+		if !isDNS1123Label(ns) {
+			p.add(path, "invalid value for namespace: %q", ns)
+		}
+		if !isDNS1123Label(name) {
+			p.add(path, "invalid value for gateway name: %q", name)
 		}
 	}
-	return "", s, false
 }
 
 func checkHTTPRoute(p *problems, path string, r *networking.HTTPRoute) {
@@ -160,18 +166,18 @@ func checkRouteDestinations(p *problems, path string, ds []*networking.RouteDest
 	checkWeights(p, path, weights)
 }
 
-// checkWeights: weights are not negative and, once any is set (or there
-// is more than one destination), they add up to 100.
+// checkWeights: weights are not negative, and several destinations do not
+// weigh 0 in all (they are relative: they need not add up to 100).
 func checkWeights(p *problems, path string, weights []int32) {
 	var total int64
 	for i, w := range weights {
 		if w < 0 {
-			p.add(at(path, i)+".weight", "must not be negative")
+			p.add(at(path, i)+".weight", "weight %d < 0", w)
 		}
 		total += int64(w)
 	}
-	if (len(weights) > 1 || total != 0) && total != 100 {
-		p.add(path, "weights add up to %d, not 100", total)
+	if len(weights) > 1 && total == 0 {
+		p.add(path, "total destination weight = 0")
 	}
 }
 
@@ -180,7 +186,14 @@ func checkDestination(p *problems, path string, d *networking.Destination) {
 		p.add(path, "a destination is required")
 		return
 	}
-	checkHost(p, path+".host", d.Host)
+	if d.Host == "" {
+		p.add(path+".host", "destination must have a host")
+	} else if msg := wildcardDomainProblem(d.Host); msg != "" {
+		p.add(path+".host", "%s", msg)
+	}
+	if d.Subset != "" && !isDNS1123Label(d.Subset) {
+		p.add(path+".subset", "subset name %q is not a DNS label", d.Subset)
+	}
 	if d.Port != nil {
 		checkPort(p, path+".port.number", d.Port.Number)
 	}
@@ -208,7 +221,8 @@ func checkFault(p *problems, path string, f *networking.HTTPFaultInjection) {
 	}
 }
 
-// checkDuration: a set duration is valid and at least 1ms, as Envoy needs.
+// checkDuration: a set duration is valid, at least 1ms and in whole
+// milliseconds, as Istio's CRDs and webhook require.
 func checkDuration(p *problems, path string, d *durationpb.Duration) {
 	if d == nil {
 		return
@@ -217,7 +231,10 @@ func checkDuration(p *problems, path string, d *durationpb.Duration) {
 		p.add(path, "invalid duration: %v", err)
 		return
 	}
-	if d.AsDuration() < time.Millisecond {
-		p.add(path, "duration %s is shorter than 1ms", d.AsDuration())
+	switch {
+	case d.AsDuration() < time.Millisecond:
+		p.add(path, "duration %s must be at least 1ms", d.AsDuration())
+	case d.AsDuration()%time.Millisecond != 0:
+		p.add(path, "duration %s: only durations to ms precision are supported", d.AsDuration())
 	}
 }
