@@ -206,6 +206,14 @@ func (s *Source) readFile(rel string) *fileState {
 		return prev
 	}
 	objs, errs := Parse(s.abs(rel), data)
+	for _, o := range objs {
+		if len(o.Warnings) > 0 {
+			// Istio accepts these with a warning (kubectl would show it):
+			// said once per content of the file.
+			s.log.Warn("config document loaded with warnings", "file", s.abs(rel), "doc", o.Doc, "item", o.Item,
+				"line", o.Line, "key", o.Key.String(), "warnings", o.Warnings)
+		}
+	}
 	st := &fileState{sum: sum, errs: errs, good: objs, loaded: true}
 	switch {
 	case len(objs) == 0 && len(errs) == 0:

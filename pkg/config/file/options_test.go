@@ -137,7 +137,7 @@ func TestDebugShowsFilesAndErrors(t *testing.T) {
 		t.Errorf("files = %+v", got)
 	}
 	if len(got.Errors) != 1 || got.Errors[0].File != a || got.Errors[0].Doc != 1 || got.Errors[0].Line != 10 ||
-		got.Errors[0].Error != "VirtualService: spec: syntax error: unexpected token 5" ||
+		got.Errors[0].Error != "VirtualService: spec: json: cannot unmarshal number into a list" ||
 		got.Errors[0].Message != a+":10: document 1: "+got.Errors[0].Error {
 		t.Errorf("errors = %+v", got.Errors)
 	}

@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,6 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/meshplane/discovery/pkg/model"
+	"github.com/meshplane/discovery/pkg/webhook/validate"
 )
 
 // Object is one object read from a config file.
@@ -36,6 +36,9 @@ type Object struct {
 	// Hash identifies the object's content (its document, as canonical
 	// JSON). It is also the object's resourceVersion.
 	Hash string
+	// Warnings are what Istio's validation would warn about the object
+	// (validate.Check): it is loaded all the same.
+	Warnings []string
 }
 
 // Parse reads a stream of YAML (or JSON) documents, each an object with
@@ -174,7 +177,7 @@ func (p *parser) list(doc, line int, js []byte) {
 
 // object decodes one object from canonical JSON.
 func (p *parser) object(doc, item, line int, js []byte) {
-	obj, key, err := decodeObject(js)
+	obj, key, warnings, err := decodeObject(js)
 	if err != nil {
 		p.fail(doc, item, line, err)
 		return
@@ -186,10 +189,36 @@ func (p *parser) object(doc, item, line int, js []byte) {
 	if m, err := meta.Accessor(obj); err == nil {
 		m.SetResourceVersion(hash)
 	}
-	p.objs = append(p.objs, Object{Key: key, Object: obj, Doc: doc, Item: item, Line: line, Hash: hash})
+	p.objs = append(p.objs, Object{Key: key, Object: obj, Doc: doc, Item: item, Line: line, Hash: hash, Warnings: warnings})
 }
 
-func decodeObject(js []byte) (runtime.Object, model.Key, error) {
+// decodeObject decodes an object and, for Istio kinds, judges it as
+// /validate does (validate.Check: the same function, so that file mode and
+// the webhook cannot disagree), returning Istio's warnings.
+func decodeObject(js []byte) (runtime.Object, model.Key, []string, error) {
+	obj, key, err := decodeTyped(js)
+	if err != nil || !key.Kind.IsIstio() {
+		return obj, key, nil, err
+	}
+	gvk := obj.GetObjectKind().GroupVersionKind()
+	w, err := validate.Check(gvk.GroupKind(), js)
+	if err != nil {
+		return nil, model.Key{}, nil, checkError(err)
+	}
+	return obj, key, w.Istio, nil
+}
+
+// checkError drops what validate.Check's errors repeat of the kind and
+// name, which the document's position already gives.
+func checkError(err error) error {
+	var ie *validate.InvalidError
+	if errors.As(err, &ie) {
+		return fmt.Errorf("%s: %s", ie.Kind, strings.Join(ie.Problems, "; "))
+	}
+	return err
+}
+
+func decodeTyped(js []byte) (runtime.Object, model.Key, error) {
 	var tm metav1.TypeMeta
 	if err := json.Unmarshal(js, &tm); err != nil {
 		return nil, model.Key{}, fmt.Errorf("apiVersion and kind: %w", err)
@@ -218,7 +247,8 @@ func decodeObject(js []byte) (runtime.Object, model.Key, error) {
 		return nil, model.Key{}, fmt.Errorf("%s: %w", gvk, err)
 	}
 	if kind.IsIstio() {
-		// First, for protobuf's clearer messages about the spec.
+		// First, for the spec decoder's clearer messages (and its refusal
+		// of unknown fields, which the types' own decoder drops).
 		if err := strictSpec(obj, js); err != nil {
 			return nil, model.Key{}, fmt.Errorf("%s: %w", kind, err)
 		}
@@ -244,8 +274,8 @@ func strictUnmarshal(js []byte, v any) error {
 }
 
 // strictSpec decodes an Istio object's spec again, rejecting unknown fields:
-// Istio's own JSON decoding ignores them, so a misspelt field would
-// otherwise vanish silently.
+// the Istio types' own JSON decoding ignores them, so a misspelt field
+// would otherwise vanish silently.
 func strictSpec(obj runtime.Object, js []byte) error {
 	var raw struct {
 		Spec json.RawMessage `json:"spec"`
@@ -261,9 +291,10 @@ func strictSpec(obj runtime.Object, js []byte) error {
 	if !ok {
 		return nil
 	}
+	// Istio's decoder, as /validate uses it: Go durations ("3m") too.
 	fresh := msg.ProtoReflect().New().Interface()
-	if err := protojson.Unmarshal(raw.Spec, fresh); err != nil {
-		return fmt.Errorf("spec: %w", cleanProtoError(err))
+	if err := validate.DecodeSpec(raw.Spec, fresh); err != nil {
+		return fmt.Errorf("spec: %w", err)
 	}
 	return nil
 }

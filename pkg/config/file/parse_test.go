@@ -104,7 +104,7 @@ spec:
 apiVersion: networking.istio.io/v1alpha3
 kind: VirtualService
 metadata: {name: reviews}
-spec: {hosts: [reviews.default.svc.cluster.local]}`,
+spec: {hosts: [reviews.default.svc.cluster.local], http: [{route: [{destination: {host: reviews}}]}]}`,
 			wantKey:  model.Key{Kind: model.KindVirtualService, Namespace: "default", Name: "reviews"},
 			wantType: &networkingv1.VirtualService{},
 			check: func(t *testing.T, obj runtime.Object) {
@@ -351,7 +351,7 @@ func TestParseBadDocuments(t *testing.T) {
 		},
 		"reports an Istio field of the wrong type": {
 			bad:  "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: a}\nspec: {hosts: 5}\n",
-			want: "f.yaml:5: document 1: VirtualService: spec: syntax error: unexpected token 5",
+			want: "f.yaml:5: document 1: VirtualService: spec: json: cannot unmarshal number into a list",
 		},
 		"reports an unknown Istio field": {
 			bad:  "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: a}\nspec: {host: a, subset: [{name: v1}]}\n",

@@ -126,7 +126,7 @@ func TestAMalformedEditKeepsThePreviousVersionOfThatFile(t *testing.T) {
 
 	// The Service document changes and is valid; the second one breaks.
 	h.waitReload(t, func() { writeFile(t, a, service("reviews", 9999)+"---\n"+badDoc) })
-	want := a + ":10: document 1: VirtualService: spec: syntax error: unexpected token 5"
+	want := a + ":10: document 1: VirtualService: spec: json: cannot unmarshal number into a list"
 	errs := h.src.Errors()
 	if len(errs) != 1 || errs[0].Error() != want {
 		t.Fatalf("errors = %v, want %s", errs, want)
