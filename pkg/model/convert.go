@@ -86,6 +86,41 @@ func PortProtocol(name string, appProtocol *string, proto corev1.Protocol) Proto
 	return ProtocolTCP
 }
 
+// ParseProtocol reads a protocol written in a field of its own (a
+// ServiceEntry port's protocol, a Sidecar listener port's) as Istio's
+// protocol.Parse does: case-insensitive, one of Istio's names, nothing
+// taken from the port's name. An empty or unknown name is ProtocolUnknown,
+// Istio's UnsupportedProtocol, whose traffic Istio sniffs (HTTP if it
+// looks like HTTP, TCP otherwise). Istio's HTTP_PROXY, meant for Sidecar
+// egress listeners, is not told apart here.
+func ParseProtocol(s string) Protocol {
+	switch strings.ToLower(s) {
+	case "http":
+		return ProtocolHTTP
+	case "http2":
+		return ProtocolHTTP2
+	case "grpc", "grpc-web":
+		return ProtocolGRPC
+	case "https":
+		return ProtocolHTTPS
+	case "tls":
+		return ProtocolTLS
+	case "tcp":
+		return ProtocolTCP
+	case "udp":
+		return ProtocolUDP
+	case "mongo":
+		return ProtocolMongo
+	case "redis":
+		return ProtocolRedis
+	case "mysql":
+		return ProtocolMySQL
+	}
+	return ProtocolUnknown
+}
+
+// protocolFromName reads an appProtocol or a port name's prefix: Istio's
+// names and the Kubernetes appProtocol names it knows.
 func protocolFromName(s string) Protocol {
 	switch strings.ToLower(s) {
 	case "http", "http1", "kubernetes.io/h1":

@@ -171,13 +171,11 @@ func entryPorts(in []*apinetworking.ServicePort) []Port {
 		if target == 0 {
 			target = p.GetNumber()
 		}
-		proto := protocolFromName(p.GetProtocol())
-		if strings.EqualFold(p.GetProtocol(), "udp") {
-			proto = ProtocolUDP
-		}
+		// Istio's convertPort: protocol.Parse of the protocol field alone;
+		// a port without one is sniffed (ProtocolUnknown), whatever its name.
 		out = append(out, Port{
 			Name: p.GetName(), Port: int32(p.GetNumber()),
-			TargetPort: strconv.Itoa(int(target)), Protocol: proto,
+			TargetPort: strconv.Itoa(int(target)), Protocol: ParseProtocol(p.GetProtocol()),
 		})
 	}
 	return out

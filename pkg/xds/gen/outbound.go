@@ -2,6 +2,9 @@ package gen
 
 import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	"google.golang.org/protobuf/types/known/anypb"
 	networking "istio.io/api/networking/v1alpha3"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 
@@ -14,6 +17,10 @@ import (
 //   - the discovery type follows the service's resolution and the proxy
 //     (serviceentry.go): passthrough services are ORIGINAL_DST on sidecars;
 //   - the DestinationRule's traffic policy for the port and subset;
+//   - a sidecar's cluster of a sniffed port (no protocol Istio knows)
+//     speaks HTTP upstream as the request came in, HTTP/1.1 or HTTP/2
+//     (Istio's setUseDownstreamProtocol; not on gateways, which do not
+//     sniff);
 //   - TLS: the rule's, else Istio's auto mTLS. ISTIO_MUTUAL, set or
 //     automatic, verifies that the server presents the SPIFFE ID of one of
 //     the service's accounts (of its endpoints), unless the rule lists
@@ -64,6 +71,9 @@ func (g *Generator) outboundCluster(sc *Scope, svc *model.Service, eps *model.Se
 		c = originalDstCluster(name, port.Protocol)
 	} else {
 		c = serviceCluster(svc, name, port, eps, ss.Labels, !grpc)
+	}
+	if downstreamProtocol(sc.Proxy, port) {
+		useDownstreamProtocol(c)
 	}
 	var tp *networking.TrafficPolicy
 	if dr != nil {
@@ -119,4 +129,39 @@ func allInMesh(eps *model.ServiceEndpoints, port model.Port) bool {
 		n++
 	}
 	return n > 0
+}
+
+// downstreamProtocol reports whether p's clusters of port use the
+// downstream HTTP protocol: a sidecar's, for a sniffed port.
+func downstreamProtocol(p *model.Proxy, port model.Port) bool {
+	return p.Type == model.ProxySidecar && !p.IsGRPC() && port.Protocol == model.ProtocolUnknown
+}
+
+// sniffsAny reports whether p's clusters of svc use the downstream
+// protocol on some port (partKey).
+func sniffsAny(p *model.Proxy, svc *model.Service) bool {
+	for _, port := range svc.Ports {
+		if downstreamProtocol(p, port) {
+			return true
+		}
+	}
+	return false
+}
+
+// useDownstreamProtocol makes c speak upstream the HTTP version the
+// request came in with; connection pool settings applied after keep it
+// (setCommonHTTPOptions).
+func useDownstreamProtocol(c *clusterv3.Cluster) {
+	opts := &httpv3.HttpProtocolOptions{
+		UpstreamProtocolOptions: &httpv3.HttpProtocolOptions_UseDownstreamProtocolConfig{
+			UseDownstreamProtocolConfig: &httpv3.HttpProtocolOptions_UseDownstreamHttpConfig{
+				HttpProtocolOptions:  &corev3.Http1ProtocolOptions{},
+				Http2ProtocolOptions: &corev3.Http2ProtocolOptions{},
+			},
+		},
+	}
+	if c.TypedExtensionProtocolOptions == nil {
+		c.TypedExtensionProtocolOptions = map[string]*anypb.Any{}
+	}
+	c.TypedExtensionProtocolOptions[httpOptionsKey] = mustAny(opts)
 }

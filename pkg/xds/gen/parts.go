@@ -8,9 +8,10 @@ import (
 
 // partCache shares the clusters and endpoints of a service between proxy
 // classes. They depend on the service, its endpoints, the DestinationRule
-// the class sees for it, whether the class is proxyless gRPC and whether
+// the class sees for it, whether the class is proxyless gRPC, whether
 // the clusters are ORIGINAL_DST (a passthrough service on a sidecar, not
-// on a gateway), nothing else: sidecar classes of different namespaces (one per namespace) get the
+// on a gateway) and whether they use the downstream protocol (a sniffed
+// port on a sidecar, outbound.go), nothing else: sidecar classes of different namespaces (one per namespace) get the
 // same resources. Without sharing, every class generated and held its own
 // copy (50 namespace classes at M1: 50 times the CPU when proxies connect
 // and 50 copies of the largest part of the configuration).
@@ -20,10 +21,11 @@ type partCache struct {
 }
 
 type partKey struct {
-	svc     model.NamespacedName
-	grpc    bool
-	origDst bool
-	drc     *model.Config
+	svc        model.NamespacedName
+	grpc       bool
+	origDst    bool
+	downstream bool
+	drc        *model.Config
 }
 
 // part is one service's clusters and endpoints for one partKey, built once.
@@ -39,7 +41,7 @@ type part struct {
 // use; w is the newest World, against which the cache is swept when it
 // outgrows it. Concurrent callers for the same part wait for one build.
 func (pc *partCache) get(g *Generator, sc *Scope, w *model.World, svc *model.Service, eps *model.ServiceEndpoints, drc *model.Config) *part {
-	k := partKey{svc: svc.Key(), grpc: sc.Proxy.IsGRPC(), origDst: originalDst(sc.Proxy, svc), drc: drc}
+	k := partKey{svc: svc.Key(), grpc: sc.Proxy.IsGRPC(), origDst: originalDst(sc.Proxy, svc), downstream: sniffsAny(sc.Proxy, svc), drc: drc}
 	pc.mu.Lock()
 	if pc.m == nil {
 		pc.m = map[partKey]*part{}

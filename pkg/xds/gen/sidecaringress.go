@@ -17,7 +17,6 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	apinetworking "istio.io/api/networking/v1alpha3"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
-	corev1 "k8s.io/api/core/v1"
 
 	"github.com/meshplane/discovery/pkg/model"
 )
@@ -46,6 +45,10 @@ import (
 //     ports are then served as HTTP and TCP.
 //   - bind changes nothing for captured traffic (Istio only names the
 //     chain after it).
+//   - a port's protocol is its protocol field as Istio's protocol.Parse
+//     reads it, never its name; without one (or with one Istio does not
+//     know) Istio sniffs the port's traffic. Sniffing is not supported
+//     yet: the port is served as TCP, and reported (sniffedMessage).
 //
 // Not supported, reported as unsupported values (sidecarUnsupportedValues)
 // or logged per proxy: unix domain socket endpoints (the port is left
@@ -92,8 +95,13 @@ func (g *Generator) sidecarIngress(c *model.Config, sc *networkingv1.Sidecar, p 
 			continue
 		}
 		port := int32(n)
-		proto := l.GetPort().GetProtocol()
-		ip := ingressPort{InboundPort: InboundPort{Port: port, Protocol: model.PortProtocol("", &proto, corev1.ProtocolTCP)}}
+		// Istio: protocol.Parse of the port's protocol, not its name; an
+		// empty or unknown one is sniffed (inbound), here served as TCP.
+		ip := ingressPort{InboundPort: InboundPort{Port: port, Protocol: model.ParseProtocol(l.GetPort().GetProtocol())}}
+		if ip.Protocol == model.ProtocolUnknown {
+			g.warnOnce(c, sc.ResourceVersion, at+".port.protocol", sniffedMessage("Sidecar ingress"),
+				"listener", at, "protocol", l.GetPort().GetProtocol())
+		}
 		cluster, problem := ingressCluster(port, l.GetDefaultEndpoint(), p.IPs)
 		if problem != "" {
 			g.warnOnce(c, sc.ResourceVersion, at+".defaultEndpoint", "Sidecar ingress defaultEndpoint: "+problem,

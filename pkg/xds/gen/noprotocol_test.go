@@ -1,0 +1,123 @@
+package gen
+
+import (
+	"bytes"
+	"log/slog"
+	"strings"
+	"testing"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+
+	"github.com/meshplane/discovery/pkg/model"
+)
+
+// noProtocolWorld has a ServiceEntry port and a Sidecar ingress port
+// without protocol; Istio parses both with protocol.Parse, which makes
+// them "UnsupportedProtocol": sniffed.
+const noProtocolWorld = `apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: api, namespace: default, resourceVersion: "1"}
+spec:
+  hosts: [api.example.com]
+  addresses: [240.0.0.5]
+  resolution: DNS
+  ports:
+  - {number: 8080, name: http}
+  - {number: 8443, name: https, protocol: HTTPS}
+---
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {name: app, namespace: default, resourceVersion: "1"}
+spec:
+  workloadSelector: {labels: {app: app}}
+  ingress:
+  - port: {number: 9090, name: http}
+    defaultEndpoint: 127.0.0.1:8080
+`
+
+func TestServiceEntryPortWithoutProtocol(t *testing.T) {
+	w := loadWorld(t, noProtocolWorld).World()
+	svc := w.ServiceByHost("api.example.com")
+	if svc == nil {
+		t.Fatal("the ServiceEntry is not a service")
+	}
+	if p, _ := svc.PortByNumber(8080); p.Protocol != model.ProtocolUnknown {
+		t.Errorf("port 8080 is %q, want %q (Istio's protocol.Parse of \"\"; the name is not read)", p.Protocol, model.ProtocolUnknown)
+	}
+	var logs bytes.Buffer
+	g := New(slog.New(slog.NewTextHandler(&logs, nil)))
+	sidecarP := labelled(t, "sidecar", "default", nil)
+	cc, err := g.Class(w, sidecarP, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const name = "outbound|8080||api.example.com"
+	if !usesDownstreamProtocol(t, cc, name) {
+		t.Errorf("a sidecar's cluster of a sniffed port should use the downstream protocol, as Istio's does")
+	}
+	if usesDownstreamProtocol(t, cc, "outbound|8443||api.example.com") {
+		t.Errorf("an HTTPS port's cluster uses the downstream protocol")
+	}
+	l := &listenerv3.Listener{}
+	if err := cc.Sets[ListenerType].Get("0.0.0.0_8080").Any.UnmarshalTo(l); err != nil {
+		t.Fatal(err)
+	}
+	if len(l.FilterChains) != 1 || !strings.Contains(l.FilterChains[0].String(), "tcp_proxy") {
+		t.Errorf("the sniffed port is served as TCP: %v", l.FilterChains)
+	}
+	if n := strings.Count(logs.String(), "without protocol"); n != 1 {
+		t.Errorf("the port without protocol is reported %d times, want once:\n%s", n, logs.String())
+	}
+	gw, err := New(quietLog()).Class(w, labelled(t, "router", "default", map[string]string{"istio": "ingressgateway"}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if usesDownstreamProtocol(t, gw, name) {
+		t.Errorf("a gateway's cluster uses the downstream protocol; Istio's sidecars only do")
+	}
+}
+
+func usesDownstreamProtocol(t *testing.T, cc *ClassConfig, name string) bool {
+	t.Helper()
+	r := cc.Sets[ClusterType].Get(name)
+	if r == nil {
+		t.Fatalf("no cluster %s: %v", name, cc.Sets[ClusterType].Names)
+	}
+	c := &clusterv3.Cluster{}
+	if err := r.Any.UnmarshalTo(c); err != nil {
+		t.Fatal(err)
+	}
+	a := c.GetTypedExtensionProtocolOptions()[httpOptionsKey]
+	if a == nil {
+		return false
+	}
+	opts := &httpv3.HttpProtocolOptions{}
+	if err := a.UnmarshalTo(opts); err != nil {
+		t.Fatal(err)
+	}
+	return opts.GetUseDownstreamProtocolConfig() != nil
+}
+
+func TestSidecarIngressPortWithoutProtocol(t *testing.T) {
+	w := loadWorld(t, noProtocolWorld).World()
+	var logs bytes.Buffer
+	g := New(slog.New(slog.NewTextHandler(&logs, nil)))
+	p := labelled(t, "sidecar", "default", map[string]string{"app": "app"})
+	cc, err := g.Class(w, p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc := g.Proxy(w, p, cc)
+	if len(pc.InboundPorts) != 1 || pc.InboundPorts[0] != (InboundPort{Port: 9090, Protocol: model.ProtocolUnknown}) {
+		t.Errorf("inbound ports %v, want 9090 sniffed (Istio's protocol.Parse of \"\"; the name is not read)", pc.InboundPorts)
+	}
+	fc := chainsByName(t, pc)["inbound|9090||"]
+	if fc == nil || !strings.Contains(fc.String(), "tcp_proxy") {
+		t.Errorf("the sniffed port is served as TCP: %v", fc)
+	}
+	if !strings.Contains(logs.String(), "without protocol") || !strings.Contains(logs.String(), "ingress[0]") {
+		t.Errorf("the port without protocol is not reported:\n%s", logs.String())
+	}
+}
