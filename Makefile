@@ -27,6 +27,7 @@ run: build
 test: proto-check crds-check fmt-check vet
 	set -euo pipefail; eval "$$(hack/testenv.sh)"; eval "$$(hack/istio-agent.sh)"; \
 	TESTENV_REQUIRED=1 COMPAT_REQUIRED=1 $(GO) test -count=1 -timeout 45m ./...
+	cd hack/istio-validate && $(GO) test -count=1 ./...
 	$(MAKE) fuzz-short
 
 # Bounded runs of the fuzzers whose property is a security claim: one bad

@@ -1,0 +1,18 @@
+package istiovalidate
+
+// class sorts the reasons for a disagreement.
+type class string
+
+// envoyRefuses is the one reason discovery may refuse what Istio accepts:
+// Envoy itself would refuse the configuration (gen.EnvoyRefusals).
+const envoyRefuses class = "discovery refuses what Envoy would refuse"
+
+// reason says why an object's verdict differs from Istio's.
+type reason struct {
+	Class class
+	Why   string
+}
+
+// reasons lists every object whose verdict differs from Istio's, keyed by
+// the object ("path in istio.io/istio#document").
+var reasons = map[string]reason{}
