@@ -23,7 +23,11 @@
 // Rules for bad input. Decoding is strict: bad YAML, a duplicate key, an
 // unknown kind or version, an unknown field (also inside Istio specs), a
 // field of the wrong type or a missing or invalid name fails the document
-// (or the List item). Each failure is a DocError naming the file, the
+// (or the List item). Istio specs are read with Istio's own decoder (Go
+// durations such as "3m" included), and an Istio object is judged by the
+// same function as /validate (validate.Check): what Istio would refuse
+// fails the document too, and what Istio would warn about is loaded and
+// its warnings logged. Each failure is a DocError naming the file, the
 // document's index (from 0, empty documents not counted), the line where
 // the document starts, and the decoder's message; it is logged once, kept
 // in Errors(), shown at /debug/config_dirz and counted in the

@@ -5,6 +5,10 @@
 // object (CREATE or UPDATE).
 //
 // Out: allowed, or denied with every problem found (each with its field
-// path); and, for fields discovery accepts but does not act on yet,
-// AdmissionReview warnings that kubectl shows to the user.
+// path); Istio's warnings; and, for fields discovery accepts but does not
+// act on yet, warnings of its own. The verdict (accept, warn, refuse) is
+// Istio's for the same object (its webhook and the schema of its CRDs),
+// except that discovery also refuses what Envoy would refuse
+// (gen.EnvoyRefusals). The file source judges objects with the same Check;
+// hack/istio-validate compares both with Istio over Istio's own YAML.
 package validate
