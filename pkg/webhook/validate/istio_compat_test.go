@@ -73,6 +73,14 @@ func TestSameVerdictAsIstio(t *testing.T) {
 		"refuses a WorkloadEntry unix address with ports": {
 			doc: we + "spec: {address: 'unix:///sock', ports: {http: 80}}", verdict: refuse, say: "ports",
 		},
+		"accepts a root route that delegates and also answers directly, as Istio does": {
+			doc:     vsHead + "spec: {hosts: [a], http: [{delegate: {name: d}, directResponse: {status: 204}}]}",
+			verdict: accept,
+		},
+		"accepts weights that do not add up to 100 (they are relative)": {
+			doc:     vsHead + "spec: {hosts: [a], http: [{route: [{destination: {host: a, subset: v1}, weight: 70}, {destination: {host: a, subset: v2}, weight: 20}]}]}",
+			verdict: accept,
+		},
 		"refuses an empty portLevelMtls": {
 			doc: pa + "spec: {selector: {matchLabels: {app: a}}, portLevelMtls: {}}", verdict: refuse, say: "portLevelMtls",
 		},

@@ -106,7 +106,7 @@ func TestValidate(t *testing.T) {
 		},
 		"rejects a route with both route and redirect": {
 			doc:     vsHead + "spec:\n  hosts: [reviews]\n  http: [{redirect: {uri: /x}, route: [{destination: {host: reviews}}]}]",
-			problem: "only one of route, redirect",
+			problem: "HTTP route with a redirect cannot contain route",
 		},
 		"rejects a destination port out of range": {
 			doc:     vsHead + "spec:\n  hosts: [reviews]\n  tcp: [{match: [{sourceLabels: {app: a}}], route: [{destination: {host: reviews, port: {number: 70000}}}]}]",

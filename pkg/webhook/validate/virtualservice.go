@@ -102,18 +102,7 @@ func checkGatewayNames(p *problems, names []string) {
 }
 
 func checkHTTPRoute(p *problems, path string, r *networking.HTTPRoute) {
-	actions := 0
-	for _, set := range []bool{len(r.Route) > 0, r.Redirect != nil, r.DirectResponse != nil, r.Delegate != nil} {
-		if set {
-			actions++
-		}
-	}
-	switch {
-	case actions == 0:
-		p.add(path, "an http route needs one of route, redirect, directResponse or delegate")
-	case actions > 1:
-		p.add(path, "an http route may have only one of route, redirect, directResponse or delegate")
-	}
+	checkRouteActions(p, path, r)
 	for i, m := range r.Match {
 		checkMatch(p, at(path+".match", i), m)
 	}
@@ -134,6 +123,34 @@ func checkHTTPRoute(p *problems, path string, r *networking.HTTPRoute) {
 	checkFault(p, path+".fault", r.Fault)
 	if r.MirrorPercentage != nil {
 		checkPercent(p, path+".mirrorPercentage", r.MirrorPercentage.Value)
+	}
+}
+
+// checkRouteActions applies Istio's rules for what an http route does: a
+// route that delegates may not also route or redirect; otherwise one of
+// route, redirect or directResponse, and fault or rewrite only with route.
+func checkRouteActions(p *problems, path string, r *networking.HTTPRoute) {
+	if r.Mirror != nil && len(r.Mirrors) > 0 {
+		p.add(path, "HTTP route cannot contain both mirror and mirrors")
+	}
+	if r.Delegate != nil && len(r.Delegate.Name) == 0 {
+		p.add(path+".delegate.name", "a delegate needs a name")
+	}
+	switch {
+	case r.Delegate != nil:
+		if r.Redirect != nil || r.Route != nil {
+			p.add(path, "root HTTP route %s must not specify redirect or route", r.Name)
+		}
+	case r.Redirect != nil:
+		if len(r.Route) > 0 || r.Fault != nil || r.Rewrite != nil || r.DirectResponse != nil {
+			p.add(path, "HTTP route with a redirect cannot contain route, fault, rewrite or directResponse")
+		}
+	case r.DirectResponse != nil:
+		if len(r.Route) > 0 || r.Fault != nil || r.Rewrite != nil {
+			p.add(path, "HTTP route with a directResponse cannot contain route, fault or rewrite")
+		}
+	case len(r.Route) == 0:
+		p.add(path, "HTTP route, redirect or direct_response is required")
 	}
 }
 
