@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Regenerates the Istio CRDs of the base chart from istio.io/api's protobuf
-# descriptors (hack/gen-crds, a go run program; go:generate in
-# manifests/embed.go runs the same).
+# Regenerates the Istio CRDs of the base chart from istio.io/api (hack/gen-crds,
+# a go run program; go:generate in manifests/embed.go runs the same): types
+# from its protobuf descriptors, validation (CEL rules and other constraints)
+# and versions from the annotations of its .proto files, read from the module
+# cache (the istio.io/api that go.mod requires), as Istio's generator does.
 # Usage: hack/gen-crds.sh           regenerate in place
 #        hack/gen-crds.sh --check   fail if the committed file differs
 set -euo pipefail

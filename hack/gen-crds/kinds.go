@@ -1,119 +1,158 @@
 package main
 
 import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 )
 
-// crdKind describes one Istio kind's CustomResourceDefinition: everything
-// that is not in the protobuf descriptor (names, versions, columns).
+// messages are the spec messages of the Istio kinds discovery reads
+// (model.IstioKinds), in the order their CRDs are written.
+var messages = []protoreflect.FullName{
+	"istio.networking.v1alpha3.VirtualService",
+	"istio.networking.v1alpha3.DestinationRule",
+	"istio.networking.v1alpha3.Gateway",
+	"istio.networking.v1alpha3.ServiceEntry",
+	"istio.networking.v1alpha3.Sidecar",
+	"istio.networking.v1alpha3.WorkloadEntry",
+	"istio.security.v1beta1.PeerAuthentication",
+	"istio.security.v1beta1.AuthorizationPolicy",
+	"istio.security.v1beta1.RequestAuthentication",
+}
+
+// defaultStatus is the status message of a kind whose tag is just
+// "subresource:status".
+const defaultStatus = "istio.meta.v1alpha1.IstioStatus"
+
+// crdKind is one kind's CRD-level settings, read from the +cue-gen tags of
+// its message (cueGenTags) with Istio's defaults.
 type crdKind struct {
-	Kind       string
-	Group      string
-	Plural     string
-	ShortNames []string
-	// Message is the full protobuf name of the spec message.
-	Message protoName
-	// Versions are served in this order; Storage is the one stored.
+	Message                             protoreflect.MessageDescriptor
+	Kind, Group, Plural, Singular, List string
+	ShortNames, Categories              []string
+	// Versions are sorted by name, as Istio writes them; Storage is the
+	// first version of the tag.
 	Versions []string
 	Storage  string
 	Columns  []apiextv1.CustomResourceColumnDefinition
+	// Status is the status message, if the kind has a status subresource.
+	Status protoreflect.FullName
+	// SpecRequired makes spec a required field of the object.
+	SpecRequired bool
+	// Deprecation, if set, is the replacement that makes every version
+	// deprecated.
+	Deprecation string
 }
 
-type protoName string
-
-// Istio serves networking.istio.io kinds as v1alpha3, v1beta1 and v1 and
-// security.istio.io kinds as v1beta1 and v1, with the same schema in every
-// version (no conversion). Both store v1 here.
-var (
-	networkingVersions = []string{"v1alpha3", "v1beta1", "v1"}
-	securityVersions   = []string{"v1beta1", "v1"}
-)
-
-const (
-	groupNetworking = "networking.istio.io"
-	groupSecurity   = "security.istio.io"
-)
-
-func column(name, typ, path, desc string) apiextv1.CustomResourceColumnDefinition {
-	return apiextv1.CustomResourceColumnDefinition{Name: name, Type: typ, JSONPath: path, Description: desc}
-}
-
-var ageColumn = column("Age", "date", ".metadata.creationTimestamp",
-	"CreationTimestamp is a timestamp representing the server time when this object was created.")
-
-// kinds lists every Istio kind discovery reads (model.IstioKinds), with the
-// names, short names and printer columns Istio gives them.
-var kinds = []crdKind{
-	{
-		Kind: "VirtualService", Group: groupNetworking, Plural: "virtualservices", ShortNames: []string{"vs"},
-		Message: "istio.networking.v1alpha3.VirtualService", Versions: networkingVersions, Storage: "v1",
-		Columns: []apiextv1.CustomResourceColumnDefinition{
-			column("Gateways", "string", ".spec.gateways", "The names of gateways and sidecars that should apply these routes"),
-			column("Hosts", "string", ".spec.hosts", "The destination hosts to which traffic is being sent"),
-			ageColumn,
-		},
-	},
-	{
-		Kind: "DestinationRule", Group: groupNetworking, Plural: "destinationrules", ShortNames: []string{"dr"},
-		Message: "istio.networking.v1alpha3.DestinationRule", Versions: networkingVersions, Storage: "v1",
-		Columns: []apiextv1.CustomResourceColumnDefinition{
-			column("Host", "string", ".spec.host", "The name of a service from the service registry"),
-			ageColumn,
-		},
-	},
-	{
-		Kind: "Gateway", Group: groupNetworking, Plural: "gateways", ShortNames: []string{"gw"},
-		Message: "istio.networking.v1alpha3.Gateway", Versions: networkingVersions, Storage: "v1",
-	},
-	{
-		Kind: "ServiceEntry", Group: groupNetworking, Plural: "serviceentries", ShortNames: []string{"se"},
-		Message: "istio.networking.v1alpha3.ServiceEntry", Versions: networkingVersions, Storage: "v1",
-		Columns: []apiextv1.CustomResourceColumnDefinition{
-			column("Hosts", "string", ".spec.hosts", "The hosts associated with the ServiceEntry"),
-			column("Location", "string", ".spec.location", "Whether the service is external to the mesh or part of the mesh (MESH_EXTERNAL or MESH_INTERNAL)"),
-			column("Resolution", "string", ".spec.resolution", "Service resolution mode for the hosts (NONE, STATIC, or DNS)"),
-			ageColumn,
-		},
-	},
-	{
-		Kind: "Sidecar", Group: groupNetworking, Plural: "sidecars",
-		Message: "istio.networking.v1alpha3.Sidecar", Versions: networkingVersions, Storage: "v1",
-	},
-	{
-		Kind: "WorkloadEntry", Group: groupNetworking, Plural: "workloadentries", ShortNames: []string{"we"},
-		Message: "istio.networking.v1alpha3.WorkloadEntry", Versions: networkingVersions, Storage: "v1",
-		Columns: []apiextv1.CustomResourceColumnDefinition{
-			ageColumn,
-			column("Address", "string", ".spec.address", "Address associated with the network endpoint."),
-		},
-	},
-	{
-		Kind: "PeerAuthentication", Group: groupSecurity, Plural: "peerauthentications", ShortNames: []string{"pa"},
-		Message: "istio.security.v1beta1.PeerAuthentication", Versions: securityVersions, Storage: "v1",
-		Columns: []apiextv1.CustomResourceColumnDefinition{
-			column("Mode", "string", ".spec.mtls.mode", "Defines the mTLS mode used for peer authentication."),
-			ageColumn,
-		},
-	},
-	{
-		Kind: "AuthorizationPolicy", Group: groupSecurity, Plural: "authorizationpolicies", ShortNames: []string{"ap"},
-		Message: "istio.security.v1beta1.AuthorizationPolicy", Versions: securityVersions, Storage: "v1",
-		Columns: []apiextv1.CustomResourceColumnDefinition{
-			column("Action", "string", ".spec.action", "The operation to take."),
-			ageColumn,
-		},
-	},
-	{
-		Kind: "RequestAuthentication", Group: groupSecurity, Plural: "requestauthentications", ShortNames: []string{"ra"},
-		Message: "istio.security.v1beta1.RequestAuthentication", Versions: securityVersions, Storage: "v1",
-	},
-}
-
-// categories are the kubectl categories of a group's kinds
-// (kubectl get istio-io).
-func categories(group string) []string {
-	if group == groupSecurity {
-		return []string{"istio-io", "security-istio-io"}
+// loadKind reads the tags of one message.
+func loadKind(src *protoSource, name protoreflect.FullName) (crdKind, error) {
+	d, err := protoregistry.GlobalFiles.FindDescriptorByName(name)
+	if err != nil {
+		return crdKind{}, fmt.Errorf("find %s: %w", name, err)
 	}
-	return []string{"istio-io", "networking-istio-io"}
+	md, ok := d.(protoreflect.MessageDescriptor)
+	if !ok {
+		return crdKind{}, fmt.Errorf("%s is not a message", name)
+	}
+	comment, err := src.comment(md)
+	if err != nil {
+		return crdKind{}, err
+	}
+	tags, err := cueGenTags(comment)
+	if err != nil {
+		return crdKind{}, fmt.Errorf("%s: %w", name, err)
+	}
+	if tags == nil {
+		return crdKind{}, fmt.Errorf("%s has no +cue-gen tags", name)
+	}
+	k := crdKind{Message: md, Kind: string(md.Name()), Group: tags["groupName"]}
+	k.Singular = strings.ToLower(k.Kind)
+	k.Plural, k.List = k.Singular+"s", k.Kind+"List"
+	if err := k.readTags(tags); err != nil {
+		return crdKind{}, fmt.Errorf("%s: %w", name, err)
+	}
+	return k, nil
+}
+
+func (k *crdKind) readTags(tags map[string]string) error {
+	if s, ok := tags["scope"]; ok && s != "Namespaced" {
+		return fmt.Errorf("scope %q: only Namespaced is supported (as by Istio's generator)", s)
+	}
+	k.Versions = strings.Split(tags["versions"], ",")
+	k.Storage = k.Versions[0]
+	if v := tags["version"]; v != "" {
+		k.Versions, k.Storage = []string{v}, ""
+		if _, ok := tags["storageVersion"]; ok {
+			k.Storage = v
+		}
+	}
+	for _, v := range k.Versions {
+		if v == "" {
+			return fmt.Errorf("no version in tags versions=%q version=%q", tags["versions"], tags["version"])
+		}
+	}
+	sort.Strings(k.Versions)
+	res, err := keyValues(tags["resource"])
+	if err != nil {
+		return err
+	}
+	for key, v := range res {
+		switch key {
+		case "categories":
+			k.Categories = mergeNames(k.Categories, strings.Split(v, ","))
+		case "shortNames":
+			k.ShortNames = mergeNames(k.ShortNames, strings.Split(v, ","))
+		case "plural":
+			k.Plural = v
+		case "kind":
+			k.Kind = v
+		case "singular":
+			k.Singular = v
+		case "listKind":
+			k.List = v
+		}
+	}
+	if pcs, ok := tags["printerColumn"]; ok {
+		for _, pc := range strings.Split(pcs, ";;") {
+			if pc == "" {
+				continue
+			}
+			kv, err := keyValues(pc)
+			if err != nil {
+				return err
+			}
+			k.Columns = append(k.Columns, apiextv1.CustomResourceColumnDefinition{
+				Name: kv["name"], Type: kv["type"], JSONPath: kv["JSONPath"], Description: kv["description"],
+			})
+		}
+	}
+	if sr, ok := tags["subresource"]; ok {
+		name, msg, _ := strings.Cut(sr, "=")
+		if name == "status" {
+			if msg == "" {
+				msg = defaultStatus
+			}
+			k.Status = protoreflect.FullName(msg)
+		}
+	}
+	k.SpecRequired = tags["spec"] == "required"
+	k.Deprecation = tags["deprecationReplacement"]
+	return nil
+}
+
+func mergeNames(a, b []string) []string {
+	for _, n := range b {
+		found := false
+		for _, m := range a {
+			found = found || m == n
+		}
+		if !found {
+			a = append(a, n)
+		}
+	}
+	return a
 }

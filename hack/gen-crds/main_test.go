@@ -4,24 +4,52 @@ import (
 	"bytes"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protodesc"
 	"google.golang.org/protobuf/reflect/protoreflect"
-	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/descriptorpb"
 	apiextinternal "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/yaml"
+
+	"github.com/meshplane/discovery/pkg/model"
 )
 
 const committed = "../../manifests/charts/base/files/crd-all.gen.yaml"
 
+var (
+	apiDirOnce sync.Once
+	apiDir     string
+	apiDirErr  error
+)
+
+// testAPIDir is the istio.io/api module directory that go.mod requires.
+func testAPIDir(t *testing.T) string {
+	t.Helper()
+	apiDirOnce.Do(func() { apiDir, apiDirErr = apiModuleDir() })
+	if apiDirErr != nil {
+		t.Fatal(apiDirErr)
+	}
+	return apiDir
+}
+
+// generated returns the generated CRDs.
+func generated(t *testing.T) []*apiextv1.CustomResourceDefinition {
+	t.Helper()
+	crds, err := buildCRDs(newProtoSource(testAPIDir(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return crds
+}
+
 func TestCommittedFileIsCurrent(t *testing.T) {
-	want, err := Generate()
+	want, err := Generate(testAPIDir(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,11 +63,8 @@ func TestCommittedFileIsCurrent(t *testing.T) {
 }
 
 func TestEverySchemaIsStructural(t *testing.T) {
-	for _, k := range kinds {
-		crd, err := buildCRD(k)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, crd := range generated(t) {
+		k := crd.Spec.Names
 		storage := 0
 		for _, v := range crd.Spec.Versions {
 			if v.Storage {
@@ -66,12 +91,8 @@ func TestEverySchemaIsStructural(t *testing.T) {
 // specOf returns the spec schema of a generated CRD.
 func specOf(t *testing.T, kind string) apiextv1.JSONSchemaProps {
 	t.Helper()
-	for _, k := range kinds {
-		if k.Kind == kind {
-			crd, err := buildCRD(k)
-			if err != nil {
-				t.Fatal(err)
-			}
+	for _, crd := range generated(t) {
+		if crd.Spec.Names.Kind == kind {
 			return crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"]
 		}
 	}
@@ -79,7 +100,8 @@ func specOf(t *testing.T, kind string) apiextv1.JSONSchemaProps {
 	return apiextv1.JSONSchemaProps{}
 }
 
-// at walks properties (and array items, written "[]") of s.
+// at walks properties (and array items, written "[]", and map values,
+// written "{}") of s.
 func at(t *testing.T, s apiextv1.JSONSchemaProps, path string) apiextv1.JSONSchemaProps {
 	t.Helper()
 	for _, step := range strings.Split(path, ".") {
@@ -88,6 +110,13 @@ func at(t *testing.T, s apiextv1.JSONSchemaProps, path string) apiextv1.JSONSche
 				t.Fatalf("%s: no items at %q", path, step)
 			}
 			s = *s.Items.Schema
+			continue
+		}
+		if step == "{}" {
+			if s.AdditionalProperties == nil || s.AdditionalProperties.Schema == nil {
+				t.Fatalf("%s: no map values at %q", path, step)
+			}
+			s = *s.AdditionalProperties.Schema
 			continue
 		}
 		next, ok := s.Properties[step]
@@ -104,14 +133,43 @@ func TestFieldMapping(t *testing.T) {
 		kind, path string
 		want       string // the schema as compact YAML
 	}{
-		"a Duration is a string": {
-			kind: "VirtualService", path: "http.[].timeout", want: "type: string",
+		"a Duration is a string of at least 1ms": {
+			kind: "VirtualService", path: "http.[].timeout",
+			want: "type: string\nx-kubernetes-validations:\n- message: must be a valid duration greater than 1ms\n  rule: duration(self) >= duration('1ms')",
+		},
+		"a Duration marked duration-validation:none has no rule": {
+			kind: "DestinationRule", path: "trafficPolicy.loadBalancer.consistentHash.httpCookie.ttl", want: "type: string",
+		},
+		"a 64-bit unsigned integer is a non-negative integer": {
+			kind: "DestinationRule", path: "trafficPolicy.loadBalancer.consistentHash.minimumRingSize", want: "minimum: 0\ntype: integer",
+		},
+		"bytes are base64": {
+			kind: "VirtualService", path: "http.[].directResponse.body.bytes", want: "format: byte\ntype: string",
+		},
+		"a protobuf oneof is an OpenAPI oneOf of none or one": {
+			kind: "VirtualService", path: "http.[].redirect",
+			want: "oneOf:\n- not:\n    anyOf:\n    - required:\n      - port\n    - required:\n      - derivePort\n- required:\n  - port\n- required:\n  - derivePort\ntype: object",
+		},
+		"map-value markers apply to the values": {
+			kind: "Sidecar", path: "workloadSelector.labels.{}",
+			want: "maxLength: 63\ntype: string\nx-kubernetes-validations:\n- message: wildcard is not supported in selector\n  rule: '!self.contains(\"*\")'",
+		},
+		"list-value markers apply to the items, list markers to the list": {
+			kind: "ServiceEntry", path: "hosts",
+			want: "items:\n  type: string\n  x-kubernetes-validations:\n  - message: hostname cannot be wildcard\n    rule: self != \"*\"\nmaxItems: 256\nminItems: 1\ntype: array",
+		},
+		"an alternative name is a second property with the same schema": {
+			kind: "RequestAuthentication", path: "jwtRules.[].jwks_uri",
+			want: "maxLength: 2048\nminLength: 1\ntype: string\nx-kubernetes-validations:\n- message: url must have scheme http:// or https://\n  rule: url(self).getScheme() in [\"http\", \"https\"]",
 		},
 		"a wrapper is its nullable scalar": {
 			kind: "VirtualService", path: "http.[].corsPolicy.allowCredentials", want: "nullable: true\ntype: boolean",
 		},
 		"a uint32 is a bounded integer": {
 			kind: "VirtualService", path: "http.[].route.[].destination.port.number", want: "maximum: 4294967295\nminimum: 0\ntype: integer",
+		},
+		"a double is a double number": {
+			kind: "VirtualService", path: "http.[].fault.delay.percentage.value", want: "format: double\ntype: number",
 		},
 		"an int32 is an int32 integer": {
 			kind: "VirtualService", path: "http.[].route.[].weight", want: "format: int32\ntype: integer",
@@ -120,7 +178,7 @@ func TestFieldMapping(t *testing.T) {
 			kind: "PeerAuthentication", path: "mtls.mode", want: "enum:\n- UNSET\n- DISABLE\n- PERMISSIVE\n- STRICT\ntype: string",
 		},
 		"a string map is an object of strings": {
-			kind: "AuthorizationPolicy", path: "selector.matchLabels", want: "additionalProperties:\n  type: string\ntype: object",
+			kind: "VirtualService", path: "http.[].headers.request.set", want: "additionalProperties:\n  type: string\ntype: object",
 		},
 		"a repeated string is an array of strings": {
 			kind: "Gateway", path: "servers.[].hosts", want: "items:\n  type: string\ntype: array",
@@ -130,6 +188,7 @@ func TestFieldMapping(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			s := at(t, specOf(t, tc.kind), tc.path)
 			s.Description = ""
+			s.Properties = nil // the node's own constraints
 			b, err := yaml.Marshal(s)
 			if err != nil {
 				t.Fatal(err)
@@ -157,7 +216,11 @@ func TestRecursionIsCutWithPreservedFields(t *testing.T) {
 	// pool, so that the test does not depend on which Istio message
 	// happens to recurse.
 	md := recursiveMessage(t)
-	s, err := newSchemaBuilder().message(md)
+	src := &protoSource{
+		comments: protoComments{"test.Node": "", "test.Node.name": "", "test.Node.child": ""},
+		read:     map[string]bool{"test/node.proto": true},
+	}
+	s, err := newSchemaBuilder(src).message(md)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,16 +233,17 @@ func TestRecursionIsCutWithPreservedFields(t *testing.T) {
 	}
 }
 
-func TestEveryKindHasItsMessage(t *testing.T) {
-	for _, k := range kinds {
-		d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(k.Message))
-		if err != nil {
-			t.Errorf("%s: %v", k.Kind, err)
-			continue
-		}
-		if string(d.Name()) != k.Kind {
-			t.Errorf("%s: message %s has name %s", k.Kind, k.Message, d.Name())
-		}
+func TestEveryKindDiscoveryReadsHasACRD(t *testing.T) {
+	var have []string
+	for _, crd := range generated(t) {
+		have = append(have, crd.Spec.Names.Kind)
+	}
+	var want []string
+	for _, k := range model.IstioKinds {
+		want = append(want, string(k))
+	}
+	if strings.Join(have, ",") != strings.Join(want, ",") {
+		t.Errorf("CRDs for %v, want model.IstioKinds %v", have, want)
 	}
 }
 

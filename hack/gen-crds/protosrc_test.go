@@ -1,9 +1,11 @@
 package main
 
 import (
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
 )
 
 // The example of descriptor.proto (SourceCodeInfo.Location), which
@@ -122,4 +124,46 @@ func TestProtoParserRefusesWhatItDoesNotUnderstand(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestEveryDeclarationTheGeneratorReadsIsFound walks every message and
+// field that the CRDs are built from (the nine kinds and their status) and
+// checks that the parser found its declaration in the .proto file, so that
+// no annotation can be missed by a parser gap.
+func TestEveryDeclarationTheGeneratorReadsIsFound(t *testing.T) {
+	src := newProtoSource(testAPIDir(t))
+	seen := map[protoreflect.FullName]bool{}
+	var walk func(md protoreflect.MessageDescriptor)
+	walk = func(md protoreflect.MessageDescriptor) {
+		if seen[md.FullName()] || strings.HasPrefix(string(md.FullName()), "google.protobuf.") || md.IsMapEntry() {
+			return
+		}
+		seen[md.FullName()] = true
+		if _, err := src.comment(md); err != nil {
+			t.Error(err)
+		}
+		for i := 0; i < md.Fields().Len(); i++ {
+			fd := md.Fields().Get(i)
+			if _, err := src.comment(fd); err != nil {
+				t.Error(err)
+			}
+			if fd.Message() != nil {
+				walk(fd.Message())
+			}
+			if fd.IsMap() && fd.MapValue().Message() != nil {
+				walk(fd.MapValue().Message())
+			}
+		}
+	}
+	for _, name := range append(append([]protoreflect.FullName{}, messages...), defaultStatus) {
+		d, err := protoregistry.GlobalFiles.FindDescriptorByName(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		walk(d.(protoreflect.MessageDescriptor))
+	}
+	if len(seen) < 50 {
+		t.Errorf("walked %d messages; the walk is broken", len(seen))
+	}
+	t.Logf("%d messages and their fields found in %d .proto files", len(seen), len(src.read))
 }

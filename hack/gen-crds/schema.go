@@ -3,7 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
-	"sort"
+	"strings"
 
 	"google.golang.org/genproto/googleapis/api/annotations"
 	"google.golang.org/protobuf/proto"
@@ -12,82 +12,90 @@ import (
 )
 
 // schemaBuilder turns protobuf message descriptors into structural OpenAPI
-// v3 schemas, following the protobuf JSON mapping that Istio's clients use:
-// lowerCamelCase field names, enums by name, well-known types by their JSON
-// form.
+// v3 schemas the way Istio's generator (istio/tools cmd/protoc-gen-crd)
+// does, so that the API server gives an object the same verdict under
+// either CRD:
+//
+//   - field names are the JSON names; enums are strings of their value
+//     names;
+//   - scalars as Istio maps them: 32-bit integers bounded, 64-bit integers
+//     "integer" (int64 format, or minimum 0 when unsigned), float and
+//     double "number" (double format), bytes "string" (byte format: base64,
+//     which the API server checks);
+//   - the well-known types by their JSON form (wellKnown), Duration with
+//     Istio's rule that it be a valid duration of at least 1ms;
+//   - a protobuf oneof becomes an OpenAPI oneOf: none or exactly one of
+//     its fields (several oneofs: allOf of such);
+//   - fields marked REQUIRED (google.api.field_behavior) are required;
+//   - then the markers in the comments (applyMarkers).
 type schemaBuilder struct {
+	src *protoSource
 	// stack holds the messages being expanded, to cut recursion.
 	stack map[protoreflect.FullName]bool
 }
 
-func newSchemaBuilder() *schemaBuilder {
-	return &schemaBuilder{stack: map[protoreflect.FullName]bool{}}
+func newSchemaBuilder(src *protoSource) *schemaBuilder {
+	return &schemaBuilder{src: src, stack: map[protoreflect.FullName]bool{}}
 }
+
+func ptr[T any](v T) *T { return &v }
 
 // preserve is an object whose fields are not checked: the JSON form of
-// google.protobuf.Struct, and the cut in a recursive message.
+// google.protobuf.Struct and Any, and the cut in a recursive message.
 func preserve() apiextv1.JSONSchemaProps {
-	t := true
-	return apiextv1.JSONSchemaProps{Type: "object", XPreserveUnknownFields: &t}
-}
-
-// anyValue accepts any JSON value: google.protobuf.Value.
-func anyValue() apiextv1.JSONSchemaProps {
-	t := true
-	return apiextv1.JSONSchemaProps{XPreserveUnknownFields: &t}
-}
-
-// intOrString accepts an integer or its decimal string: the protobuf JSON
-// form of 64-bit integers, which encoders write as strings.
-func intOrString() apiextv1.JSONSchemaProps {
-	return apiextv1.JSONSchemaProps{XIntOrString: true}
+	return apiextv1.JSONSchemaProps{Type: "object", XPreserveUnknownFields: ptr(true)}
 }
 
 func uint32Schema() apiextv1.JSONSchemaProps {
-	lo, hi := 0.0, float64(math.MaxUint32)
-	return apiextv1.JSONSchemaProps{Type: "integer", Minimum: &lo, Maximum: &hi}
+	return apiextv1.JSONSchemaProps{Type: "integer", Minimum: ptr(0.0), Maximum: ptr(float64(math.MaxUint32))}
 }
 
-// wellKnown maps the google.protobuf types to their JSON forms.
+// durationRule is the rule Istio's generator puts on every
+// google.protobuf.Duration (a field opts out with
+// +protoc-gen-crd:duration-validation:none). It is derived from the type,
+// not from an annotation.
+var durationRule = apiextv1.ValidationRule{Rule: "duration(self) >= duration('1ms')", Message: "must be a valid duration greater than 1ms"}
+
+// wellKnown maps the google.protobuf types to their JSON forms, as Istio's
+// generator does (its specialTypes); other google.protobuf messages are
+// built from their descriptors.
 func wellKnown(name protoreflect.FullName) (apiextv1.JSONSchemaProps, bool) {
-	nullable := func(s apiextv1.JSONSchemaProps) apiextv1.JSONSchemaProps { s.Nullable = true; return s }
 	switch name {
 	case "google.protobuf.Duration":
-		return apiextv1.JSONSchemaProps{Type: "string"}, true
+		return apiextv1.JSONSchemaProps{Type: "string", XValidations: []apiextv1.ValidationRule{durationRule}}, true
 	case "google.protobuf.Timestamp":
 		return apiextv1.JSONSchemaProps{Type: "string", Format: "date-time"}, true
 	case "google.protobuf.Struct", "google.protobuf.Any":
 		return preserve(), true
 	case "google.protobuf.Value":
-		return anyValue(), true
+		return apiextv1.JSONSchemaProps{XPreserveUnknownFields: ptr(true)}, true
 	case "google.protobuf.ListValue":
-		v := anyValue()
-		return apiextv1.JSONSchemaProps{Type: "array", Items: &apiextv1.JSONSchemaPropsOrArray{Schema: &v}}, true
+		return apiextv1.JSONSchemaProps{Items: &apiextv1.JSONSchemaPropsOrArray{Schema: &apiextv1.JSONSchemaProps{Type: "object"}}}, true
 	case "google.protobuf.Empty":
-		return apiextv1.JSONSchemaProps{Type: "object"}, true
+		return apiextv1.JSONSchemaProps{Type: "object", MaxProperties: ptr(int64(0))}, true
 	case "google.protobuf.BoolValue":
-		return nullable(apiextv1.JSONSchemaProps{Type: "boolean"}), true
+		return apiextv1.JSONSchemaProps{Type: "boolean", Nullable: true}, true
 	case "google.protobuf.StringValue":
-		return nullable(apiextv1.JSONSchemaProps{Type: "string"}), true
-	case "google.protobuf.BytesValue":
-		return nullable(apiextv1.JSONSchemaProps{Type: "string", Format: "byte"}), true
-	case "google.protobuf.DoubleValue":
-		return nullable(apiextv1.JSONSchemaProps{Type: "number", Format: "double"}), true
-	case "google.protobuf.FloatValue":
-		return nullable(apiextv1.JSONSchemaProps{Type: "number", Format: "float"}), true
+		return apiextv1.JSONSchemaProps{Type: "string", Nullable: true}, true
+	case "google.protobuf.DoubleValue", "google.protobuf.FloatValue":
+		return apiextv1.JSONSchemaProps{Type: "number", Format: "double", Nullable: true}, true
 	case "google.protobuf.Int32Value":
-		return nullable(apiextv1.JSONSchemaProps{Type: "integer", Format: "int32"}), true
+		return apiextv1.JSONSchemaProps{Type: "integer", Format: "int32", Nullable: true}, true
+	case "google.protobuf.Int64Value":
+		return apiextv1.JSONSchemaProps{Type: "integer", Format: "int64", Nullable: true}, true
 	case "google.protobuf.UInt32Value":
-		return nullable(uint32Schema()), true
-	case "google.protobuf.Int64Value", "google.protobuf.UInt64Value":
-		return nullable(intOrString()), true
+		s := uint32Schema()
+		s.Nullable = true
+		return s, true
+	case "google.protobuf.UInt64Value":
+		return apiextv1.JSONSchemaProps{Type: "integer", Minimum: ptr(0.0), Nullable: true}, true
 	}
 	return apiextv1.JSONSchemaProps{}, false
 }
 
 // message returns the schema of a message: an object with one property
-// per field (oneof members are plain optional fields), and the fields
-// marked REQUIRED (google.api.field_behavior) as required.
+// per field (and per alternative name), its oneofs, its required fields in
+// declaration order, then the markers of the message's comment.
 func (b *schemaBuilder) message(md protoreflect.MessageDescriptor) (apiextv1.JSONSchemaProps, error) {
 	if s, ok := wellKnown(md.FullName()); ok {
 		return s, nil
@@ -110,9 +118,53 @@ func (b *schemaBuilder) message(md protoreflect.MessageDescriptor) (apiextv1.JSO
 		if required(fd) {
 			out.Required = append(out.Required, fd.JSONName())
 		}
+		comment, err := b.src.comment(fd)
+		if err != nil {
+			return out, err
+		}
+		if alt := altName(comment); alt != "" {
+			out.Properties[alt] = s
+		}
 	}
-	sort.Strings(out.Required)
+	var groups []apiextv1.JSONSchemaProps
+	oneofs := md.Oneofs()
+	for i := 0; i < oneofs.Len(); i++ {
+		var members []apiextv1.JSONSchemaProps
+		of := oneofs.Get(i).Fields()
+		for j := 0; j < of.Len(); j++ {
+			members = append(members, apiextv1.JSONSchemaProps{Required: []string{of.Get(j).JSONName()}})
+		}
+		none := apiextv1.JSONSchemaProps{Not: &apiextv1.JSONSchemaProps{AnyOf: members}}
+		groups = append(groups, apiextv1.JSONSchemaProps{OneOf: append([]apiextv1.JSONSchemaProps{none}, members...)})
+	}
+	switch len(groups) {
+	case 0:
+	case 1:
+		out.OneOf = groups[0].OneOf
+	default:
+		out.AllOf = groups
+	}
+	comment, err := b.src.comment(md)
+	if err != nil {
+		return out, err
+	}
+	if err := applyMarkers(&out, comment); err != nil {
+		return out, fmt.Errorf("%s: %w", md.FullName(), err)
+	}
 	return out, nil
+}
+
+// altName is the second property name a field's comment may give it
+// (+kubebuilder:altName=jwks_uri): Istio accepts both spellings.
+func altName(comment string) string {
+	_, rest, ok := strings.Cut(comment, "+kubebuilder:altName=")
+	if !ok {
+		return ""
+	}
+	if f := strings.Fields(rest); len(f) > 0 {
+		return f[0]
+	}
+	return ""
 }
 
 func required(fd protoreflect.FieldDescriptor) bool {
@@ -130,20 +182,32 @@ func required(fd protoreflect.FieldDescriptor) bool {
 }
 
 // field returns the schema of a field: maps as objects with
-// additionalProperties, repeated fields as arrays, the rest by kind.
+// additionalProperties, repeated fields as arrays, the rest by kind; then
+// the markers of the field's comment.
 func (b *schemaBuilder) field(fd protoreflect.FieldDescriptor) (apiextv1.JSONSchemaProps, error) {
-	if fd.IsMap() {
+	var s apiextv1.JSONSchemaProps
+	switch {
+	case fd.IsMap():
 		v, err := b.single(fd.MapValue())
 		if err != nil {
 			return v, err
 		}
-		return apiextv1.JSONSchemaProps{Type: "object", AdditionalProperties: &apiextv1.JSONSchemaPropsOrBool{Allows: true, Schema: &v}}, nil
+		s = apiextv1.JSONSchemaProps{Type: "object", AdditionalProperties: &apiextv1.JSONSchemaPropsOrBool{Allows: true, Schema: &v}}
+	default:
+		item, err := b.single(fd)
+		if err != nil {
+			return item, err
+		}
+		s = item
+		if fd.IsList() {
+			s = apiextv1.JSONSchemaProps{Type: "array", Items: &apiextv1.JSONSchemaPropsOrArray{Schema: &item}}
+		}
 	}
-	s, err := b.single(fd)
-	if err != nil || !fd.IsList() {
+	comment, err := b.src.comment(fd)
+	if err != nil {
 		return s, err
 	}
-	return apiextv1.JSONSchemaProps{Type: "array", Items: &apiextv1.JSONSchemaPropsOrArray{Schema: &s}}, nil
+	return s, applyMarkers(&s, comment)
 }
 
 // single is the schema of one value of fd's type.
@@ -159,12 +223,11 @@ func (b *schemaBuilder) single(fd protoreflect.FieldDescriptor) (apiextv1.JSONSc
 		return apiextv1.JSONSchemaProps{Type: "integer", Format: "int32"}, nil
 	case protoreflect.Uint32Kind, protoreflect.Fixed32Kind:
 		return uint32Schema(), nil
-	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind,
-		protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
-		return intOrString(), nil
-	case protoreflect.FloatKind:
-		return apiextv1.JSONSchemaProps{Type: "number", Format: "float"}, nil
-	case protoreflect.DoubleKind:
+	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
+		return apiextv1.JSONSchemaProps{Type: "integer", Format: "int64"}, nil
+	case protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
+		return apiextv1.JSONSchemaProps{Type: "integer", Minimum: ptr(0.0)}, nil
+	case protoreflect.FloatKind, protoreflect.DoubleKind:
 		return apiextv1.JSONSchemaProps{Type: "number", Format: "double"}, nil
 	case protoreflect.EnumKind:
 		return enum(fd.Enum()), nil
@@ -177,9 +240,6 @@ func (b *schemaBuilder) single(fd protoreflect.FieldDescriptor) (apiextv1.JSONSc
 // enum is a string restricted to the enum's value names, in declaration
 // order.
 func enum(ed protoreflect.EnumDescriptor) apiextv1.JSONSchemaProps {
-	if ed.FullName() == "google.protobuf.NullValue" {
-		return apiextv1.JSONSchemaProps{Type: "string", Nullable: true}
-	}
 	out := apiextv1.JSONSchemaProps{Type: "string"}
 	values := ed.Values()
 	for i := 0; i < values.Len(); i++ {
