@@ -31,7 +31,8 @@ import (
 //	               workloadSelector selects p, oldest first (drselect.go)
 //
 // Without such configuration the key is p.Class(). Gateways' classes
-// already carry their labels, and Sidecars never apply to them. ClassKey
+// already carry their labels (DestinationRule selectors, which do apply to
+// gateways, need nothing more), and Sidecars never apply to them. ClassKey
 // is cheap: what it needs of w is indexed once per World (and namespace).
 func ClassKey(w *model.World, p *model.Proxy) string {
 	key := p.Class()

@@ -2,7 +2,6 @@ package gen
 
 import (
 	"sort"
-	"strings"
 
 	networking "istio.io/api/networking/v1alpha3"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
@@ -145,16 +144,17 @@ func (ri *ruleIndex) selected(p *model.Proxy) string {
 		return ""
 	}
 	labels := p.Labels()
-	var b strings.Builder
+	out := ""
 	for _, r := range rs {
 		if labelsMatch(r.selector, labels) {
-			if b.Len() > 0 {
-				b.WriteByte(',')
+			if out == "" {
+				out = r.cfg.Key.Name // nothing to allocate for one rule
+			} else {
+				out += "," + r.cfg.Key.Name
 			}
-			b.WriteString(r.cfg.Key.Name)
 		}
 	}
-	return b.String()
+	return out
 }
 
 // forScope picks the rule of every host some rule names for the class of
