@@ -12,20 +12,28 @@ import (
 	netrbacv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/rbac/v3"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	security "istio.io/api/security/v1beta1"
+	typev1beta1 "istio.io/api/type/v1beta1"
 	securityv1 "istio.io/client-go/pkg/apis/security/v1"
 
 	"github.com/meshplane/discovery/pkg/model"
 )
 
 // RBAC filter names, one filter per action that has policies: AUDIT (Envoy's
-// LOG) first, then DENY, then ALLOW. Names differ because grpc-go rejects an
-// HttpConnectionManager with two filters of one name.
+// LOG) first, then DENY, then ALLOW. On sidecars the names differ because
+// their inbound filters also serve proxyless gRPC servers (grpcserver.go),
+// and grpc-go rejects an HttpConnectionManager with two filters of one
+// name. Gateways are Envoy only: there every RBAC filter is named
+// envoy.filters.http.rbac, as Istio names them (gatewayauthz.go).
 const (
 	RBACAuditFilter = "envoy.filters.http.rbac.audit"
 	RBACDenyFilter  = "envoy.filters.http.rbac.deny"
 	RBACAllowFilter = "envoy.filters.http.rbac"
 	netRBACName     = "envoy.filters.network.rbac"
 )
+
+// gatewayNameLabel is the label Istio's deployment controller puts on the
+// pods of a Gateway API gateway: policies attach to them by targetRef.
+const gatewayNameLabel = "gateway.networking.k8s.io/gateway-name"
 
 // authzFields are the AuthorizationPolicy fields generation acts on.
 var authzFields = newFieldSet(
@@ -39,8 +47,9 @@ var authzFields = newFieldSet(
 	"rules.when.key", "rules.when.values", "rules.when.notValues",
 )
 
-// inboundAuthz is the RBAC of one sidecar's inbound traffic: HTTP filters
-// to put before the router and network filters before the TCP proxy.
+// inboundAuthz is the RBAC of one workload's traffic (a sidecar's inbound,
+// a gateway's): HTTP filters to put before the router and network filters
+// before the TCP proxy.
 type inboundAuthz struct {
 	http []*hcmv3.HttpFilter
 	tcp  []*listenerv3.Filter
@@ -56,10 +65,13 @@ func labelsMatch(selector, labels map[string]string) bool {
 	return true
 }
 
-// authzPolicies are the AuthorizationPolicies that apply to p's workload:
-// those of the root namespace (mesh-wide) and of p's namespace whose
-// selector matches p's labels (no selector: every workload). Policies with
-// a targetRef attach to gateways and waypoints, not sidecars.
+// authzPolicies are the AuthorizationPolicies that apply to p's workload,
+// a sidecar's or a gateway's (Istio's ListAuthorizationPolicies): those of
+// the root namespace (mesh-wide) and of p's namespace whose selector
+// matches p's labels (no selector: every workload). A policy with
+// targetRefs has no selector: it attaches only to the pods of the Gateway
+// API gateway it names (gatewayNameLabel), in its own namespace; its
+// other targets (waypoints, Services) are not served here.
 func (g *Generator) authzPolicies(w *model.World, p *model.Proxy) []*model.Config {
 	var out []*model.Config
 	for _, c := range w.Configs(model.KindAuthorizationPolicy) {
@@ -71,27 +83,53 @@ func (g *Generator) authzPolicies(w *model.World, p *model.Proxy) []*model.Confi
 			continue
 		}
 		g.warn(c, ap.ResourceVersion, &ap.Spec, authzFields)
-		if ap.Spec.GetTargetRef() != nil || len(ap.Spec.GetTargetRefs()) > 0 {
-			continue
+		if attaches(c.Key.Namespace, &ap.Spec, p) {
+			out = append(out, c)
 		}
-		if !labelsMatch(ap.Spec.GetSelector().GetMatchLabels(), p.Labels()) {
-			continue
-		}
-		out = append(out, c)
 	}
 	return out
 }
 
-// rbacRules translates the policies for HTTP (tcp false) or TCP chains into
-// Envoy RBAC rules per action. An ALLOW action is present, possibly with
-// no policy (deny everything), as soon as one ALLOW policy applies.
-func (g *Generator) rbacRules(aps []*model.Config, tcp bool) map[security.AuthorizationPolicy_Action]*rbacv3.RBAC {
-	out := map[security.AuthorizationPolicy_Action]*rbacv3.RBAC{}
-	envoyAction := map[security.AuthorizationPolicy_Action]rbacv3.RBAC_Action{
-		security.AuthorizationPolicy_ALLOW: rbacv3.RBAC_ALLOW,
-		security.AuthorizationPolicy_DENY:  rbacv3.RBAC_DENY,
-		security.AuthorizationPolicy_AUDIT: rbacv3.RBAC_LOG,
+// attaches reports whether a policy of namespace ns applies to p, as
+// Istio's WorkloadPolicyMatcher.ShouldAttachPolicy decides for a sidecar
+// or a gateway (selector-based policies apply to Gateway API gateways too,
+// Istio's default).
+func attaches(ns string, spec *security.AuthorizationPolicy, p *model.Proxy) bool {
+	refs := spec.GetTargetRefs()
+	if len(refs) == 0 && spec.GetTargetRef() != nil {
+		refs = []*typev1beta1.PolicyTargetReference{spec.GetTargetRef()}
 	}
+	if len(refs) == 0 {
+		return labelsMatch(spec.GetSelector().GetMatchLabels(), p.Labels())
+	}
+	gw, ok := p.Labels()[gatewayNameLabel]
+	if !ok || ns != p.Namespace {
+		return false
+	}
+	for _, r := range refs {
+		if r.GetKind() == "Gateway" && r.GetGroup() == "gateway.networking.k8s.io" && r.GetName() == gw &&
+			(r.GetNamespace() == "" || r.GetNamespace() == p.Namespace) {
+			return true
+		}
+	}
+	return false
+}
+
+// actionRules are Envoy RBAC rules per action, for HTTP or for TCP chains.
+type actionRules map[security.AuthorizationPolicy_Action]*rbacv3.RBAC
+
+var envoyActions = map[security.AuthorizationPolicy_Action]rbacv3.RBAC_Action{
+	security.AuthorizationPolicy_ALLOW: rbacv3.RBAC_ALLOW,
+	security.AuthorizationPolicy_DENY:  rbacv3.RBAC_DENY,
+	security.AuthorizationPolicy_AUDIT: rbacv3.RBAC_LOG,
+}
+
+// rbacRules translates the policies into Envoy RBAC rules per action, for
+// HTTP chains and for TCP chains, in one pass. An ALLOW action is present,
+// possibly with no policy (deny everything), as soon as one ALLOW policy
+// applies.
+func (g *Generator) rbacRules(aps []*model.Config) (httpRules, tcpRules actionRules) {
+	httpRules, tcpRules = actionRules{}, actionRules{}
 	for _, c := range aps {
 		ap := c.Object.(*securityv1.AuthorizationPolicy)
 		action, suffix := ap.Spec.GetAction(), ""
@@ -103,71 +141,118 @@ func (g *Generator) rbacRules(aps []*model.Config, tcp bool) map[security.Author
 			// (authzvalues.go).
 			action, suffix = security.AuthorizationPolicy_DENY, "-deny-due-to-bad-CUSTOM-action"
 		}
-		ea, ok := envoyAction[action]
-		if !ok {
+		if _, ok := envoyActions[action]; !ok {
 			g.warnOnce(c, ap.ResourceVersion, "action", "AuthorizationPolicy action not supported; the policy is ignored", "action", action.String())
 			continue
 		}
-		rules := out[action]
-		if rules == nil {
-			rules = &rbacv3.RBAC{Action: ea, Policies: map[string]*rbacv3.Policy{}}
-			out[action] = rules
-		}
+		hr, tr := httpRules.of(action), tcpRules.of(action)
 		for i, r := range ap.Spec.GetRules() {
-			b := &ruleBuilder{tcp: tcp, principals: g.authzPrincipals}
-			pol := b.rule(r)
-			if !validUTF8(r.ProtoReflect()) {
-				// Strings Envoy cannot take: the rule matches nothing
-				// if it allows and everything if it denies.
-				b.skip()
-				pol = &rbacv3.Policy{Principals: []*rbacv3.Principal{allOfIDs(nil)}, Permissions: []*rbacv3.Permission{allOfPerms(nil)}}
+			valid := validUTF8(r.ProtoReflect())
+			if !valid {
 				g.warnOnce(c, ap.ResourceVersion, fmt.Sprint("utf8:", i), "AuthorizationPolicy rule holds invalid UTF-8", "rule", i)
 			}
-			for _, k := range b.badKeys {
-				g.warnOnce(c, ap.ResourceVersion, "when:"+k, "AuthorizationPolicy condition key not supported", "key", k)
+			name := fmt.Sprintf("ns[%s]-policy[%s]-rule[%d]%s", c.Key.Namespace, c.Key.Name, i, suffix)
+			for _, chain := range []struct {
+				tcp   bool
+				rules *rbacv3.RBAC
+			}{{false, hr}, {true, tr}} {
+				pol, b := g.ruleFor(r, chain.tcp, valid)
+				for _, k := range b.badKeys {
+					g.warnOnce(c, ap.ResourceVersion, "when:"+k, "AuthorizationPolicy condition key not supported", "key", k)
+				}
+				if b.skipped && action != security.AuthorizationPolicy_DENY {
+					// Without the part it cannot express, an ALLOW rule
+					// would match more than written; with it, it can
+					// never be proven true: leave it out (allows less).
+					// A DENY rule (CUSTOM's included) is kept without
+					// that part: it matches, and denies, a superset.
+					// Istio does the same with what it cannot translate
+					// (checkError in its authz model). AUDIT rules are
+					// left out too, where Istio widens them: they decide
+					// nothing, and a wider one would log what the policy
+					// does not name.
+					continue
+				}
+				chain.rules.Policies[name] = pol
 			}
-			if b.skipped && action != security.AuthorizationPolicy_DENY {
-				// Without the part it cannot express, an ALLOW or AUDIT
-				// rule would match more than written: leave it out.
-				continue
-			}
-			rules.Policies[fmt.Sprintf("ns[%s]-policy[%s]-rule[%d]%s", c.Key.Namespace, c.Key.Name, i, suffix)] = pol
 		}
 	}
-	for a, r := range out {
+	httpRules.prune()
+	tcpRules.prune()
+	return httpRules, tcpRules
+}
+
+// ruleFor translates rule r for an HTTP or a TCP chain. A rule holding
+// strings Envoy cannot take (invalid UTF-8) matches everything and is
+// marked, so that it allows nothing and denies everything.
+func (g *Generator) ruleFor(r *security.Rule, tcp, valid bool) (*rbacv3.Policy, *ruleBuilder) {
+	b := &ruleBuilder{tcp: tcp, principals: g.authzPrincipals}
+	if !valid {
+		b.skip()
+		return &rbacv3.Policy{Principals: []*rbacv3.Principal{allOfIDs(nil)}, Permissions: []*rbacv3.Permission{allOfPerms(nil)}}, b
+	}
+	return b.rule(r), b
+}
+
+// of returns the rules of action, added empty if need be.
+func (ar actionRules) of(action security.AuthorizationPolicy_Action) *rbacv3.RBAC {
+	r := ar[action]
+	if r == nil {
+		r = &rbacv3.RBAC{Action: envoyActions[action], Policies: map[string]*rbacv3.Policy{}}
+		ar[action] = r
+	}
+	return r
+}
+
+// prune drops the actions without policies but ALLOW's (deny everything).
+func (ar actionRules) prune() {
+	for a, r := range ar {
 		if a != security.AuthorizationPolicy_ALLOW && len(r.Policies) == 0 {
-			delete(out, a)
+			delete(ar, a)
 		}
 	}
-	return out
 }
 
 // authorization builds p's inbound RBAC filters; both lists are empty
 // when no policy applies.
 func (g *Generator) authorization(w *model.World, p *model.Proxy) inboundAuthz {
-	aps := g.authzPolicies(w, p)
+	return g.rbacFilters(g.authzPolicies(w, p), sidecarRBACNames)
+}
+
+// rbacNames names the RBAC filters of each action (AUDIT, DENY, ALLOW)
+// and gives the network filters' stat prefix.
+type rbacNames struct {
+	http       [3]string
+	statPrefix func(security.AuthorizationPolicy_Action) string
+}
+
+// sidecarRBACNames keep HTTP filter names distinct (grpc-go) and give each
+// network filter its own stats (tcp.allow.rbac.allowed...).
+var sidecarRBACNames = rbacNames{
+	http: [3]string{RBACAuditFilter, RBACDenyFilter, RBACAllowFilter},
+	statPrefix: func(a security.AuthorizationPolicy_Action) string {
+		return "tcp." + strings.ToLower(a.String()) + "."
+	},
+}
+
+// rbacFilters builds the RBAC filters of the policies aps, HTTP and
+// network, in Istio's order: AUDIT, DENY, ALLOW.
+func (g *Generator) rbacFilters(aps []*model.Config, names rbacNames) inboundAuthz {
 	if len(aps) == 0 {
 		return inboundAuthz{}
 	}
 	var out inboundAuthz
-	httpRules, tcpRules := g.rbacRules(aps, false), g.rbacRules(aps, true)
-	order := []struct {
-		action security.AuthorizationPolicy_Action
-		name   string
-	}{
-		{security.AuthorizationPolicy_AUDIT, RBACAuditFilter},
-		{security.AuthorizationPolicy_DENY, RBACDenyFilter},
-		{security.AuthorizationPolicy_ALLOW, RBACAllowFilter},
-	}
-	for _, o := range order {
-		if r := httpRules[o.action]; r != nil {
-			out.http = append(out.http, &hcmv3.HttpFilter{Name: o.name, ConfigType: &hcmv3.HttpFilter_TypedConfig{
+	httpRules, tcpRules := g.rbacRules(aps)
+	order := []security.AuthorizationPolicy_Action{security.AuthorizationPolicy_AUDIT, security.AuthorizationPolicy_DENY, security.AuthorizationPolicy_ALLOW}
+	for i, action := range order {
+		if r := httpRules[action]; r != nil {
+			out.http = append(out.http, &hcmv3.HttpFilter{Name: names.http[i], ConfigType: &hcmv3.HttpFilter_TypedConfig{
 				TypedConfig: mustAny(&httprbacv3.RBAC{Rules: r}),
 			}})
 		}
-		if r := tcpRules[o.action]; r != nil {
+		if r := tcpRules[action]; r != nil {
 			out.tcp = append(out.tcp, &listenerv3.Filter{Name: netRBACName, ConfigType: &listenerv3.Filter_TypedConfig{
-				TypedConfig: mustAny(&netrbacv3.RBAC{StatPrefix: "tcp." + strings.ToLower(o.action.String()) + ".", Rules: r}),
+				TypedConfig: mustAny(&netrbacv3.RBAC{StatPrefix: names.statPrefix(action), Rules: r}),
 			}})
 		}
 	}

@@ -3,6 +3,7 @@ package gen
 import (
 	"net/netip"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -17,12 +18,55 @@ import (
 )
 
 // request is what Envoy's RBAC filter sees of a connection or request.
-// principal is the peer certificate's URI SAN ("" for plaintext); method,
-// path, host and headers are empty on TCP.
+// principal is the peer certificate's URI SAN ("" for plaintext); ip is
+// the peer's address (direct_remote_ip); xff is the X-Forwarded-For header
+// the request arrived with; remote, the address remote_ip matches, is
+// what the HttpConnectionManager makes of both (throughHCM), the peer's
+// when unset. method, path, host, headers and xff are empty on TCP.
 type request struct {
 	principal, ip, method, path, host string
+	xff, remote                       string
 	port                              uint32
 	headers                           map[string]string
+}
+
+func (rq request) remoteIP() string {
+	if rq.remote != "" {
+		return rq.remote
+	}
+	return rq.ip
+}
+
+// throughHCM sets rq.remote as Envoy's HttpConnectionManager computes the
+// downstream remote address (ConnectionManagerUtility::mutateRequestHeaders):
+// with use_remote_address and xff_num_trusted_hops N = 0 it is the peer,
+// X-Forwarded-For ignored; with N > 0 the Nth address from the right of
+// the X-Forwarded-For the request came with (the one the outermost trusted
+// proxy saw), the peer if there are fewer; without use_remote_address
+// the (N+1)th from the right, the peer if there are fewer. An address that
+// does not parse also falls back to the peer.
+func throughHCM(m *hcmv3.HttpConnectionManager, rq request) request {
+	rq.remote = rq.ip
+	var hops []string
+	for _, h := range strings.Split(rq.xff, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			hops = append(hops, h)
+		}
+	}
+	n := int(m.GetXffNumTrustedHops())
+	skip := n
+	if m.GetUseRemoteAddress().GetValue() {
+		if n == 0 {
+			return rq
+		}
+		skip = n - 1
+	}
+	if i := len(hops) - 1 - skip; i >= 0 {
+		if a, err := netip.ParseAddr(hops[i]); err == nil {
+			rq.remote = a.String()
+		}
+	}
+	return rq
 }
 
 // rbacEval evaluates generated RBAC configuration with Envoy's semantics
@@ -108,7 +152,7 @@ func (e rbacEval) id(p *rbacv3.Principal, rq request) bool {
 	case *rbacv3.Principal_DirectRemoteIp:
 		return e.cidr(x.DirectRemoteIp, rq.ip)
 	case *rbacv3.Principal_RemoteIp:
-		return e.cidr(x.RemoteIp, rq.ip)
+		return e.cidr(x.RemoteIp, rq.remoteIP())
 	}
 	e.t.Fatalf("principal %v not evaluated", p)
 	return false
@@ -213,4 +257,57 @@ func chainRBAC(t testing.TB, pc *ProxyConfig, name string) []*rbacv3.RBAC {
 	}
 	t.Fatalf("virtualInbound has no chain %s", name)
 	return nil
+}
+
+// policedChain is one filter chain of a listener as the RBAC evaluation
+// sees it: its RBAC rules in order and, for HTTP, its connection manager.
+type policedChain struct {
+	name  string
+	rules []*rbacv3.RBAC
+	hcm   *hcmv3.HttpConnectionManager
+}
+
+// allowed evaluates rq on the chain, through its connection manager for
+// HTTP.
+func (c policedChain) allowed(e rbacEval, rq request) bool {
+	if c.hcm != nil {
+		rq = throughHCM(c.hcm, rq)
+	}
+	return e.allowed(c.rules, rq)
+}
+
+// listenerChains returns the chains of a listener with their RBAC, each
+// named by its name or, when it has none, "#INDEX".
+func listenerChains(t testing.TB, l *listenerv3.Listener) []policedChain {
+	t.Helper()
+	var out []policedChain
+	for i, fc := range l.GetFilterChains() {
+		pc := policedChain{name: fc.GetName()}
+		if pc.name == "" {
+			pc.name = "#" + strconv.Itoa(i)
+		}
+		for _, f := range fc.GetFilters() {
+			msg, err := f.GetTypedConfig().UnmarshalNew()
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch c := msg.(type) {
+			case *netrbacv3.RBAC:
+				pc.rules = append(pc.rules, c.GetRules())
+			case *hcmv3.HttpConnectionManager:
+				pc.hcm = c
+				for _, hf := range c.GetHttpFilters() {
+					hm, err := hf.GetTypedConfig().UnmarshalNew()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if r, ok := hm.(*httprbacv3.RBAC); ok {
+						pc.rules = append(pc.rules, r.GetRules())
+					}
+				}
+			}
+		}
+		out = append(out, pc)
+	}
+	return out
 }

@@ -40,19 +40,24 @@ type portServers struct {
 // 0.0.0.0_PORT and bound) and their RouteConfigurations (http.PORT and
 // https.PORT...), with a virtual host per service host of the
 // VirtualServices bound to the Gateway; it returns the route names the
-// listeners use.
+// listeners use. The AuthorizationPolicies that apply to the gateway are
+// enforced on every chain but AUTO_PASSTHROUGH's (gatewayauthz.go).
 func (g *Generator) gateway(sc *Scope, bs map[string]*builder) []string {
 	ports, byPort := g.gatewayServers(sc)
+	if len(ports) == 0 {
+		return nil
+	}
+	az := g.gatewayAuthorization(sc)
 	var refs []string
 	for _, port := range ports {
 		ps := byPort[port]
 		switch ps.class {
 		case "http":
-			refs = append(refs, g.httpPort(sc, bs, port, ps.http))
+			refs = append(refs, g.httpPort(sc, bs, port, ps.http, az))
 		case "tcp":
-			g.tcpPort(sc, bs, port, *ps.tcp)
+			g.tcpPort(sc, bs, port, *ps.tcp, az)
 		case "tls":
-			refs = append(refs, g.tlsPort(sc, bs, port, ps)...)
+			refs = append(refs, g.tlsPort(sc, bs, port, ps, az)...)
 		}
 	}
 	return refs
@@ -130,7 +135,7 @@ func (ps *portServers) add(kind serverKind, srv gatewayServer, ts *tlsServer) {
 
 // httpPort adds the listener and RouteConfiguration (http.PORT) of a port
 // of plain HTTP servers and returns the route's name.
-func (g *Generator) httpPort(sc *Scope, bs map[string]*builder, port uint32, servers []gatewayServer) string {
+func (g *Generator) httpPort(sc *Scope, bs map[string]*builder, port uint32, servers []gatewayServer, az gatewayAuthz) string {
 	name := "http." + itoa(int32(port))
 	rc := &routev3.RouteConfiguration{Name: name, ValidateClusters: wrapperspb.Bool(false)}
 	rc.VirtualHosts = g.gatewayHosts(sc, servers)
@@ -141,7 +146,7 @@ func (g *Generator) httpPort(sc *Scope, bs map[string]*builder, port uint32, ser
 		Address:          socketAddress("0.0.0.0", int32(port)),
 		TrafficDirection: corev3.TrafficDirection_OUTBOUND,
 		FilterChains: []*listenerv3.FilterChain{{
-			Filters: []*listenerv3.Filter{hcmFilter(rdsManager(name, name))},
+			Filters: []*listenerv3.Filter{hcmFilter(gatewayManager(name, name, az))},
 		}},
 	}
 	bs[ListenerType].add(l.Name, l)
@@ -154,7 +159,7 @@ func (g *Generator) httpPort(sc *Scope, bs map[string]*builder, port uint32, ser
 // AUTO_PASSTHROUGH servers, in that order. A server or route whose match
 // an earlier chain claimed is left out (Envoy refuses two chains with the
 // same match; Istio refuses a TLS server repeating a host of its port).
-func (g *Generator) tlsPort(sc *Scope, bs map[string]*builder, port uint32, ps *portServers) []string {
+func (g *Generator) tlsPort(sc *Scope, bs map[string]*builder, port uint32, ps *portServers, az gatewayAuthz) []string {
 	claims := chainClaims{}
 	var https []*tlsServer
 	for _, s := range ps.https {
@@ -171,9 +176,9 @@ func (g *Generator) tlsPort(sc *Scope, bs map[string]*builder, port uint32, ps *
 		bs[RouteType].add(s.name, rc)
 		refs = append(refs, s.name)
 	}
-	l := tlsListener(port, https)
-	l.FilterChains = append(l.FilterChains, g.terminatedTCPChains(sc, port, ps.tlsTCP, claims)...)
-	l.FilterChains = append(l.FilterChains, g.passthroughChains(sc, port, ps.pass, claims)...)
+	l := tlsListener(port, https, az)
+	l.FilterChains = append(l.FilterChains, g.terminatedTCPChains(sc, port, ps.tlsTCP, claims, az)...)
+	l.FilterChains = append(l.FilterChains, g.passthroughChains(sc, port, ps.pass, claims, az)...)
 	l.FilterChains = append(l.FilterChains, autoPassthroughChains(sc, ps.auto, claims)...)
 	if len(l.FilterChains) == 0 {
 		g.log.Warn("gateway TLS port has no filter chain (no VirtualService route matches its servers); no listener", "port", port)

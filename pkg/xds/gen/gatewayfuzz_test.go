@@ -22,11 +22,31 @@ import (
 var l4Hosts = []string{"svc-0.ns-0.svc.cluster.local", "svc-1", "db.ns-0.svc.cluster.local", "ext.example.com"}
 
 // l4World is the fixed part of the L4 fuzzer's world: a headless TCP
-// service with three endpoints next to the mesh services.
+// service with three endpoints next to the mesh services, and
+// root-namespace AuthorizationPolicies of every action, so that every
+// chain the fuzzer makes carries RBAC filters.
 func l4World(t testing.TB) []model.Event {
 	t.Helper()
 	evs, err := worldtest.Decode([]byte("apiVersion: v1\nkind: Service\nmetadata: {name: db, namespace: ns-0}\n" +
-		"spec:\n  clusterIP: None\n  ports:\n  - {name: tcp, port: 9042}\n  - {name: http, port: 8080}\n"))
+		"spec:\n  clusterIP: None\n  ports:\n  - {name: tcp, port: 9042}\n  - {name: http, port: 8080}\n" + `---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: allow, namespace: istio-system}
+spec:
+  rules:
+  - from: [{source: {remoteIpBlocks: [203.0.113.0/24]}}]
+  - to: [{operation: {ports: ["9042"], paths: ["/x"]}}]
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: deny, namespace: istio-system}
+spec: {action: DENY, rules: [{from: [{source: {ipBlocks: [198.51.100.0/24], requestPrincipals: ["*"]}}]}]}
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: audit, namespace: istio-system}
+spec: {action: AUDIT, rules: [{}]}
+`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,10 +150,31 @@ func FuzzGatewayL4(f *testing.F) {
 				t.Fatalf("%s: %s", p.Class(), logs.String())
 			}
 			for _, name := range cc.Sets[ListenerType].Names {
-				assertDistinctChains(t, listener(t, cc, name))
+				l := listener(t, cc, name)
+				assertDistinctChains(t, l)
+				if p.Type == model.ProxyRouter {
+					assertGatewayRBAC(t, l)
+				}
 			}
 		}
 	})
+}
+
+// assertGatewayRBAC: every chain of a gateway listener carries the
+// root-namespace policies of l4World (AUDIT, DENY, ALLOW), except
+// AUTO_PASSTHROUGH chains (named by Istio's cluster SNI), which Istio
+// leaves to the destination's sidecar.
+func assertGatewayRBAC(t *testing.T, l *listenerv3.Listener) {
+	t.Helper()
+	for _, c := range listenerChains(t, l) {
+		want := 3
+		if strings.HasPrefix(c.name, "outbound_.") {
+			want = 0
+		}
+		if len(c.rules) != want {
+			t.Errorf("listener %s chain %s: %d RBAC filters, want %d", l.Name, c.name, len(c.rules), want)
+		}
+	}
 }
 
 func assertDistinctChains(t *testing.T, l *listenerv3.Listener) {

@@ -10,11 +10,11 @@ import (
 // passthroughChains builds the filter chains of a Gateway port's
 // PASSTHROUGH servers: one per tls route match of a VirtualService bound to
 // the server, matched on the match's sniHosts that the server's hosts
-// allow, with a tcp_proxy to the route's destinations. The TLS session is
-// not terminated. A destination without a port takes the service's only
+// allow, with the gateway's network RBAC and a tcp_proxy to the route's
+// destinations. The TLS session is not terminated. A destination without a port takes the service's only
 // port, else the server's port. Matches claimed by an earlier chain (an
 // HTTPS server or another route) are left out.
-func (g *Generator) passthroughChains(sc *Scope, port uint32, servers []gatewayServer, claims chainClaims) []*listenerv3.FilterChain {
+func (g *Generator) passthroughChains(sc *Scope, port uint32, servers []gatewayServer, claims chainClaims, az gatewayAuthz) []*listenerv3.FilterChain {
 	var out []*listenerv3.FilterChain
 	for _, srv := range servers {
 		for _, c := range sc.World.Configs(model.KindVirtualService) {
@@ -46,7 +46,7 @@ func (g *Generator) passthroughChains(sc *Scope, port uint32, servers []gatewayS
 					out = append(out, &listenerv3.FilterChain{
 						Name:             "passthrough." + itoa(int32(port)) + "." + c.Key.Namespace + "." + c.Key.Name + ".tls." + itoa(int32(i)) + "." + itoa(int32(j)),
 						FilterChainMatch: match,
-						Filters:          []*listenerv3.Filter{f},
+						Filters:          az.tcpChain(f),
 					})
 				}
 			}

@@ -22,7 +22,7 @@ import (
 // else the server's. A server no route matches gets no chain (logged).
 
 // tcpPort adds the listener of a port served by one TCP server.
-func (g *Generator) tcpPort(sc *Scope, bs map[string]*builder, port uint32, srv gatewayServer) {
+func (g *Generator) tcpPort(sc *Scope, bs map[string]*builder, port uint32, srv gatewayServer, az gatewayAuthz) {
 	f := g.gatewayTCPFilter(sc, srv, port)
 	if f == nil {
 		g.log.Warn("gateway TCP server has no VirtualService tcp route; no listener", "gateway", srv.gateway, "port", port)
@@ -32,15 +32,15 @@ func (g *Generator) tcpPort(sc *Scope, bs map[string]*builder, port uint32, srv 
 		Name:             "0.0.0.0_" + itoa(int32(port)),
 		Address:          socketAddress("0.0.0.0", int32(port)),
 		TrafficDirection: corev3.TrafficDirection_OUTBOUND,
-		FilterChains:     []*listenerv3.FilterChain{{Name: srv.name, Filters: []*listenerv3.Filter{f}}},
+		FilterChains:     []*listenerv3.FilterChain{{Name: srv.name, Filters: az.tcpChain(f)}},
 	}
 	bs[ListenerType].add(l.Name, l)
 }
 
 // terminatedTCPChains builds a chain per TLS server that terminates TLS
 // and routes by tcp routes: SNI on its hosts, its TLS context, the
-// tcp_proxy of its first matching tcp route.
-func (g *Generator) terminatedTCPChains(sc *Scope, port uint32, servers []*tlsServer, claims chainClaims) []*listenerv3.FilterChain {
+// gateway's RBAC, the tcp_proxy of its first matching tcp route.
+func (g *Generator) terminatedTCPChains(sc *Scope, port uint32, servers []*tlsServer, claims chainClaims, az gatewayAuthz) []*listenerv3.FilterChain {
 	var out []*listenerv3.FilterChain
 	for _, s := range servers {
 		f := g.gatewayTCPFilter(sc, s.gatewayServer, port)
@@ -53,7 +53,7 @@ func (g *Generator) terminatedTCPChains(sc *Scope, port uint32, servers []*tlsSe
 			continue
 		}
 		out = append(out, &listenerv3.FilterChain{
-			Name: s.name, FilterChainMatch: match, Filters: []*listenerv3.Filter{f}, TransportSocket: downstreamTLS(s.context),
+			Name: s.name, FilterChainMatch: match, Filters: az.tcpChain(f), TransportSocket: downstreamTLS(s.context),
 		})
 	}
 	return out

@@ -157,8 +157,9 @@ func (g *Generator) warnGateway(c *model.Config) {
 }
 
 // tlsListener builds the listener of one TLS port with a filter chain per
-// HTTPS server (SNI on its hosts, its TLS context, its routes).
-func tlsListener(port uint32, servers []*tlsServer) *listenerv3.Listener {
+// HTTPS server (SNI on its hosts, its TLS context, its routes, the
+// gateway's RBAC).
+func tlsListener(port uint32, servers []*tlsServer, az gatewayAuthz) *listenerv3.Listener {
 	l := &listenerv3.Listener{
 		Name:             "0.0.0.0_" + itoa(int32(port)),
 		Address:          socketAddress("0.0.0.0", int32(port)),
@@ -172,7 +173,7 @@ func tlsListener(port uint32, servers []*tlsServer) *listenerv3.Listener {
 		l.FilterChains = append(l.FilterChains, &listenerv3.FilterChain{
 			Name:             s.name,
 			FilterChainMatch: sniMatch(s.hosts),
-			Filters:          []*listenerv3.Filter{hcmFilter(rdsManager(s.name, s.name))},
+			Filters:          []*listenerv3.Filter{hcmFilter(gatewayManager(s.name, s.name, az))},
 			TransportSocket:  downstreamTLS(s.context),
 		})
 	}
