@@ -2,6 +2,7 @@ package gen
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -157,8 +158,8 @@ func (g *Generator) rbacRules(aps []*model.Config) (httpRules, tcpRules actionRu
 				rules *rbacv3.RBAC
 			}{{false, hr}, {true, tr}} {
 				pol, b := g.ruleFor(r, chain.tcp, valid)
-				for _, k := range b.badKeys {
-					g.warnOnce(c, ap.ResourceVersion, "when:"+k, "AuthorizationPolicy condition key not supported", "key", k)
+				if len(b.unsupported) > 0 {
+					g.warnFailClosed(c, ap.ResourceVersion, i, action, b.unsupported)
 				}
 				if b.skipped && action != security.AuthorizationPolicy_DENY {
 					// Without the part it cannot express, an ALLOW rule
@@ -259,6 +260,22 @@ func (g *Generator) rbacFilters(aps []*model.Config, names rbacNames) inboundAut
 	return out
 }
 
+// warnFailClosed logs, once per policy version and rule, that rule i uses
+// what discovery cannot check, and what that does to it. The fields are
+// also reported as unsupported (authzvalues.go, warn.go).
+func (g *Generator) warnFailClosed(c *model.Config, resourceVersion string, i int, action security.AuthorizationPolicy_Action, what []string) {
+	effect := "the rule is enforced without them, so it denies more than written"
+	switch action {
+	case security.AuthorizationPolicy_ALLOW:
+		effect = "the rule can never be proven true: it is left out and allows nothing"
+	case security.AuthorizationPolicy_AUDIT:
+		effect = "the rule is left out and logs nothing"
+	}
+	g.warnOnce(c, resourceVersion, fmt.Sprint("failclosed:", i),
+		"AuthorizationPolicy rule uses what discovery cannot check yet; it fails closed",
+		"rule", i, "action", action.String(), "unsupported", what, "effect", effect)
+}
+
 // warnOnce logs msg once per resource version and what.
 func (g *Generator) warnOnce(c *model.Config, resourceVersion, what, msg string, args ...any) {
 	key := c.Key.String() + "@" + resourceVersion + "#" + what
@@ -336,14 +353,21 @@ func (b *ruleBuilder) condition(key string, vals []string) matchers {
 			return &rbacv3.Permission{Rule: &rbacv3.Permission_RequestedServerName{RequestedServerName: wildcard(v, "")}}
 		})}
 	}
-	if name, ok := strings.CutPrefix(key, "request.headers["); ok && strings.HasSuffix(name, "]") && !b.tcp {
-		name = strings.ToLower(strings.TrimSuffix(name, "]"))
+	if name := headerKey(key); name != "" {
+		if b.tcp {
+			// Not on TCP, as in Istio: not a gap, no warning.
+			b.skip()
+			return matchers{}
+		}
 		return matchers{perms: mapPerms(vals, func(v string) *rbacv3.Permission { return headerPerm(authzHeader(name, v)) })}
 	}
-	if !strings.HasPrefix(key, "request.headers[") {
-		b.badKeys = append(b.badKeys, key)
+	// request.auth.* (no JWT validation yet) and the keys Istio knows but
+	// this generator does not translate, or does not know.
+	name, _ := unsupportedKey(key)
+	if name == "" {
+		name = "unknown key " + strconv.Quote(model.Clip(key))
 	}
-	b.skip()
+	b.unsupportedPart("when " + name)
 	return matchers{}
 }
 

@@ -3,6 +3,7 @@ package gen
 import (
 	"net/netip"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -25,11 +26,22 @@ type ruleBuilder struct {
 	// principals rewrites principals for the trust domain and its aliases
 	// (Generator.authzPrincipals); nil keeps them as written.
 	principals func([]string) []string
-	// badKeys are when keys with no translation, for the log.
-	badKeys []string
+	// unsupported names what the rule uses that discovery cannot check
+	// on any chain (requestPrincipals, request.auth.* keys), for the log;
+	// an HTTP field on a TCP chain is not among them (Istio's semantics,
+	// not a gap).
+	unsupported []string
 }
 
 func (b *ruleBuilder) skip() { b.skipped = true }
+
+// unsupportedPart marks the rule as using what discovery cannot check.
+func (b *ruleBuilder) unsupportedPart(what string) {
+	b.skip()
+	if !slices.Contains(b.unsupported, what) {
+		b.unsupported = append(b.unsupported, what)
+	}
+}
 
 // wildcard turns Istio's value syntax ("*", "pre*", "*suf", exact) into a
 // string matcher; prefix is prepended to prefix and exact values.
@@ -257,9 +269,20 @@ func (b *ruleBuilder) source(s *security.Source) *rbacv3.Principal {
 	and = addIDs(and, mapIDs(s.GetNamespaces(), namespaceID), mapIDs(s.GetNotNamespaces(), namespaceID))
 	and = addIDs(and, b.ipIDs(s.GetIpBlocks(), false), b.ipIDs(s.GetNotIpBlocks(), false))
 	and = addIDs(and, b.ipIDs(s.GetRemoteIpBlocks(), true), b.ipIDs(s.GetNotRemoteIpBlocks(), true))
-	if len(s.GetRequestPrincipals())+len(s.GetNotRequestPrincipals())+len(s.GetServiceAccounts())+
-		len(s.GetNotServiceAccounts())+len(s.GetTrustDomains())+len(s.GetNotTrustDomains()) > 0 {
-		b.skip()
+	// Until JWTs are validated nothing proves a request principal; the
+	// service account and trust domain fields are not translated yet.
+	// The source is built without them and the rule marked (fail closed).
+	for _, f := range []struct {
+		name string
+		n    int
+	}{
+		{"requestPrincipals", len(s.GetRequestPrincipals())}, {"notRequestPrincipals", len(s.GetNotRequestPrincipals())},
+		{"serviceAccounts", len(s.GetServiceAccounts())}, {"notServiceAccounts", len(s.GetNotServiceAccounts())},
+		{"trustDomains", len(s.GetTrustDomains())}, {"notTrustDomains", len(s.GetNotTrustDomains())},
+	} {
+		if f.n > 0 {
+			b.unsupportedPart("source." + f.name)
+		}
 	}
 	return allOfIDs(and)
 }

@@ -1,22 +1,89 @@
 package gen
 
 import (
+	"strings"
+
 	"google.golang.org/protobuf/proto"
 	security "istio.io/api/security/v1"
 
 	"github.com/meshplane/discovery/pkg/model"
 )
 
-// authzUnsupportedValues reports action CUSTOM (external authorization):
-// without an authorizer such a policy denies what its rules match
-// (authz.go), so it must be reported like an unsupported field, not only by
-// the webhook.
+// What of an AuthorizationPolicy generation cannot express, and fails
+// closed on (authz.go: an ALLOW rule that needs it is left out, a DENY
+// rule is enforced without it), is reported like an unsupported field, so
+// that the webhook warns, the Auditor writes it to the policy's status and
+// discovery_xds_unsupported_fields_total counts it:
+//
+//	action CUSTOM                       "action" (no external authorizer:
+//	                                    its rules deny)
+//	source requestPrincipals,           unsupported fields (no JWT
+//	notRequestPrincipals, ...           validation yet)
+//	when key request.auth.*             "rules[I].when[J].key=request.auth.claims[]"
+//	(and the other keys Istio knows     (claim names dropped: the label of
+//	but discovery does not translate)   a metric must not take user input)
+//
+// A key Istio does not know fails closed as well (and is logged), but is
+// not reported here: validation refuses the policy as invalid, which is
+// not a feature discovery lacks.
+
+// authzUnsupportedValues reports action CUSTOM and the condition keys
+// generation cannot translate.
 func authzUnsupportedValues(spec proto.Message) []string {
 	ap, ok := spec.(*security.AuthorizationPolicy)
-	if !ok || ap.GetAction() != security.AuthorizationPolicy_CUSTOM {
+	if !ok {
 		return nil
 	}
-	return []string{"action"}
+	var out []string
+	if ap.GetAction() == security.AuthorizationPolicy_CUSTOM {
+		out = append(out, "action")
+	}
+	for i, r := range ap.GetRules() {
+		for j, c := range r.GetWhen() {
+			if name, unsupported := unsupportedKey(c.GetKey()); unsupported && name != "" {
+				out = append(out, "rules["+itoa(int32(i))+"].when["+itoa(int32(j))+"].key="+name)
+			}
+		}
+	}
+	return out
+}
+
+// unsupportedKey reports whether generation cannot translate the
+// condition key, and how to name it: the key for one Istio defines (claim
+// names replaced by [], experimental.envoy.filters.* as such), "" for a
+// key Istio does not know.
+func unsupportedKey(key string) (string, bool) {
+	switch key {
+	case "source.ip", "remote.ip", "source.namespace", "source.principal",
+		"destination.port", "destination.ip", "connection.sni":
+		return "", false
+	case "request.auth.principal", "request.auth.audiences", "request.auth.presenter",
+		"source.serviceAccount", "source.trustDomain":
+		return key, true
+	}
+	switch {
+	case headerKey(key) != "":
+		return "", false
+	case bracketed(key, "request.auth.claims"):
+		return "request.auth.claims[]", true
+	case strings.HasPrefix(key, "experimental.envoy.filters."):
+		return "experimental.envoy.filters.*", true
+	}
+	return "", true
+}
+
+// headerKey is the header name of a request.headers[NAME] key, lower
+// case; "" for any other key.
+func headerKey(key string) string {
+	if !bracketed(key, "request.headers") {
+		return ""
+	}
+	return strings.ToLower(key[len("request.headers[") : len(key)-1])
+}
+
+// bracketed reports whether key is attr[NAME] with a non-empty NAME.
+func bracketed(key, attr string) bool {
+	return len(key) > len(attr)+2 && strings.HasPrefix(key, attr+"[") && strings.HasSuffix(key, "]")
 }
 
 func init() { valueChecks[model.KindAuthorizationPolicy] = authzUnsupportedValues }

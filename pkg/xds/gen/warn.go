@@ -96,7 +96,12 @@ func (g *Generator) warn(c *model.Config, resourceVersion string, spec proto.Mes
 	if len(fields) == 0 {
 		return
 	}
-	g.log.Warn("fields not supported yet are ignored", "kind", string(c.Key.Kind), "resource", c.Key.Namespace+"/"+c.Key.Name, "fields", fields)
+	msg := "fields not supported yet are ignored"
+	if c.Key.Kind == model.KindAuthorizationPolicy {
+		// Ignoring a security field would widen what the policy allows.
+		msg = "fields not supported yet; a rule that needs one fails closed (ALLOW: left out; DENY, CUSTOM: enforced without it)"
+	}
+	g.log.Warn(msg, "kind", string(c.Key.Kind), "resource", c.Key.Namespace+"/"+c.Key.Name, "fields", fields)
 	g.warns.mu.Lock()
 	defer g.warns.mu.Unlock()
 	if g.warns.count == nil {
