@@ -82,13 +82,13 @@ func (g *Generator) gatewayAuthorization(sc *Scope) gatewayAuthz {
 func gatewayTrustedHops(*model.Proxy) uint32 { return 0 }
 
 // gatewayManager is the connection manager of a gateway HTTP or HTTPS
-// chain: RDS for route, the RBAC filters first, client addresses and path
-// normalization as Istio sets them on gateways.
+// chain: RDS for route, the RBAC filters first, client addresses as Istio
+// sets them on gateways (paths are normalized by rdsManager, as
+// everywhere).
 func gatewayManager(statPrefix, route string, a gatewayAuthz) *hcmv3.HttpConnectionManager {
 	m := rdsManager(statPrefix, route)
 	m.UseRemoteAddress = wrapperspb.Bool(true)
 	m.XffNumTrustedHops = a.trustedHops
-	m.NormalizePath = wrapperspb.Bool(true)
 	if len(a.http) > 0 {
 		m.HttpFilters = append(append(make([]*hcmv3.HttpFilter, 0, len(a.http)+len(m.HttpFilters)), a.http...), m.HttpFilters...)
 	}

@@ -43,10 +43,15 @@ func routerFilter() *hcmv3.HttpFilter {
 }
 
 // rdsManager is an HttpConnectionManager that fetches routeName over ADS and
-// ends its filters with the router, as grpc-go requires.
+// ends its filters with the router, as grpc-go requires. Like every
+// connection manager here it normalizes paths (RFC 3986: dot segments,
+// percent-encoded unreserved characters) before RBAC and routing see
+// them, which is Istio's default path normalization (BASE): a path rule
+// cannot be sidestepped with /x/../admin. grpc-go ignores the setting.
 func rdsManager(statPrefix, routeName string) *hcmv3.HttpConnectionManager {
 	return &hcmv3.HttpConnectionManager{
-		StatPrefix: statPrefix,
+		StatPrefix:    statPrefix,
+		NormalizePath: wrapperspb.Bool(true),
 		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{
 			ConfigSource: adsSource(), RouteConfigName: routeName,
 		}},
@@ -57,6 +62,7 @@ func rdsManager(statPrefix, routeName string) *hcmv3.HttpConnectionManager {
 func inlineManager(statPrefix string, rc *routev3.RouteConfiguration) *hcmv3.HttpConnectionManager {
 	return &hcmv3.HttpConnectionManager{
 		StatPrefix:     statPrefix,
+		NormalizePath:  wrapperspb.Bool(true),
 		RouteSpecifier: &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: rc},
 		HttpFilters:    []*hcmv3.HttpFilter{routerFilter()},
 	}
