@@ -58,32 +58,53 @@ func convertService(s *corev1.Service, domainSuffix string) *Service {
 			Name:       p.Name,
 			Port:       p.Port,
 			TargetPort: target,
-			Protocol:   PortProtocol(p.Name, p.AppProtocol, p.Protocol),
+			Protocol:   PortProtocol(p.Port, p.Name, p.AppProtocol, p.Protocol),
 		})
 	}
 	return out
 }
 
-// PortProtocol decides a port's protocol as Istio does: the Kubernetes
-// protocol UDP first, then appProtocol, then the port name's prefix before
-// the first dash; anything else is TCP.
-func PortProtocol(name string, appProtocol *string, proto corev1.Protocol) Protocol {
+// PortProtocol decides a Kubernetes Service port's protocol as Istio's
+// kube.ConvertProtocol does: UDP is UDP; otherwise appProtocol alone when
+// set (kubernetes.io/h2c, /ws and /wss are HTTP2, HTTP and HTTPS), else
+// the port name's prefix before the first dash (grpc-web whole), either
+// read by ParseProtocol. What that does not know is ProtocolUnknown,
+// which Istio's sidecars sniff, except on the well-known ports of
+// server-first protocols (wellKnownTCP), which are TCP: sniffing waits
+// for the client to speak first.
+func PortProtocol(port int32, name string, appProtocol *string, proto corev1.Protocol) Protocol {
 	if proto == corev1.ProtocolUDP {
 		return ProtocolUDP
 	}
 	if appProtocol != nil {
-		if p := protocolFromName(*appProtocol); p != ProtocolUnknown {
-			return p
+		name = *appProtocol
+		switch name {
+		case "kubernetes.io/h2c":
+			return ProtocolHTTP2
+		case "kubernetes.io/ws":
+			return ProtocolHTTP
+		case "kubernetes.io/wss":
+			return ProtocolHTTPS
 		}
 	}
-	prefix := strings.ToLower(name)
-	if i := strings.IndexByte(prefix, '-'); i >= 0 {
-		prefix = prefix[:i]
+	if len(name) >= len("grpc-web") && strings.EqualFold(name[:len("grpc-web")], "grpc-web") {
+		return ProtocolGRPC
 	}
-	if p := protocolFromName(prefix); p != ProtocolUnknown {
-		return p
+	if i := strings.IndexByte(name, '-'); i >= 0 {
+		name = name[:i]
 	}
-	return ProtocolTCP
+	p := ParseProtocol(name)
+	if p == ProtocolUnknown && wellKnownTCP(port) {
+		return ProtocolTCP
+	}
+	return p
+}
+
+// wellKnownTCP reports whether port is one of the ports Istio never
+// sniffs when they declare no protocol: SMTP (25), DNS (53), MySQL (3306)
+// and MongoDB (27017), whose servers speak first.
+func wellKnownTCP(port int32) bool {
+	return port == 25 || port == 53 || port == 3306 || port == 27017
 }
 
 // ParseProtocol reads a protocol written in a field of its own (a
@@ -109,32 +130,6 @@ func ParseProtocol(s string) Protocol {
 		return ProtocolTCP
 	case "udp":
 		return ProtocolUDP
-	case "mongo":
-		return ProtocolMongo
-	case "redis":
-		return ProtocolRedis
-	case "mysql":
-		return ProtocolMySQL
-	}
-	return ProtocolUnknown
-}
-
-// protocolFromName reads an appProtocol or a port name's prefix: Istio's
-// names and the Kubernetes appProtocol names it knows.
-func protocolFromName(s string) Protocol {
-	switch strings.ToLower(s) {
-	case "http", "http1", "kubernetes.io/h1":
-		return ProtocolHTTP
-	case "http2", "h2c", "kubernetes.io/h2c":
-		return ProtocolHTTP2
-	case "grpc", "grpc-web":
-		return ProtocolGRPC
-	case "https":
-		return ProtocolHTTPS
-	case "tls":
-		return ProtocolTLS
-	case "tcp":
-		return ProtocolTCP
 	case "mongo":
 		return ProtocolMongo
 	case "redis":

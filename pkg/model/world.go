@@ -25,10 +25,13 @@ type World struct {
 }
 
 // Protocol is a service port's application protocol, as Istio reads it from
-// the port's appProtocol or the prefix of its name (http-web, grpc, tcp-db).
+// the port's appProtocol or the prefix of its name (http-web, grpc, tcp-db)
+// for a Kubernetes Service, from its protocol field for a ServiceEntry.
 type Protocol string
 
-// Protocols discovery distinguishes.
+// Protocols discovery distinguishes. ProtocolUnknown is Istio's
+// UnsupportedProtocol: the port declares no protocol Istio knows, and
+// sidecars sniff its traffic.
 const (
 	ProtocolHTTP    Protocol = "HTTP"
 	ProtocolHTTP2   Protocol = "HTTP2"
@@ -47,6 +50,11 @@ const (
 func (p Protocol) IsHTTP() bool {
 	return p == ProtocolHTTP || p == ProtocolHTTP2 || p == ProtocolGRPC
 }
+
+// IsSniffed reports whether the port declares no protocol Istio knows, so
+// that a sidecar tells HTTP from other traffic by looking at it (Istio's
+// IsUnsupported).
+func (p Protocol) IsSniffed() bool { return p == ProtocolUnknown }
 
 // Port is one port of a Service.
 type Port struct {
