@@ -53,10 +53,23 @@ type ClassConfig struct {
 // portUnit is the outbound listener of one port, reused by the next
 // generation when the port's services are the same objects.
 type portUnit struct {
-	key         string
-	listener    *Resource
-	refs        []string
+	key      string
+	listener *Resource
+	portRefs
+}
+
+// portRefs is what a port's outbound listener refers to, or leaves out,
+// of the class's routes.
+type portRefs struct {
+	// refs are the route names the listener uses.
+	refs []string
+	// addressless are the HTTP services without an address, routed by
+	// the RouteConfiguration named after the port.
 	addressless []*model.Service
+	// unclaimed are the HOST:PORT routes of services (serviceUnit builds
+	// them) that have no chain on the listener: an earlier service
+	// claimed their addresses. They are not sent (consistent()).
+	unclaimed []string
 }
 
 // Scope returns what the class sees of its World.
@@ -223,18 +236,21 @@ func (g *Generator) sidecarOutbound(sc *Scope, bs map[string]*builder, cc, prev 
 		}
 		pu := prev.port(port)
 		if pu == nil || pu.key != key || key == "" {
-			l, lrefs, addressless := g.outboundListener(sc, port, byPort[port])
+			l, prefs := g.outboundListener(sc, port, byPort[port])
 			sc.applyOutboundPolicy(l)
 			r, err := buildResource(l.Name, ListenerType, l)
 			if err != nil {
 				bs[ListenerType].errs = append(bs[ListenerType].errs, err)
 				continue
 			}
-			pu = &portUnit{key: key, listener: r, refs: lrefs, addressless: addressless}
+			pu = &portUnit{key: key, listener: r, portRefs: prefs}
 		}
 		cc.ports[port] = pu
 		bs[ListenerType].reuse(pu.listener)
 		refs = append(refs, pu.refs...)
+		for _, n := range pu.unclaimed {
+			delete(bs[RouteType].out, n)
+		}
 		if len(pu.addressless) > 0 {
 			rc := sc.applyRoutePolicy(g.portRoute(sc, port, pu.addressless))
 			bs[RouteType].add(rc.Name, rc)
@@ -298,7 +314,7 @@ func (g *Generator) serviceUnit(sc *Scope, svc *model.Service, prev *ClassConfig
 			g.addTo(sc, &u.listeners, name, ListenerType, apiListener(name))
 			g.addTo(sc, &u.routes, name, RouteType, g.serviceRoute(sc, svc, port))
 			u.routeRefs = append(u.routeRefs, name)
-		} else if sc.Proxy.Type == model.ProxySidecar && port.Protocol.IsHTTP() && len(svc.Addresses) > 0 {
+		} else if routedByService(sc.Proxy, svc, port) {
 			rc := g.serviceRoute(sc, svc, port, "*")
 			g.addTo(sc, &u.routes, rc.Name, RouteType, rc)
 		}

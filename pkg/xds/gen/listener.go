@@ -128,17 +128,17 @@ func servicesByPort(sc *Scope) ([]int32, map[int32][]*model.Service) {
 // addresses that sends connections where they were dialled (headless)
 // have a chain per endpoint address (headless.go). HTTP hosts without an
 // address share the default chain, which uses the RouteConfiguration named
-// PORT. It returns the listener, the route names it uses and the
-// addressless HTTP services.
-func (g *Generator) outboundListener(sc *Scope, port int32, svcs []*model.Service) (*listenerv3.Listener, []string, []*model.Service) {
+// PORT. An address belongs to the first service that has it (chainClaims):
+// a later service with the same address gets no chain, and its HOST:PORT
+// route is left out (portRefs.unclaimed) and reported.
+func (g *Generator) outboundListener(sc *Scope, port int32, svcs []*model.Service) (*listenerv3.Listener, portRefs) {
 	l := &listenerv3.Listener{
 		Name:             "0.0.0.0_" + itoa(port),
 		Address:          socketAddress("0.0.0.0", port),
 		BindToPort:       wrapperspb.Bool(false),
 		TrafficDirection: corev3.TrafficDirection_OUTBOUND,
 	}
-	var refs []string
-	var addressless []*model.Service
+	var out portRefs
 	claims := chainClaims{}
 	for _, svc := range svcs {
 		p, _ := svc.PortByNumber(port)
@@ -149,33 +149,56 @@ func (g *Generator) outboundListener(sc *Scope, port int32, svcs []*model.Servic
 			l.FilterChains = append(l.FilterChains, g.endpointChains(sc, svc, p, claims)...)
 		case len(svc.Addresses) == 0:
 			if p.Protocol.IsHTTP() {
-				addressless = append(addressless, svc)
+				out.addressless = append(out.addressless, svc)
 			}
 		default:
-			if fc := g.serviceChain(sc, svc, p, claims); fc != nil {
+			fc := g.serviceChain(sc, svc, p, claims)
+			switch {
+			case fc != nil:
 				l.FilterChains = append(l.FilterChains, fc)
 				if p.Protocol.IsHTTP() {
-					refs = append(refs, fc.Name)
+					out.refs = append(out.refs, fc.Name)
 				}
+			case routedByService(sc.Proxy, svc, p):
+				out.unclaimed = append(out.unclaimed, RouteName(svc.Hostname, port))
+				g.warnUnclaimed(svc, port)
 			}
 		}
 	}
 	if usesSNI(l) {
 		l.ListenerFilters = []*listenerv3.ListenerFilter{tlsInspector()}
 	}
-	if len(addressless) > 0 {
+	if len(out.addressless) > 0 {
 		l.DefaultFilterChain = &listenerv3.FilterChain{
 			Name:    "addressless",
 			Filters: []*listenerv3.Filter{hcmFilter(rdsManager("outbound_0.0.0.0_"+itoa(port), itoa(port)))},
 		}
-		refs = append(refs, itoa(port))
+		out.refs = append(out.refs, itoa(port))
 	} else {
 		l.DefaultFilterChain = &listenerv3.FilterChain{
 			Name:    "PassthroughFilterChain",
 			Filters: []*listenerv3.Filter{tcpFilter(PassthroughCluster, PassthroughCluster)},
 		}
 	}
-	return l, refs, addressless
+	return l, out
+}
+
+// routedByService reports whether the class of p has the route HOST:PORT
+// of svc's port (serviceUnit), which a listener chain must use.
+func routedByService(p *model.Proxy, svc *model.Service, port model.Port) bool {
+	return p.Type == model.ProxySidecar && !p.IsGRPC() && port.Protocol.IsHTTP() && len(svc.Addresses) > 0
+}
+
+// warnUnclaimed reports, once per version of svc, a service port whose
+// addresses an earlier service on the port has: traffic to them goes to
+// that service.
+func (g *Generator) warnUnclaimed(svc *model.Service, port int32) {
+	key := "unclaimed|" + RouteName(svc.Hostname, port) + "@" + svc.ResourceVersion
+	if _, done := g.warns.once.LoadOrStore(key, true); done {
+		return
+	}
+	g.log.Warn("service port left out of its outbound listener: another service on the port has its addresses",
+		"service", svc.Namespace+"/"+svc.Name, "host", svc.Hostname, "port", port, "addresses", svc.Addresses)
 }
 
 // serviceChain is the filter chain of a plaintext service port, matched by
