@@ -70,6 +70,10 @@ type portRefs struct {
 	// them) that have no chain on the listener: an earlier service
 	// claimed their addresses. They are not sent (consistent()).
 	unclaimed []string
+	// headless are the sniffed services whose chains are per endpoint
+	// address; the port builds their HOST:PORT routes, which exist only
+	// when an endpoint has a chain.
+	headless []*model.Service
 }
 
 // Scope returns what the class sees of its World.
@@ -250,6 +254,11 @@ func (g *Generator) sidecarOutbound(sc *Scope, bs map[string]*builder, cc, prev 
 		refs = append(refs, pu.refs...)
 		for _, n := range pu.unclaimed {
 			delete(bs[RouteType].out, n)
+		}
+		for _, svc := range pu.headless {
+			p, _ := svc.PortByNumber(port)
+			rc := g.serviceRoute(sc, svc, p, "*")
+			bs[RouteType].add(rc.Name, rc)
 		}
 		if len(pu.addressless) > 0 {
 			rc := sc.applyRoutePolicy(g.portRoute(sc, port, pu.addressless))

@@ -124,9 +124,10 @@ func servicesByPort(sc *Scope) ([]int32, map[int32][]*model.Service) {
 // service address on the port has its own filter chain: HTTP ports use RDS
 // with the service port's own RouteConfiguration (HOST:PORT), TCP ports a
 // TCP proxy routed by the host's VirtualService tcp routes, TLS ports
-// chains matched by SNI (tcproute.go). The TCP ports of a service without
+// chains matched by SNI (tcproute.go), sniffed ports both an HTTP and a TCP
+// chain (sniff.go). The TCP and sniffed ports of a service without
 // addresses that sends connections where they were dialled (headless)
-// have a chain per endpoint address (headless.go). HTTP hosts without an
+// have chains per endpoint address (headless.go). HTTP hosts without an
 // address share the default chain, which uses the RouteConfiguration named
 // PORT. An address belongs to the first service that has it (chainClaims):
 // a later service with the same address gets no chain, and its HOST:PORT
@@ -139,42 +140,59 @@ func (g *Generator) outboundListener(sc *Scope, port int32, svcs []*model.Servic
 		TrafficDirection: corev3.TrafficDirection_OUTBOUND,
 	}
 	var out portRefs
+	var sniff sniffedOutbound
 	claims := chainClaims{}
 	for _, svc := range svcs {
 		p, _ := svc.PortByNumber(port)
+		sniffs := sniffed(sc.Proxy, p.Protocol)
+		route := RouteName(svc.Hostname, port)
 		switch {
 		case isTLS(p.Protocol):
 			l.FilterChains = append(l.FilterChains, g.meshTLSChains(sc, svc, port, claims)...)
 		case endpointChained(svc, p):
-			l.FilterChains = append(l.FilterChains, g.endpointChains(sc, svc, p, claims)...)
+			chains := g.endpointChains(sc, svc, p, claims)
+			if sniffs && len(chains) > 0 {
+				chains = sniff.add(chains, route)
+				out.refs = append(out.refs, route)
+				out.headless = append(out.headless, svc)
+			}
+			l.FilterChains = append(l.FilterChains, chains...)
 		case len(svc.Addresses) == 0:
-			if p.Protocol.IsHTTP() {
+			if p.Protocol.IsHTTP() || sniffs {
 				out.addressless = append(out.addressless, svc)
+			}
+			if sniffs && sniff.dflt == nil {
+				sniff.dflt = svc
 			}
 		default:
 			fc := g.serviceChain(sc, svc, p, claims)
 			switch {
+			case fc != nil && sniffs:
+				l.FilterChains = append(l.FilterChains, sniff.add([]*listenerv3.FilterChain{fc}, route)...)
+				out.refs = append(out.refs, route)
 			case fc != nil:
 				l.FilterChains = append(l.FilterChains, fc)
 				if p.Protocol.IsHTTP() {
-					out.refs = append(out.refs, fc.Name)
+					out.refs = append(out.refs, route)
 				}
 			case routedByService(sc.Proxy, svc, p):
-				out.unclaimed = append(out.unclaimed, RouteName(svc.Hostname, port))
+				out.unclaimed = append(out.unclaimed, route)
 				g.warnUnclaimed(svc, port)
 			}
 		}
 	}
-	if usesSNI(l) {
-		l.ListenerFilters = []*listenerv3.ListenerFilter{tlsInspector()}
-	}
-	if len(out.addressless) > 0 {
+	sniff.finish(g, sc, l, port)
+	switch {
+	case sniff.dflt != nil:
+		// finish made the sniffed chains and the default.
+		out.refs = append(out.refs, itoa(port))
+	case len(out.addressless) > 0:
 		l.DefaultFilterChain = &listenerv3.FilterChain{
 			Name:    "addressless",
 			Filters: []*listenerv3.Filter{hcmFilter(rdsManager("outbound_0.0.0.0_"+itoa(port), itoa(port)))},
 		}
 		out.refs = append(out.refs, itoa(port))
-	} else {
+	default:
 		l.DefaultFilterChain = &listenerv3.FilterChain{
 			Name:    "PassthroughFilterChain",
 			Filters: []*listenerv3.Filter{tcpFilter(PassthroughCluster, PassthroughCluster)},
@@ -184,9 +202,11 @@ func (g *Generator) outboundListener(sc *Scope, port int32, svcs []*model.Servic
 }
 
 // routedByService reports whether the class of p has the route HOST:PORT
-// of svc's port (serviceUnit), which a listener chain must use.
+// of svc's port (serviceUnit), which a listener chain must use: an HTTP
+// or sniffed port of a service with addresses, on a sidecar.
 func routedByService(p *model.Proxy, svc *model.Service, port model.Port) bool {
-	return p.Type == model.ProxySidecar && !p.IsGRPC() && port.Protocol.IsHTTP() && len(svc.Addresses) > 0
+	return p.Type == model.ProxySidecar && !p.IsGRPC() && len(svc.Addresses) > 0 &&
+		(port.Protocol.IsHTTP() || port.Protocol.IsSniffed())
 }
 
 // warnUnclaimed reports, once per version of svc, a service port whose

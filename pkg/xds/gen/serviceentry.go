@@ -144,7 +144,6 @@ func (g *Generator) warnEntry(w *model.World, svc *model.Service, eps *model.Ser
 	if c := w.Config(model.KindServiceEntry, svc.Namespace, svc.Entry.Name); c != nil {
 		if se, ok := c.Object.(*networkingv1.ServiceEntry); ok {
 			g.warn(c, se.ResourceVersion, &se.Spec, entryFields)
-			g.warnSniffedPorts(c, se)
 		}
 	}
 	if eps == nil {
@@ -161,21 +160,6 @@ func (g *Generator) warnEntry(w *model.World, svc *model.Service, eps *model.Ser
 				g.warn(c, we.ResourceVersion, &we.Spec, workloadEntryFields)
 			}
 		}
-	}
-}
-
-// warnSniffedPorts reports, once per version, the ports of a ServiceEntry
-// without a protocol Istio knows: Istio sniffs them (convertPort reads
-// the protocol field alone, protocol.Parse), here they are TCP.
-func (g *Generator) warnSniffedPorts(c *model.Config, se *networkingv1.ServiceEntry) {
-	var ports []string
-	for i, p := range se.Spec.GetPorts() {
-		if model.ParseProtocol(p.GetProtocol()) == model.ProtocolUnknown {
-			ports = append(ports, "ports["+strconv.Itoa(i)+"]")
-		}
-	}
-	if len(ports) > 0 {
-		g.warnOnce(c, se.ResourceVersion, "ports.protocol", sniffedMessage("ServiceEntry"), "ports", ports)
 	}
 }
 

@@ -1,0 +1,165 @@
+package gen
+
+import (
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	httpinspectorv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/http_inspector/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/meshplane/discovery/pkg/model"
+)
+
+// Protocol sniffing, as istiod does it by default
+// (PILOT_ENABLE_PROTOCOL_SNIFFING_FOR_OUTBOUND and _INBOUND): a port that
+// declares no protocol Istio knows (model.ProtocolUnknown, Istio's
+// UnsupportedProtocol: a ServiceEntry or Sidecar port without protocol, a
+// Kubernetes Service port whose appProtocol or name says none) is served
+// by a sidecar as HTTP when Envoy's HTTP inspector finds HTTP/1.1 or h2c
+// in its first bytes, and as TCP otherwise. Gateways and proxyless gRPC
+// do not sniff, as in Istio. A sidecar's outbound and inbound clusters of
+// such a port speak HTTP upstream as the request came in (outbound.go).
+//
+// Outbound (istiod's buildSidecarOutboundListener, ListenerProtocolAuto):
+// a service address on a sniffed port has the TCP chain of a TCP port,
+// matched also by transport_protocol raw_buffer, and beside it the chain
+// Istio adds for HTTP: application_protocols http/1.1 and h2c (what the
+// HTTP inspector reports; Istio adds http/1.0 only with PILOT_HTTP10),
+// raw_buffer, an HttpConnectionManager with the service port's route
+// HOST:PORT, which, as for an HTTP port, the class sends. Istio gives
+// each sniffed service address a listener of its own (ADDRESS_PORT) whose
+// default chain is the TCP one; here the address's chains sit on the
+// port's listener like every other service's, so the TCP chain needs the
+// match (Envoy picks the most specific transport protocol and does not
+// fall back). When the listener also has the TLS inspector (another
+// service on the port is matched by SNI), TLS to the address reaches
+// neither chain, so a third one takes it to the same TCP proxy, which on
+// Istio's own listener the default chain does. Services without address:
+// HTTP goes to the port's shared route (PORT), everything else to the
+// first such service's TCP proxy as the listener's default chain, as
+// Istio's 0.0.0.0_PORT listener does. Headless services: both chains per
+// endpoint address, with the route HOST:PORT (Istio's per-endpoint
+// listeners use it too).
+//
+// The listener filters are Istio's, in its order: tls_inspector when a
+// chain matches on SNI, then http_inspector; a sniffing listener has
+// Istio's listener_filters_timeout (the mesh's protocolDetectionTimeout,
+// 0s: the inspector waits as long as the client takes to speak first)
+// and continue_on_listener_filters_timeout. Istio sets both on every
+// sidecar listener, where they change nothing without inspectors; here
+// listeners that do not sniff keep Envoy's defaults (15s, then close).
+//
+// Chains are named (Istio leaves outbound ones unnamed): the TCP chain as
+// a TCP port's, the others with "|http" and "|tls" after it.
+
+// Transport protocols a filter chain matches: raw_buffer is what Envoy
+// sets when no inspector found TLS.
+const (
+	rawBufferTransport = "raw_buffer"
+	tlsTransport       = "tls"
+)
+
+// plaintextHTTPALPNs are the application protocols the HTTP inspector
+// reports for plaintext HTTP (Istio's, without PILOT_HTTP10).
+var plaintextHTTPALPNs = []string{"http/1.1", "h2c"}
+
+// sniffed reports whether p sniffs the traffic of a port of proto.
+func sniffed(p *model.Proxy, proto model.Protocol) bool {
+	return proto.IsSniffed() && p.Type == model.ProxySidecar && !p.IsGRPC()
+}
+
+func httpInspector() *listenerv3.ListenerFilter {
+	return &listenerv3.ListenerFilter{
+		Name:       "envoy.filters.listener.http_inspector",
+		ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: mustAny(&httpinspectorv3.HttpInspector{})},
+	}
+}
+
+// sniffingTimeouts gives a listener that sniffs Istio's listener filter
+// timeout: none, and continue if one is ever set.
+func sniffingTimeouts(l *listenerv3.Listener) {
+	l.ListenerFiltersTimeout = durationpb.New(0)
+	l.ContinueOnListenerFiltersTimeout = true
+}
+
+// sniffedChains turns tcp, the TCP chain of one service address (or
+// endpoint address) on a sniffed port, into the chains that sniff it:
+// tcp matched on raw_buffer, the HTTP chain to route, and the TLS chain
+// (tcp's filters for tcp's addresses on TLS), which outboundListener
+// keeps only when the listener inspects TLS.
+func sniffedChains(tcp *listenerv3.FilterChain, route string) (plain, http, tls *listenerv3.FilterChain) {
+	http = &listenerv3.FilterChain{
+		Name:             tcp.Name + "|http",
+		FilterChainMatch: proto.Clone(tcp.FilterChainMatch).(*listenerv3.FilterChainMatch),
+		Filters:          []*listenerv3.Filter{hcmFilter(rdsManager("outbound_"+route, route))},
+	}
+	http.FilterChainMatch.TransportProtocol = rawBufferTransport
+	http.FilterChainMatch.ApplicationProtocols = plaintextHTTPALPNs
+	tls = &listenerv3.FilterChain{
+		Name:             tcp.Name + "|tls",
+		FilterChainMatch: proto.Clone(tcp.FilterChainMatch).(*listenerv3.FilterChainMatch),
+		Filters:          tcp.Filters,
+	}
+	tls.FilterChainMatch.TransportProtocol = tlsTransport
+	tcp.FilterChainMatch.TransportProtocol = rawBufferTransport
+	return tcp, http, tls
+}
+
+// sniffedOutbound collects the chains of one port's listener that sniff.
+type sniffedOutbound struct {
+	any bool
+	// tls are the TLS chains, dropped unless the listener inspects TLS.
+	tls map[*listenerv3.FilterChain]bool
+	// dflt is the first service without address: its TCP proxy is the
+	// listener's default chain.
+	dflt *model.Service
+}
+
+// add expands chains, the TCP chains of one sniffed service, in place.
+func (s *sniffedOutbound) add(chains []*listenerv3.FilterChain, route string) []*listenerv3.FilterChain {
+	out := make([]*listenerv3.FilterChain, 0, 3*len(chains))
+	for _, fc := range chains {
+		plain, http, tls := sniffedChains(fc, route)
+		if s.tls == nil {
+			s.tls = map[*listenerv3.FilterChain]bool{}
+		}
+		s.tls[tls] = true
+		out = append(out, plain, http, tls)
+	}
+	s.any = s.any || len(out) > 0
+	return out
+}
+
+// finish sets l's listener filters and, for services without address,
+// its default chain and the chain of their HTTP.
+func (s *sniffedOutbound) finish(g *Generator, sc *Scope, l *listenerv3.Listener, port int32) {
+	inspectTLS := usesSNI(l)
+	if !inspectTLS && len(s.tls) > 0 {
+		kept := l.FilterChains[:0]
+		for _, fc := range l.FilterChains {
+			if !s.tls[fc] {
+				kept = append(kept, fc)
+			}
+		}
+		l.FilterChains = kept
+	}
+	if inspectTLS {
+		l.ListenerFilters = []*listenerv3.ListenerFilter{tlsInspector()}
+	}
+	if s.dflt != nil {
+		l.FilterChains = append(l.FilterChains, &listenerv3.FilterChain{
+			Name: "addressless",
+			FilterChainMatch: &listenerv3.FilterChainMatch{
+				TransportProtocol: rawBufferTransport, ApplicationProtocols: plaintextHTTPALPNs,
+			},
+			Filters: []*listenerv3.Filter{hcmFilter(rdsManager("outbound_0.0.0.0_"+itoa(port), itoa(port)))},
+		})
+		l.DefaultFilterChain = &listenerv3.FilterChain{
+			Name:    RouteName(s.dflt.Hostname, port),
+			Filters: []*listenerv3.Filter{g.meshTCPFilter(sc, s.dflt, port)},
+		}
+	}
+	if s.any || s.dflt != nil {
+		l.ListenerFilters = append(l.ListenerFilters, httpInspector())
+		sniffingTimeouts(l)
+	}
+}
