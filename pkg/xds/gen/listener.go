@@ -255,8 +255,10 @@ type inboundSecurity struct {
 // pod port, to that port's inbound cluster; other ports pass through. The
 // workload's AuthorizationPolicies run as RBAC filters on every chain and
 // its PeerAuthentication mode decides whether a chain takes mTLS,
-// plaintext or both.
-func virtualInbound(ports []InboundPort, sec inboundSecurity) *listenerv3.Listener {
+// plaintext or both; sniffed ports have HTTP and TCP chains of each
+// (sniff.go). terminated says that chains the caller adds terminate TLS
+// of their own, so that the listener inspects TLS.
+func virtualInbound(ports []InboundPort, sec inboundSecurity, terminated bool) *listenerv3.Listener {
 	passthrough := &listenerv3.FilterChain{
 		Name:    "InboundPassthroughFilterChain",
 		Filters: append(append([]*listenerv3.Filter{}, sec.authz.tcp...), tcpFilter(InboundPassthroughCluster, InboundPassthroughCluster)),
@@ -274,14 +276,32 @@ func virtualInbound(ports []InboundPort, sec inboundSecurity) *listenerv3.Listen
 		}},
 		DefaultFilterChain: passthrough,
 	}
-	inspect := false
+	inspect, sniffs := terminated, false
 	for _, p := range ports {
 		mode := sec.mtls.forPort(p.Port)
-		inspect = inspect || mode == MTLSPermissive
+		inspect = inspect || mode == MTLSPermissive || (p.Protocol.IsSniffed() && mode == MTLSStrict)
+		sniffs = sniffs || p.Protocol.IsSniffed()
+	}
+	var plaintextSniffed []int32
+	for _, p := range ports {
+		mode := sec.mtls.forPort(p.Port)
+		if p.Protocol.IsSniffed() {
+			l.FilterChains = append(l.FilterChains, sniffedInboundChains(p, mode, sec.authz, inspect)...)
+			if mode != MTLSStrict {
+				plaintextSniffed = append(plaintextSniffed, p.Port)
+			}
+			continue
+		}
 		l.FilterChains = append(l.FilterChains, securedChains(inboundChain(p, sec.authz), p, mode, sec.authz)...)
 	}
 	if inspect {
 		l.ListenerFilters = append(l.ListenerFilters, tlsInspector())
+	}
+	if len(plaintextSniffed) > 0 {
+		l.ListenerFilters = append(l.ListenerFilters, httpInspectorOn(plaintextSniffed))
+	}
+	if sniffs {
+		sniffingTimeouts(l)
 	}
 	return l
 }

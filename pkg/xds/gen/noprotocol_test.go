@@ -3,6 +3,8 @@ package gen
 import (
 	"bytes"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 
@@ -115,11 +117,40 @@ func TestSidecarIngressPortWithoutProtocol(t *testing.T) {
 	if len(pc.InboundPorts) != 1 || pc.InboundPorts[0] != (InboundPort{Port: 9090, Protocol: model.ProtocolUnknown}) {
 		t.Errorf("inbound ports %v, want 9090 sniffed (Istio's protocol.Parse of \"\"; the name is not read)", pc.InboundPorts)
 	}
-	fc := chainsByName(t, pc)["inbound|9090||"]
-	if fc == nil || !strings.Contains(fc.String(), "tcp_proxy") {
-		t.Errorf("the sniffed port is served as TCP: %v", fc)
+	// Sniffed (TestSniffedInboundChains): PERMISSIVE, five chains.
+	chains := chainsByName(t, pc)
+	for _, n := range []string{"inbound|9090||-mtls-http", "inbound|9090||-http", "inbound|9090||-mtls", "inbound|9090||", "inbound|9090||-tls"} {
+		if chains[n] == nil {
+			t.Errorf("no chain %s: %v", n, slices.Collect(maps.Keys(chains)))
+		}
 	}
-	if !strings.Contains(logs.String(), "without protocol") || !strings.Contains(logs.String(), "ingress[0]") {
-		t.Errorf("the port without protocol is not reported:\n%s", logs.String())
+	if strings.Contains(logs.String(), "without protocol") {
+		t.Errorf("the sniffed port is reported:\n%s", logs.String())
+	}
+}
+
+// TestSidecarIngressTLSPortWithoutProtocol: a port that terminates its
+// own TLS is served as TCP after termination, and reported.
+func TestSidecarIngressTLSPortWithoutProtocol(t *testing.T) {
+	w := loadWorld(t, strings.Replace(noProtocolWorld, "defaultEndpoint: 127.0.0.1:8080", `defaultEndpoint: 127.0.0.1:8080
+    tls: {mode: SIMPLE, serverCertificate: /etc/certs/cert.pem, privateKey: /etc/certs/key.pem}`, 1)+`---
+apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata: {name: default, namespace: default}
+spec: {mtls: {mode: DISABLE}}
+`).World()
+	var logs bytes.Buffer
+	g := New(slog.New(slog.NewTextHandler(&logs, nil)))
+	p := labelled(t, "sidecar", "default", map[string]string{"app": "app"})
+	cc, err := g.Class(w, p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc := chainsByName(t, g.Proxy(w, p, cc))["inbound|9090||"]
+	if fc == nil || fc.GetTransportSocket() == nil || !strings.Contains(fc.String(), "tcp_proxy") {
+		t.Errorf("the port is not served as TCP behind its TLS: %v", fc)
+	}
+	if !strings.Contains(logs.String(), "without protocol that terminates TLS") || !strings.Contains(logs.String(), "ingress[0]") {
+		t.Errorf("the port without protocol behind TLS is not reported:\n%s", logs.String())
 	}
 }

@@ -76,6 +76,10 @@ func (g *Generator) Proxy(w *model.World, p *model.Proxy, cls *ClassConfig) (out
 	clusters, listeners := newBuilder(ClusterType), newBuilder(ListenerType)
 	for _, ip := range ports {
 		pc.InboundPorts = append(pc.InboundPorts, ip.InboundPort)
+		if ip.Protocol.IsSniffed() {
+			// Istio's setUpstreamProtocol, for inbound clusters too.
+			useDownstreamProtocol(ip.cluster)
+		}
 		clusters.add(ip.cluster.Name, ip.cluster)
 	}
 	listeners.add(VirtualInbound, inboundListener(ports, sec))

@@ -162,9 +162,3 @@ func (g *Generator) warnEntry(w *model.World, svc *model.Service, eps *model.Ser
 		}
 	}
 }
-
-// sniffedMessage says what becomes of a port of kind without protocol.
-func sniffedMessage(kind string) string {
-	return kind + " port without protocol (or with one Istio does not know): Istio sniffs its traffic (HTTP if it is, TCP otherwise); " +
-		"protocol sniffing is not supported yet, the port is served as TCP"
-}

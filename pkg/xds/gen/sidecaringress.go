@@ -47,8 +47,8 @@ import (
 //     chain after it).
 //   - a port's protocol is its protocol field as Istio's protocol.Parse
 //     reads it, never its name; without one (or with one Istio does not
-//     know) Istio sniffs the port's traffic. Sniffing is not supported
-//     yet: the port is served as TCP, and reported (sniffedMessage).
+//     know) the port's traffic is sniffed, as Istio does (sniff.go),
+//     except behind TLS the port terminates: served as TCP, reported.
 //
 // Not supported, reported as unsupported values (sidecarUnsupportedValues)
 // or logged per proxy: unix domain socket endpoints (the port is left
@@ -96,12 +96,8 @@ func (g *Generator) sidecarIngress(c *model.Config, sc *networkingv1.Sidecar, p 
 		}
 		port := int32(n)
 		// Istio: protocol.Parse of the port's protocol, not its name; an
-		// empty or unknown one is sniffed (inbound), here served as TCP.
+		// empty or unknown one is sniffed (sniff.go).
 		ip := ingressPort{InboundPort: InboundPort{Port: port, Protocol: model.ParseProtocol(l.GetPort().GetProtocol())}}
-		if ip.Protocol == model.ProtocolUnknown {
-			g.warnOnce(c, sc.ResourceVersion, at+".port.protocol", sniffedMessage("Sidecar ingress"),
-				"listener", at, "protocol", l.GetPort().GetProtocol())
-		}
 		cluster, problem := ingressCluster(port, l.GetDefaultEndpoint(), p.IPs)
 		if problem != "" {
 			g.warnOnce(c, sc.ResourceVersion, at+".defaultEndpoint", "Sidecar ingress defaultEndpoint: "+problem,
@@ -113,6 +109,11 @@ func (g *Generator) sidecarIngress(c *model.Config, sc *networkingv1.Sidecar, p 
 		ip.cluster = cluster
 		if l.GetTls() != nil {
 			ip = g.ingressTLS(c, sc, at, l.GetTls(), ip, mtls.forPort(port))
+		}
+		if ip.tls != nil && ip.Protocol.IsSniffed() {
+			g.warnOnce(c, sc.ResourceVersion, at+".port.protocol",
+				"Sidecar ingress port without protocol that terminates TLS: sniffing after TLS termination is not supported, the port is served as TCP",
+				"listener", at, "protocol", l.GetPort().GetProtocol())
 		}
 		seen[port] = true
 		out = append(out, ip)
@@ -240,31 +241,19 @@ func inboundListener(ports []ingressPort, sec inboundSecurity) *listenerv3.Liste
 			mesh = append(mesh, ip.InboundPort)
 		}
 	}
-	l := virtualInbound(mesh, sec)
-	terminated := false
+	l := virtualInbound(mesh, sec, len(mesh) < len(ports))
 	for _, ip := range ports {
 		if ip.tls == nil {
 			continue
 		}
+		// A sniffed port is served as TCP after termination
+		// (sidecarIngress reports it).
 		fc := inboundChain(ip.InboundPort, sec.authz)
-		fc.FilterChainMatch.TransportProtocol = "tls"
+		fc.FilterChainMatch.TransportProtocol = tlsTransport
 		fc.TransportSocket = ip.tls
 		l.FilterChains = append(l.FilterChains, fc)
-		terminated = true
-	}
-	if terminated && !hasListenerFilter(l, tlsInspector().Name) {
-		l.ListenerFilters = append(l.ListenerFilters, tlsInspector())
 	}
 	return l
-}
-
-func hasListenerFilter(l *listenerv3.Listener, name string) bool {
-	for _, f := range l.ListenerFilters {
-		if f.Name == name {
-			return true
-		}
-	}
-	return false
 }
 
 // sidecarUnsupportedValues lists the Sidecar fields that generation reads

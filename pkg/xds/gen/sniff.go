@@ -3,6 +3,7 @@ package gen
 import (
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	httpinspectorv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/http_inspector/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -162,4 +163,110 @@ func (s *sniffedOutbound) finish(g *Generator, sc *Scope, l *listenerv3.Listener
 		l.ListenerFilters = append(l.ListenerFilters, httpInspector())
 		sniffingTimeouts(l)
 	}
+}
+
+// Inbound (istiod's inboundChainForOpts with getFilterChainMatchOptions
+// for ListenerProtocolAuto): a sniffed port's virtualInbound chains are
+// Istio's for its mTLS mode, HTTP chains with the workload's HTTP RBAC
+// before the router and TCP chains with its network RBAC, as for HTTP and
+// TCP ports:
+//
+//	PERMISSIVE  mTLS with Istio's HTTP ALPNs (HTTP), plaintext HTTP
+//	            (http/1.1, h2c), mTLS with istio-peer-exchange or istio
+//	            (TCP), plaintext (TCP), the application's own TLS (TCP)
+//	STRICT      mTLS with Istio's HTTP ALPNs (HTTP), mTLS (TCP)
+//	DISABLE     plaintext HTTP, plaintext TCP
+//
+// The HTTP inspector runs on the ports that sniff plaintext (PERMISSIVE,
+// DISABLE), and only there: Istio's passthrough chains sniff too, so Istio
+// disables the inspector on the ports that do not need it instead; here
+// the passthrough is TCP and other ports are left alone.
+//
+// Where virtualInbound's default chain (the passthrough) would catch what
+// Istio's chains leave unmatched, they are widened: STRICT chains do not
+// require transport_protocol tls (Istio's do, and what they miss finds no
+// chain; here it would pass through in plaintext where the workload is
+// PERMISSIVE), so plaintext reaches the TCP chain and fails its handshake;
+// a DISABLE port on a listener that inspects TLS (other ports need it) has
+// a chain for TLS to its TCP proxy (Istio does not inspect TLS on that
+// port, so TLS reaches its plaintext TCP chain). A Sidecar ingress port
+// that terminates its own TLS is served as TCP after termination and
+// reported (Istio builds no chain for it either: inboundChainForOpts has
+// none for a sniffed protocol after TLS termination).
+
+// Istio's mTLS application protocols: those its sidecars send for HTTP,
+// and those of TCP with or without metadata exchange.
+var (
+	mtlsHTTPALPNs = []string{"istio-http/1.0", "istio-http/1.1", "istio-h2"}
+	mtlsTCPALPNs  = []string{"istio-peer-exchange", "istio"}
+)
+
+// sniffedInboundChains are the virtualInbound chains of sniffed port p in
+// mode; inspectTLS says whether the listener runs the TLS inspector.
+func sniffedInboundChains(p InboundPort, mode MTLSMode, authz inboundAuthz, inspectTLS bool) []*listenerv3.FilterChain {
+	http := inboundChain(InboundPort{Port: p.Port, Protocol: model.ProtocolHTTP}, authz)
+	tcp := inboundChain(InboundPort{Port: p.Port, Protocol: model.ProtocolTCP}, authz)
+	chain := func(base *listenerv3.FilterChain, suffix, transport string, alpn []string, mtls bool) *listenerv3.FilterChain {
+		fc := &listenerv3.FilterChain{
+			Name: base.Name + suffix,
+			FilterChainMatch: &listenerv3.FilterChainMatch{
+				DestinationPort: base.FilterChainMatch.DestinationPort, TransportProtocol: transport, ApplicationProtocols: alpn,
+			},
+			Filters: base.Filters,
+		}
+		if mtls {
+			fc.TransportSocket = downstreamMTLS(base == http)
+		}
+		return fc
+	}
+	switch mode {
+	case MTLSStrict:
+		return []*listenerv3.FilterChain{
+			chain(http, "-http", "", mtlsHTTPALPNs, true),
+			chain(tcp, "", "", nil, true),
+		}
+	case MTLSDisable:
+		out := []*listenerv3.FilterChain{
+			chain(http, "-http", rawBufferTransport, plaintextHTTPALPNs, false),
+			chain(tcp, "", rawBufferTransport, nil, false),
+		}
+		if inspectTLS {
+			out = append(out, chain(tcp, "-tls", tlsTransport, nil, false))
+		}
+		return out
+	}
+	return []*listenerv3.FilterChain{
+		chain(http, "-mtls-http", tlsTransport, mtlsHTTPALPNs, true),
+		chain(http, "-http", rawBufferTransport, plaintextHTTPALPNs, false),
+		chain(tcp, "-mtls", tlsTransport, mtlsTCPALPNs, true),
+		chain(tcp, "", rawBufferTransport, nil, false),
+		chain(tcp, "-tls", tlsTransport, nil, false),
+	}
+}
+
+// httpInspectorOn is the HTTP inspector enabled on ports only (Istio's
+// listenerPredicateIncludePorts): disabled where the destination port is
+// not one of them.
+func httpInspectorOn(ports []int32) *listenerv3.ListenerFilter {
+	rules := make([]*listenerv3.ListenerFilterChainMatchPredicate, len(ports))
+	for i, p := range ports {
+		rules[i] = &listenerv3.ListenerFilterChainMatchPredicate{
+			Rule: &listenerv3.ListenerFilterChainMatchPredicate_DestinationPortRange{
+				DestinationPortRange: &typev3.Int32Range{Start: p, End: p + 1},
+			},
+		}
+	}
+	on := rules[0]
+	if len(rules) > 1 {
+		on = &listenerv3.ListenerFilterChainMatchPredicate{
+			Rule: &listenerv3.ListenerFilterChainMatchPredicate_OrMatch{
+				OrMatch: &listenerv3.ListenerFilterChainMatchPredicate_MatchSet{Rules: rules},
+			},
+		}
+	}
+	f := httpInspector()
+	f.FilterDisabled = &listenerv3.ListenerFilterChainMatchPredicate{
+		Rule: &listenerv3.ListenerFilterChainMatchPredicate_NotMatch{NotMatch: on},
+	}
+	return f
 }

@@ -7,9 +7,13 @@ import (
 	"strings"
 	"testing"
 
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tcpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
+	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+
+	"github.com/meshplane/discovery/pkg/model"
 )
 
 // sniffWorld has, for a sidecar in default: a ServiceEntry port without
@@ -315,4 +319,169 @@ func TestSniffingIsForSidecarsOnly(t *testing.T) {
 	if got, want := rdsNames(t, grpc.Sets[ListenerType]), grpc.Sets[RouteType].Names; !slices.Equal(got, want) {
 		t.Errorf("gRPC listeners use routes %v; the class has %v", got, want)
 	}
+}
+
+// sniffInboundWorld: a workload whose Service has three ports without
+// name, in PERMISSIVE (9000), STRICT (9001) and DISABLE (9002), an HTTP
+// port (9080), and an ALLOW policy (RBAC on every chain).
+const sniffInboundWorld = `apiVersion: v1
+kind: Service
+metadata: {name: legacy, namespace: default, resourceVersion: "1"}
+spec:
+  clusterIP: 10.96.0.30
+  selector: {app: legacy}
+  ports: [{port: 9000, name: a}, {port: 9001, name: b}, {port: 9002, name: c}, {port: 9080, name: http}]
+---
+apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata: {name: legacy, namespace: default}
+spec:
+  selector: {matchLabels: {app: legacy}}
+  portLevelMtls: {9001: {mode: STRICT}, 9002: {mode: DISABLE}}
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: legacy, namespace: default}
+spec:
+  selector: {matchLabels: {app: legacy}}
+  rules: [{from: [{source: {namespaces: [default]}}]}]
+`
+
+func legacyProxy(t *testing.T) *model.Proxy {
+	t.Helper()
+	p, err := model.ParseProxy("sidecar~10.1.0.30~legacy-1.default~default.svc.cluster.local",
+		map[string]any{"NAMESPACE": "default", "LABELS": map[string]any{"app": "legacy"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestSniffedInboundChains: the virtualInbound chains of a sniffed port
+// are istiod's for ListenerProtocolAuto (getFilterChainMatchOptions):
+// PERMISSIVE the five of inboundPermissiveFilterChainMatchWithMxcOptions,
+// STRICT and DISABLE two each, HTTP chains with the HTTP RBAC filters and
+// TCP chains with the network ones; the HTTP inspector runs on the ports
+// that sniff plaintext only.
+func TestSniffedInboundChains(t *testing.T) {
+	w := loadWorld(t, sniffInboundWorld).World()
+	p := legacyProxy(t)
+	g := New(quietLog())
+	cc, err := g.Class(w, p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc := g.Proxy(w, p, cc)
+	l := classListener(t, pc.Own[ListenerType], VirtualInbound)
+	const (
+		mtlsHTTP = "alpn=istio-http/1.0,istio-http/1.1,istio-h2"
+		mtlsTCP  = "alpn=istio-peer-exchange,istio"
+	)
+	want := map[int32][]string{
+		9000: {
+			"inbound|9000||-mtls-http [port=9000 tls " + mtlsHTTP + "] hcm inline inbound|9000|| +tls",
+			"inbound|9000||-http [port=9000 raw_buffer alpn=http/1.1,h2c] hcm inline inbound|9000||",
+			"inbound|9000||-mtls [port=9000 tls " + mtlsTCP + "] tcp inbound|9000|| +tls",
+			"inbound|9000|| [port=9000 raw_buffer] tcp inbound|9000||",
+			"inbound|9000||-tls [port=9000 tls] tcp inbound|9000||",
+		},
+		// No transport_protocol: Istio's STRICT chains match "tls", and
+		// what they do not match finds no chain. Here it would find the
+		// workload's PERMISSIVE default chain, so the TCP chain takes
+		// everything else (and plaintext fails its handshake).
+		9001: {
+			"inbound|9001||-http [port=9001 " + mtlsHTTP + "] hcm inline inbound|9001|| +tls",
+			"inbound|9001|| [port=9001] tcp inbound|9001|| +tls",
+		},
+		// The listener inspects TLS (PERMISSIVE ports): TLS to a DISABLE
+		// port goes to its TCP proxy, as on Istio's, which does not
+		// inspect TLS on that port.
+		9002: {
+			"inbound|9002||-http [port=9002 raw_buffer alpn=http/1.1,h2c] hcm inline inbound|9002||",
+			"inbound|9002|| [port=9002 raw_buffer] tcp inbound|9002||",
+			"inbound|9002||-tls [port=9002 tls] tcp inbound|9002||",
+		},
+	}
+	got := map[int32][]string{}
+	for _, fc := range l.GetFilterChains() {
+		port := int32(fc.GetFilterChainMatch().GetDestinationPort().GetValue())
+		if _, ok := want[port]; !ok {
+			continue
+		}
+		got[port] = append(got[port], chainShape(t, fc))
+		rbac := chainRBACKind(t, fc)
+		if strings.HasPrefix(chainTarget(t, fc), "hcm") != (rbac == "http") || rbac == "" {
+			t.Errorf("chain %s has RBAC %q", fc.GetName(), rbac)
+		}
+	}
+	for port, chains := range want {
+		if !slices.Equal(got[port], chains) {
+			t.Errorf("port %d chains\n  %s\nwant\n  %s", port, strings.Join(got[port], "\n  "), strings.Join(chains, "\n  "))
+		}
+	}
+	wantFilters := []string{"envoy.filters.listener.original_dst", sniffTLSInspector, sniffHTTPInspector}
+	if got := listenerFilterNames(l); !slices.Equal(got, wantFilters) {
+		t.Fatalf("listener filters %v, want %v", got, wantFilters)
+	}
+	// Enabled on 9000 and 9002 only: not(port 9000 or port 9002).
+	off := l.GetListenerFilters()[2].GetFilterDisabled()
+	var ports []string
+	for _, r := range off.GetNotMatch().GetOrMatch().GetRules() {
+		ports = append(ports, fmt.Sprintf("%d-%d", r.GetDestinationPortRange().GetStart(), r.GetDestinationPortRange().GetEnd()))
+	}
+	if !slices.Equal(ports, []string{"9000-9001", "9002-9003"}) {
+		t.Errorf("http_inspector disabled by %v, want outside 9000 and 9002", off)
+	}
+	if to := l.GetListenerFiltersTimeout(); to == nil || to.AsDuration() != 0 || !l.GetContinueOnListenerFiltersTimeout() {
+		t.Errorf("listener filters timeout %v, continue %v; want Istio's 0s and true", to, l.GetContinueOnListenerFiltersTimeout())
+	}
+	for port, downstream := range map[int32]bool{9000: true, 9001: true, 9002: true, 9080: false} {
+		if got := inboundUsesDownstreamProtocol(t, pc, port); got != downstream {
+			t.Errorf("inbound cluster of %d uses the downstream protocol: %v, want %v (Istio's setUpstreamProtocol)", port, got, downstream)
+		}
+	}
+}
+
+// chainRBACKind says which RBAC a chain enforces: "http" (in its connection
+// manager), "tcp" (a network filter) or "".
+func chainRBACKind(t *testing.T, fc *listenerv3.FilterChain) string {
+	t.Helper()
+	for _, f := range fc.GetFilters() {
+		switch f.GetName() {
+		case netRBACName:
+			return "tcp"
+		case "envoy.filters.network.http_connection_manager":
+			m := &hcmv3.HttpConnectionManager{}
+			if err := f.GetTypedConfig().UnmarshalTo(m); err != nil {
+				t.Fatal(err)
+			}
+			for _, h := range m.GetHttpFilters() {
+				if strings.HasPrefix(h.GetName(), "envoy.filters.http.rbac") {
+					return "http"
+				}
+			}
+		}
+	}
+	return ""
+}
+
+func inboundUsesDownstreamProtocol(t *testing.T, pc *ProxyConfig, port int32) bool {
+	t.Helper()
+	r := pc.Own[ClusterType].Get(InboundClusterName(port))
+	if r == nil {
+		t.Fatalf("no inbound cluster for %d", port)
+	}
+	c := &clusterv3.Cluster{}
+	if err := r.Any.UnmarshalTo(c); err != nil {
+		t.Fatal(err)
+	}
+	a := c.GetTypedExtensionProtocolOptions()[httpOptionsKey]
+	if a == nil {
+		return false
+	}
+	opts := &httpv3.HttpProtocolOptions{}
+	if err := a.UnmarshalTo(opts); err != nil {
+		t.Fatal(err)
+	}
+	return opts.GetUseDownstreamProtocolConfig() != nil
 }
