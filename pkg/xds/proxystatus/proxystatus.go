@@ -30,7 +30,10 @@ type TypeStatus struct {
 
 // Proxy is one row of /debug/syncz.
 type Proxy struct {
-	ID        string                 `json:"proxy"`
+	// ID is the proxy's full node ID.
+	ID string `json:"node"`
+	// Name is <pod>.<namespace>, as Istio names proxies.
+	Name      string                 `json:"proxy"`
 	Class     string                 `json:"class"`
 	Delta     bool                   `json:"delta"`
 	Connected time.Time              `json:"connected"`

@@ -11,12 +11,12 @@ import (
 )
 
 const syncz = `[
-  {"proxy": "sidecar~10.0.0.2~reviews-1.default~default.svc.cluster.local", "class": "sidecar/envoy/default/", "delta": true,
+  {"proxy": "reviews-1.default", "node": "sidecar~10.0.0.2~reviews-1.default~default.svc.cluster.local", "class": "sidecar/envoy/default/", "delta": true,
    "connected": "2026-01-01T00:00:00Z",
    "types": {"cds": {"sentVersion": "a", "sentNonce": "1", "ackedVersion": "a"},
              "lds": {"sentVersion": "b", "sentNonce": "2", "ackedVersion": "a", "nacks": 1, "lastNack": {"nonce": "2", "message": "bad"}},
              "eds": {"sentVersion": "c", "sentNonce": "3", "ackedVersion": "b"}}},
-  {"proxy": "sidecar~10.0.0.1~client.ns1~ns1.svc.cluster.local", "class": "sidecar/grpc/ns1/", "delta": false,
+  {"proxy": "client.ns1", "node": "sidecar~10.0.0.1~client.ns1~ns1.svc.cluster.local", "class": "sidecar/grpc/ns1/", "delta": false,
    "connected": "2026-01-01T00:00:30Z",
    "types": {"lds": {"sentVersion": "x", "sentNonce": "1", "ackedVersion": "x"}}}
 ]`

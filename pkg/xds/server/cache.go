@@ -24,6 +24,9 @@ func (wt watcher) CreateWatch(req *cachev3.Request, sub cachev3.Subscription, ch
 		return nil, status.Error(codes.Internal, "request from an unknown stream")
 	}
 	c := v.(*conn)
+	if isDebugType(req.GetTypeUrl()) {
+		return c.debugWatch(req, ch)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	t := req.GetTypeUrl()

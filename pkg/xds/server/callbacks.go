@@ -67,6 +67,16 @@ func (cb callbacks) request(key streamKey, typeURL string, node *corev3.Node, re
 		cb.s.refusals.Warn("node", "refused xDS stream", "error", err)
 		return err
 	}
+	if isDebugType(typeURL) {
+		if err := c.debugRequest(typeURL); err != nil {
+			return err
+		}
+		cb.register(c, typeURL, req)
+		return nil
+	}
+	if c.debugOnly {
+		return status.Error(codes.InvalidArgument, "this stream asked for Istio's debug types; configuration needs a stream of its own")
+	}
 	if c.proxy == nil {
 		p, err := parseNode(node)
 		if err != nil {
@@ -92,12 +102,18 @@ func (cb callbacks) request(key streamKey, typeURL string, node *corev3.Node, re
 		cb.s.refusals.Warn("names", "refused xDS stream", "proxy", model.Clip(c.proxy.ID), "type", gen.ShortType(typeURL), "error", err)
 		return err
 	}
+	cb.register(c, typeURL, req)
+	return nil
+}
+
+// register keeps req for the CreateWatch call that follows. Called with
+// c.mu held.
+func (cb callbacks) register(c *conn, typeURL string, req any) {
 	if old := c.reqs[typeURL]; old != nil {
 		cb.s.reqs.Delete(old)
 	}
 	c.reqs[typeURL] = req
 	cb.s.reqs.Store(req, c)
-	return nil
 }
 
 // intern replaces each name that cfg holds by the resource's own name
@@ -129,7 +145,7 @@ func parseNode(node *corev3.Node) (*model.Proxy, error) {
 
 func (cb callbacks) sent(key streamKey, typeURL, version, nonce string, resp any) {
 	v, ok := cb.s.conns.Load(key)
-	if !ok {
+	if !ok || isDebugType(typeURL) {
 		return
 	}
 	c := v.(*conn)

@@ -29,6 +29,7 @@ type typeStatus struct {
 	SentNonce    string    `json:"sentNonce,omitempty"`
 	Sent         time.Time `json:"sent,omitzero"`
 	AckedVersion string    `json:"ackedVersion,omitempty"`
+	AckedNonce   string    `json:"ackedNonce,omitempty"`
 	Acked        time.Time `json:"acked,omitzero"`
 	NACKs        int       `json:"nacks,omitempty"`
 	LastNACK     *nack     `json:"lastNack,omitempty"`
@@ -111,6 +112,11 @@ type conn struct {
 	// caller is the stream's verified identity (streamauth on the TLS
 	// port); nil on the plaintext port, whose streams get no credentials.
 	caller *ca.Identity
+	// debugOnly marks a stream whose first request was for a debug type
+	// (debugxds.go): it is no proxy and gets no configuration.
+	// debugAnswered holds the names each debug type was last answered for.
+	debugOnly     bool
+	debugAnswered map[string][]string
 }
 
 func newConn(s *Server, key streamKey, ctl *streamCtl) *conn {
@@ -163,7 +169,7 @@ func (c *conn) observe(t, nonce, version string, errDetail *status.Status) {
 		if version == "" { // delta requests carry no version
 			version = st.SentVersion
 		}
-		st.AckedVersion = version
+		st.AckedVersion, st.AckedNonce = version, nonce
 		st.Acked = time.Now()
 		c.verdict(t, nonce, "", false)
 	}

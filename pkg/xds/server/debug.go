@@ -13,28 +13,61 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/meshplane/discovery/pkg/model"
 	"github.com/meshplane/discovery/pkg/xds/gen"
 	"github.com/meshplane/discovery/pkg/xds/push"
 )
 
 // RegisterDebug serves /debug/syncz, /debug/config_dump?proxyID=ID and
-// /debug/push_status on mux.
+// /debug/push_status on mux, and answers Istio's generic debug type
+// (istio.io/debug) with mux's pages.
 func (s *Server) RegisterDebug(mux *http.ServeMux) {
+	s.debugMux = mux
 	mux.HandleFunc("/debug/syncz", s.syncz)
 	mux.HandleFunc("/debug/config_dump", s.configDump)
 	mux.HandleFunc("/debug/push_status", s.pushStatus)
 }
 
-// SyncStatus is one stream's row in /debug/syncz.
+// SyncStatus is one proxy's row in /debug/syncz: istiod's fields (those
+// of its xds.SyncStatus, which istioctl version and Kiali read), then
+// discovery's own.
 type SyncStatus struct {
-	ProxyID   string                 `json:"proxy"`
+	// ProxyID is <pod>.<namespace>, as istiod names proxies.
+	ProxyID      string `json:"proxy"`
+	ProxyType    string `json:"proxy_type,omitempty"`
+	ClusterID    string `json:"cluster_id,omitempty"`
+	IstioVersion string `json:"istio_version,omitempty"`
+	// The nonce last sent and last acknowledged, by type.
+	ClusterSent   string `json:"cluster_sent,omitempty"`
+	ClusterAcked  string `json:"cluster_acked,omitempty"`
+	ListenerSent  string `json:"listener_sent,omitempty"`
+	ListenerAcked string `json:"listener_acked,omitempty"`
+	RouteSent     string `json:"route_sent,omitempty"`
+	RouteAcked    string `json:"route_acked,omitempty"`
+	EndpointSent  string `json:"endpoint_sent,omitempty"`
+	EndpointAcked string `json:"endpoint_acked,omitempty"`
+	// Resources is the same for every type, by type URL.
+	Resources map[string]ResourceStatus `json:"resources,omitempty"`
+
+	// Node is the full node ID.
+	Node      string                 `json:"node"`
 	Class     string                 `json:"class"`
 	Delta     bool                   `json:"delta"`
 	Connected time.Time              `json:"connected"`
 	Types     map[string]*typeStatus `json:"types"`
 }
 
-// Syncz returns every identified stream's status, sorted by proxy ID.
+// ResourceStatus is one type of one proxy in istiod's shape: the nonces
+// last sent and acknowledged, when it was sent, and the proxy's last
+// rejection of it.
+type ResourceStatus struct {
+	Sent      string    `json:"sent,omitempty"`
+	Acked     string    `json:"acked,omitempty"`
+	SentTime  time.Time `json:"sentTime,omitzero"`
+	LastError string    `json:"lastError,omitempty"`
+}
+
+// Syncz returns every identified stream's status, sorted by proxy.
 func (s *Server) Syncz() []SyncStatus {
 	out := []SyncStatus{} // an empty list, not null, when no proxy is connected
 	s.conns.Range(func(_, v any) bool {
@@ -44,50 +77,71 @@ func (s *Server) Syncz() []SyncStatus {
 		if c.proxy == nil {
 			return true
 		}
-		class := c.proxy.Class()
-		if c.cfg != nil {
-			class = c.cfg.Class.Class // with its workload-dependent part (gen.ClassKey)
-		}
-		row := SyncStatus{ProxyID: c.proxy.ID, Class: class, Delta: c.key.delta, Connected: c.connected, Types: map[string]*typeStatus{}}
-		for t, st := range c.status {
-			cp := *st
-			row.Types[gen.ShortType(t)] = &cp
-		}
-		out = append(out, row)
+		out = append(out, c.syncStatus())
 		return true
 	})
-	sort.Slice(out, func(i, j int) bool { return out[i].ProxyID < out[j].ProxyID })
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].ProxyID != out[j].ProxyID {
+			return out[i].ProxyID < out[j].ProxyID
+		}
+		return out[i].Node < out[j].Node
+	})
 	return out
+}
+
+// syncStatus is c's row. Called with c.mu held.
+func (c *conn) syncStatus() SyncStatus {
+	p := c.proxy
+	class := p.Class()
+	if c.cfg != nil {
+		class = c.cfg.Class.Class // with its workload-dependent part (gen.ClassKey)
+	}
+	row := SyncStatus{
+		ProxyID: istioProxyID(p), ProxyType: string(p.Type), ClusterID: p.Metadata.ClusterID, IstioVersion: p.Metadata.IstioVersion,
+		Node: p.ID, Class: class, Delta: c.key.delta, Connected: c.connected,
+		Types: map[string]*typeStatus{}, Resources: map[string]ResourceStatus{},
+	}
+	for t, st := range c.status {
+		cp := *st
+		row.Types[gen.ShortType(t)] = &cp
+		rs := ResourceStatus{Sent: st.SentNonce, Acked: st.AckedNonce, SentTime: st.Sent}
+		if st.LastNACK != nil && st.LastNACK.Nonce == st.SentNonce {
+			rs.LastError = st.LastNACK.Message
+		}
+		row.Resources[t] = rs
+		switch t {
+		case gen.ClusterType:
+			row.ClusterSent, row.ClusterAcked = st.SentNonce, st.AckedNonce
+		case gen.ListenerType:
+			row.ListenerSent, row.ListenerAcked = st.SentNonce, st.AckedNonce
+		case gen.RouteType:
+			row.RouteSent, row.RouteAcked = st.SentNonce, st.AckedNonce
+		case gen.EndpointType:
+			row.EndpointSent, row.EndpointAcked = st.SentNonce, st.AckedNonce
+		}
+	}
+	return row
 }
 
 func (s *Server) syncz(w http.ResponseWriter, _ *http.Request) { writeJSON(w, s.Syncz()) }
 
 // configDump answers with what the proxy is sent, in the shape of Envoy's
-// /config_dump.
+// /config_dump. proxyID is the proxy's full node ID or, as istiod takes
+// it, <pod>.<namespace>.
 func (s *Server) configDump(w http.ResponseWriter, r *http.Request) {
 	id := r.URL.Query().Get("proxyID")
 	if id == "" {
 		http.Error(w, "missing proxyID query parameter", http.StatusBadRequest)
 		return
 	}
-	var found *conn
-	s.conns.Range(func(_, v any) bool {
-		c := v.(*conn)
-		c.mu.Lock()
-		match := c.proxy != nil && c.proxy.ID == id && c.cfg != nil
-		c.mu.Unlock()
-		if match {
-			found = c
-		}
-		return !match
-	})
+	found := s.findProxy(id, "")
 	if found == nil {
 		http.Error(w, "no connected proxy with that ID", http.StatusNotFound)
 		return
 	}
 	dump, err := found.configDump()
 	if err != nil {
-		s.log.Error("config dump", "proxy", id, "error", err)
+		s.log.Error("config dump", "proxy", model.Clip(id), "error", err)
 		http.Error(w, "cannot render the configuration", http.StatusInternalServerError)
 		return
 	}

@@ -22,6 +22,12 @@
 // Secrets over ADS when UseCredentials gave the server a Secret reader; a
 // Secret goes only to gateways of its own namespace (see sds.go).
 //
-// Debug handlers: /debug/syncz, /debug/config_dump?proxyID=ID and
+// Istio's debug types (istio.io/debug/syncz, istio.io/debug/config_dump,
+// istio.io/debug; debugxds.go) are answered as istiod answers them, to
+// authenticated callers only, which is what istioctl proxy-status and
+// version ask for.
+//
+// Debug handlers: /debug/syncz (istiod's fields, then discovery's),
+// /debug/config_dump?proxyID=ID (the node ID or <pod>.<namespace>) and
 // /debug/push_status.
 package server

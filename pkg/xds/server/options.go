@@ -43,6 +43,29 @@ type Options struct {
 	// MaxUnknownNames bounds the subscribed names of a type that the
 	// proxy's configuration does not hold.
 	MaxUnknownNames int
+
+	// Istio's debug types over xDS (debugxds.go).
+	// SystemNamespace is the control plane's namespace (the serve
+	// command's --namespace): an authenticated caller of it sees every
+	// proxy, as istiod lets callers of its root namespace.
+	SystemNamespace string
+	// DebugNamespaces are further namespaces whose callers see every
+	// proxy (Istio's DEBUG_ENDPOINT_AUTH_ALLOWED_NAMESPACES). Callers of
+	// other namespaces see only the proxies of their own namespace.
+	DebugNamespaces []string
+	// Instance names this replica and its build in the responses to the
+	// debug types, where istioctl reads the control plane's identity.
+	Instance Instance
+}
+
+// Instance is what the debug types say of the replica that answers, in
+// the shape of istiod's control plane identifier.
+type Instance struct {
+	// ID names the replica: its Pod's name.
+	ID string
+	// Version, GitRevision, GoVersion, BuildStatus and GitTag are the
+	// build's, as in istiod's version.BuildInfo.
+	Version, GitRevision, GoVersion, BuildStatus, GitTag string
 }
 
 // DefaultOptions returns the defaults the flags show.
@@ -83,6 +106,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.MaxNodeIDBytes, "xds-max-node-id-bytes", d.MaxNodeIDBytes, "longest node ID an xDS request may carry (0: no limit)")
 	fs.IntVar(&o.MaxNames, "xds-max-names", d.MaxNames, "resource names of one type an xDS stream may subscribe to (0: no limit)")
 	fs.IntVar(&o.MaxUnknownNames, "xds-max-unknown-names", d.MaxUnknownNames, "subscribed names of one type that the proxy's configuration does not hold, at most (0: no limit)")
+	fs.StringSliceVar(&o.DebugNamespaces, "xds-debug-allowed-namespaces", o.DebugNamespaces,
+		"namespaces besides the control plane's whose authenticated callers see every proxy over Istio's debug xDS types (istio.io/debug/*); others see only their own namespace's proxies")
 }
 
 // Validate reports options that cannot work.

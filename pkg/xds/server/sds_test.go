@@ -85,13 +85,15 @@ func (s *syncBuffer) String() string {
 }
 
 // testAuthn plays the TLS port's authentication: the caller's namespace
-// is the x-test-caller metadata its connection sends (dialAs).
+// (and, after a slash, service account) is the x-test-caller metadata its
+// connection sends (dialAs).
 type testAuthn struct{}
 
 func (testAuthn) Authenticate(ctx context.Context) (ca.Identity, string, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	if v := md.Get("x-test-caller"); len(v) == 1 {
-		return ca.Identity{TrustDomain: "cluster.local", Namespace: v[0]}, "test", nil
+		ns, sa, _ := strings.Cut(v[0], "/")
+		return ca.Identity{TrustDomain: "cluster.local", Namespace: ns, ServiceAccount: sa}, "test", nil
 	}
 	return ca.Identity{}, "", errors.New("no x-test-caller")
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"sync"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	clusterservice "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	endpointservice "github.com/envoyproxy/go-control-plane/envoy/service/endpoint/v3"
@@ -58,6 +60,11 @@ type Server struct {
 	streams   streamCount            // open streams, against Options.MaxStreams (limits.go)
 	refusals  *streamauth.RefusalLog // log lines of refused streams, bounded
 
+	// Istio's debug types (debugxds.go): this replica's identifier, and
+	// the /debug pages RegisterDebug was given.
+	controlPlane *corev3.ControlPlane
+	debugMux     *http.ServeMux
+
 	// Gateway credentials (sds.go); nil without a cluster.
 	creds       credentials.Reader
 	credsDenied *prometheus.CounterVec
@@ -72,14 +79,18 @@ func New(opts Options, world World, log *slog.Logger, reg prometheus.Registerer)
 	if opts.PushStatusSize <= 0 {
 		opts.PushStatusSize = DefaultOptions().PushStatusSize
 	}
+	var err error
 	s := &Server{opts: opts, world: world, log: log, m: newMetrics(reg), gen: gen.New(log), refusals: streamauth.NewRefusalLog(log)}
 	if opts.TrustDomain != "" {
-		if err := s.gen.SetTrustDomain(opts.TrustDomain); err != nil {
+		if err = s.gen.SetTrustDomain(opts.TrustDomain); err != nil {
 			return nil, err
 		}
 	}
-	if err := s.gen.RegisterMetrics(reg); err != nil {
+	if err = s.gen.RegisterMetrics(reg); err != nil {
 		return nil, fmt.Errorf("xds metrics: %w", err)
+	}
+	if s.controlPlane, err = controlPlaneID(opts.Instance); err != nil {
+		return nil, err
 	}
 	s.history = newHistory(opts.PushStatusSize)
 	s.classes.entries = map[string]*classEntry{}

@@ -5,7 +5,9 @@
 // authenticated (a client certificate from our CA, or a Kubernetes
 // service-account token checked by TokenReview) and the node it claims is in
 // the caller's namespace (and, when the node names one, is its service
-// account), as Istio checks it. A refusal gives the client an opaque status
+// account), as Istio checks it; a request for one of Istio's debug types
+// names no proxy, and only its NAMESPACE and SERVICE_ACCOUNT metadata must
+// be the caller's. A refusal gives the client an opaque status
 // and the log the reason. While the server drains, new streams are refused
 // with Unavailable so that proxies go to another replica.
 package streamauth
@@ -144,17 +146,22 @@ func (s *checkedStream) RecvMsg(m any) error {
 		return err
 	}
 	var node *core.Node
+	var typeURL string
 	switch r := m.(type) {
 	case *discovery.DiscoveryRequest:
-		node = r.GetNode()
+		node, typeURL = r.GetNode(), r.GetTypeUrl()
 	case *discovery.DeltaDiscoveryRequest:
-		node = r.GetNode()
+		node, typeURL = r.GetNode(), r.GetTypeUrl()
 	}
 	if node == nil || node.GetId() == s.checked {
 		// Envoy names its node in the first request only.
 		return nil
 	}
-	if err := s.check(node); err != nil {
+	check := s.check
+	if isDebugType(typeURL) {
+		check = s.checkDebugCaller
+	}
+	if err := check(node); err != nil {
 		s.refusal.Store(&err)
 		return err
 	}
@@ -177,5 +184,31 @@ func (s *checkedStream) check(node *core.Node) error {
 		return status.Error(codes.PermissionDenied, msgDenied)
 	}
 	s.checked = node.GetId()
+	return nil
+}
+
+// isDebugType reports whether t is one of Istio's debug types
+// (istio.io/debug, istio.io/debug/syncz, ...), which istioctl asks for on
+// a stream of its own, with a node that stands for no proxy.
+func isDebugType(t string) bool {
+	return t == "istio.io/debug" || strings.HasPrefix(t, "istio.io/debug/")
+}
+
+// checkDebugCaller checks the node of a debug request as istiod does: its
+// NAMESPACE metadata (and SERVICE_ACCOUNT, when set) must be the caller's.
+// Its node ID names no proxy (istioctl sends sidecar~<ip>~test-1.default~
+// default.svc.cluster.local whatever its namespace), so it is not read,
+// and the stream is not marked checked: a later request for configuration
+// is checked in full.
+func (s *checkedStream) checkDebugCaller(node *core.Node) error {
+	meta := node.GetMetadata().GetFields()
+	ns := meta[model.MetaNamespace].GetStringValue()
+	sa := meta[model.MetaServiceAccount].GetStringValue()
+	if ns != s.id.Namespace || (sa != "" && sa != s.id.ServiceAccount) {
+		s.g.refused.WithLabelValues("identity_mismatch").Inc()
+		s.g.logs.Warn("identity_mismatch", "debug xDS stream refused: its node is not the caller's",
+			"nodeNamespace", model.Clip(ns), "nodeServiceAccount", model.Clip(sa), "caller", s.id.SPIFFEID(), "authenticatedBy", s.via)
+		return status.Error(codes.PermissionDenied, msgDenied)
+	}
 	return nil
 }
