@@ -128,11 +128,48 @@ func (c *choices) httpRoute(hosts []string) *networking.HTTPRoute {
 	return hr
 }
 
+// fuzzSniffed adds to worldtest.Mesh(4, 2, 1) ports that sidecars sniff:
+// an unnamed port of a Service with an address, one sharing port 80 with
+// the HTTP services, a headless one with an endpoint and a ServiceEntry
+// port without protocol nor address.
+const fuzzSniffed = `apiVersion: v1
+kind: Service
+metadata: {name: legacy, namespace: ns-0, resourceVersion: "1"}
+spec:
+  clusterIP: 10.96.200.1
+  ports: [{port: 9000, name: a}, {port: 80, name: b}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: peers, namespace: ns-1, resourceVersion: "1"}
+spec:
+  clusterIP: None
+  ports: [{port: 7100}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: peers-1, namespace: ns-1, labels: {kubernetes.io/service-name: peers}}
+addressType: IPv4
+ports: [{port: 7100}]
+endpoints: [{addresses: [10.1.9.7]}]
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: ext, namespace: ns-0, resourceVersion: "1"}
+spec:
+  hosts: [ext.example.com]
+  resolution: DNS
+  ports: [{number: 9000, name: x}]
+`
+
 // fuzzConfigs turns fuzz input into DestinationRules and VirtualServices
-// for the services of worldtest.Mesh(4, 2, 1).
+// for the services of worldtest.Mesh(4, 2, 1) and fuzzSniffed.
 func fuzzConfigs(data []byte) []model.Event {
 	c := &choices{b: data}
-	hosts := []string{"svc-0.ns-0.svc.cluster.local", "svc-1.ns-1.svc.cluster.local", "svc-2", "svc-3.ns-1.svc.cluster.local"}
+	hosts := []string{
+		"svc-0.ns-0.svc.cluster.local", "svc-1.ns-1.svc.cluster.local", "svc-2", "svc-3.ns-1.svc.cluster.local",
+		"legacy.ns-0.svc.cluster.local", "peers.ns-1.svc.cluster.local", "ext.example.com",
+	}
 	var evs []model.Event
 	for i, h := range hosts {
 		if c.n(2) == 1 {
@@ -173,15 +210,21 @@ func (c *choices) delegates(hosts []string) []model.Event {
 
 // FuzzGenerate feeds random valid DestinationRules and VirtualServices
 // (delegates and sourceLabels/sourceNamespace matches among them) to the
-// generator: it must neither panic nor leave out an invalid resource, for
-// sidecars and proxyless gRPC alike.
+// generator, with sniffed ports among the services: it must neither panic
+// nor leave out an invalid resource nor publish an inconsistent class,
+// for sidecars and proxyless gRPC alike.
 func FuzzGenerate(f *testing.F) {
 	f.Add([]byte{})
 	f.Add(bytes.Repeat([]byte{1}, 200))
 	f.Add([]byte("\x01\x02\x01\x03\x01\x01\x02\x04\x01\x01\x01\x01\x03\x01\x02\x01\x00\x01\x01\x01\x01\x01\x01\x04"))
+	sniffedEvs, err := worldtest.Decode([]byte(fuzzSniffed))
+	if err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		store := model.NewStore(model.StoreOptions{})
-		if _, err := store.Apply(append(worldtest.Mesh(4, 2, 1), fuzzConfigs(data)...)...); err != nil {
+		evs := append(append(worldtest.Mesh(4, 2, 1), sniffedEvs...), fuzzConfigs(data)...)
+		if _, err := store.Apply(evs...); err != nil {
 			t.Skip(err)
 		}
 		labelled := sidecar(t, "ns-1")
