@@ -3,36 +3,115 @@ package monitor
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
 
 	"github.com/meshplane/discovery/pkg/model"
 )
 
-// registryEntry is one service in /debug/registryz.
+// registryEntry is one service in /debug/registryz: discovery's Service
+// with its endpoints, and the keys of istiod's model.Service that Kiali
+// and other readers of istiod's registryz use.
 type registryEntry struct {
 	*model.Service
 	Endpoints []*model.Endpoint `json:"endpoints"`
+
+	Attributes     serviceAttributes `json:"Attributes"`
+	ClusterVIPs    clusterVIPs       `json:"clusterVIPs"`
+	DefaultAddress string            `json:"defaultAddress,omitempty"`
+	Resolution     int               `json:"Resolution"`
+	MeshExternal   bool              `json:"MeshExternal"`
+}
+
+// serviceAttributes are istiod's ServiceAttributes: the registry
+// ("Kubernetes", or "External" for a ServiceEntry), name, namespace,
+// labels, exportTo as a set and the selector.
+type serviceAttributes struct {
+	ServiceRegistry string
+	Name            string
+	Namespace       string
+	Labels          map[string]string
+	ExportTo        map[string]struct{}
+	LabelSelectors  map[string]string
+}
+
+// clusterVIPs is istiod's AddressMap: addresses by cluster.
+type clusterVIPs struct {
+	Addresses map[string][]string `json:"Addresses"`
+}
+
+// Istio's service resolutions (model.Resolution), as registryz numbers
+// them.
+const (
+	resolutionClientSideLB    = 0
+	resolutionDNSLB           = 1
+	resolutionPassthrough     = 2
+	resolutionDNSRoundRobinLB = 3
+)
+
+// clusterID names the one cluster discovery reads, as Istio's default
+// cluster ID does.
+const clusterID = "Kubernetes"
+
+func newRegistryEntry(s *model.Service, eps []*model.Endpoint) registryEntry {
+	e := registryEntry{Service: s, Endpoints: eps}
+	e.Attributes = serviceAttributes{ServiceRegistry: "Kubernetes", Name: s.Name, Namespace: s.Namespace,
+		Labels: s.Labels, LabelSelectors: s.Selector}
+	if len(s.ExportTo) > 0 {
+		e.Attributes.ExportTo = map[string]struct{}{}
+		for _, x := range s.ExportTo {
+			e.Attributes.ExportTo[x] = struct{}{}
+		}
+	}
+	e.ClusterVIPs.Addresses = map[string][]string{}
+	if len(s.Addresses) > 0 {
+		e.ClusterVIPs.Addresses[clusterID] = s.Addresses
+		e.DefaultAddress = s.Addresses[0]
+	}
+	switch {
+	case s.Entry != nil:
+		e.Attributes.ServiceRegistry = "External"
+		e.Attributes.Name = s.Hostname
+		e.MeshExternal = s.Entry.External
+		switch s.Entry.Resolution {
+		case "DNS":
+			e.Resolution = resolutionDNSLB
+		case "DNS_ROUND_ROBIN":
+			e.Resolution = resolutionDNSRoundRobinLB
+		case "NONE":
+			e.Resolution = resolutionPassthrough
+		}
+	case s.Headless:
+		e.Resolution = resolutionPassthrough
+	default:
+		e.Resolution = resolutionClientSideLB
+	}
+	return e
 }
 
 // RegistryzHandler serves /debug/registryz: every Service of the current
-// World with its endpoints, as JSON.
+// World with its endpoints, as a JSON array in the shape of istiod's (with
+// discovery's own keys besides). The World's version is the header
+// X-Discovery-World-Version.
 func RegistryzHandler(world func() *model.World) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		wd := world()
 		svcs := wd.Services()
-		out := struct {
-			Version  uint64          `json:"version"`
-			Services []registryEntry `json:"services"`
-		}{Version: wd.Version, Services: make([]registryEntry, 0, len(svcs))}
+		out := make([]registryEntry, 0, len(svcs))
 		for _, s := range svcs {
-			e := registryEntry{Service: s, Endpoints: []*model.Endpoint{}}
-			if eps := wd.Endpoints(s.Namespace, s.Name); eps != nil {
-				e.Endpoints = eps.Endpoints
+			eps := []*model.Endpoint{}
+			if e := wd.Endpoints(s.Namespace, s.Name); e != nil {
+				eps = e.Endpoints
 			}
-			out.Services = append(out.Services, e)
+			out = append(out, newRegistryEntry(s, eps))
 		}
+		w.Header().Set(worldVersionHeader, strconv.FormatUint(wd.Version, 10))
 		writeJSON(w, out)
 	})
 }
+
+// worldVersionHeader carries the World version a debug answer was read
+// from.
+const worldVersionHeader = "X-Discovery-World-Version"
 
 // ConfigNote adds one entry to a config's object in /debug/configz: a
 // key beside apiVersion, kind, metadata, spec and status, and its value.
@@ -40,17 +119,16 @@ func RegistryzHandler(world func() *model.World) http.Handler {
 type ConfigNote func(c *model.Config) (key string, value any, ok bool)
 
 // ConfigzHandler serves /debug/configz: every Istio config of the current
-// World as JSON objects with apiVersion and kind, and what notes add to
-// each (such as what discovery ignores of it). ?kind=VirtualService limits
-// it to one kind.
+// World as a JSON array of Kubernetes objects (apiVersion, kind, metadata,
+// spec, status), as istiod's is, with what notes add to each as further
+// keys (such as what discovery ignores of it). ?kind=VirtualService limits
+// it to one kind. The World's version is the header
+// X-Discovery-World-Version.
 func ConfigzHandler(world func() *model.World, notes ...ConfigNote) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		wd := world()
 		only := model.Kind(r.URL.Query().Get("kind"))
-		out := struct {
-			Version uint64 `json:"version"`
-			Configs []any  `json:"configs"`
-		}{Version: wd.Version, Configs: []any{}}
+		out := []any{}
 		for _, k := range model.IstioKinds {
 			if only != "" && k != only {
 				continue
@@ -66,9 +144,10 @@ func ConfigzHandler(world func() *model.World, notes ...ConfigNote) http.Handler
 						e.Notes[key] = v
 					}
 				}
-				out.Configs = append(out.Configs, e)
+				out = append(out, e)
 			}
 		}
+		w.Header().Set(worldVersionHeader, strconv.FormatUint(wd.Version, 10))
 		writeJSON(w, out)
 	})
 }
@@ -108,4 +187,14 @@ func writeJSON(w http.ResponseWriter, v any) {
 	if err := enc.Encode(v); err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 	}
+}
+
+// VersionHandler answers with version as text: istiod's /version, which
+// istioctl version reads from the monitoring port as
+// <version>-<revision>-<status>.
+func VersionHandler(version string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte(version))
+	})
 }

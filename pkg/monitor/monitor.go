@@ -138,6 +138,11 @@ func (s *Server) HandleDebug(name string, h http.Handler) {
 	s.mux.Handle("GET /debug/"+name, h)
 }
 
+// Handle registers h at path (GET) on the monitoring server, outside
+// /debug: for the few paths Istio's tools read at istiod's monitoring
+// port, such as /version.
+func (s *Server) Handle(path string, h http.Handler) { s.mux.Handle("GET "+path, h) }
+
 // Mux is the monitoring server's mux, for packages that register their
 // own /debug/* handlers.
 func (s *Server) Mux() *http.ServeMux { return s.mux }

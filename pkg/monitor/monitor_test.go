@@ -111,26 +111,39 @@ func TestMetricsAndDebugEndpoints(t *testing.T) {
 		t.Errorf("/metrics: %d, go and process collectors missing", code)
 	}
 	_, body := get(t, mon+"/debug/registryz")
-	var reg struct {
-		Services []struct {
-			Hostname string `json:"hostname"`
-		} `json:"services"`
+	// As istiod's: an array of services in its model.Service's shape
+	// (the keys Kiali reads), with discovery's endpoints besides.
+	var reg []struct {
+		Hostname   string `json:"hostname"`
+		Attributes struct {
+			ServiceRegistry, Name, Namespace string
+		}
+		Ports []struct {
+			Name     string `json:"name"`
+			Port     int    `json:"port"`
+			Protocol string `json:"protocol"`
+		} `json:"ports"`
+		ClusterVIPs struct {
+			Addresses map[string][]string
+		} `json:"clusterVIPs"`
+		Endpoints []json.RawMessage `json:"endpoints"`
 	}
-	if err := json.Unmarshal([]byte(body), &reg); err != nil || len(reg.Services) != 1 || reg.Services[0].Hostname != "reviews.shop.svc.cluster.local" {
+	if err := json.Unmarshal([]byte(body), &reg); err != nil || len(reg) != 1 || reg[0].Hostname != "reviews.shop.svc.cluster.local" ||
+		reg[0].Attributes.ServiceRegistry != "Kubernetes" || reg[0].Attributes.Name != "reviews" || reg[0].Attributes.Namespace != "shop" ||
+		len(reg[0].Ports) != 1 || reg[0].Ports[0].Port != 9080 || reg[0].Ports[0].Protocol != "HTTP" || reg[0].Endpoints == nil {
 		t.Errorf("/debug/registryz = %s (%v)", body, err)
 	}
 	_, body = get(t, mon+"/debug/configz")
-	var cfg struct {
-		Configs []struct {
-			APIVersion string `json:"apiVersion"`
-			Kind       string `json:"kind"`
-			Spec       struct {
-				Hosts []string `json:"hosts"`
-			} `json:"spec"`
-		} `json:"configs"`
+	// As istiod's: an array of Kubernetes objects.
+	var cfg []struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+		Spec       struct {
+			Hosts []string `json:"hosts"`
+		} `json:"spec"`
 	}
-	if err := json.Unmarshal([]byte(body), &cfg); err != nil || len(cfg.Configs) != 1 ||
-		cfg.Configs[0].Kind != "VirtualService" || cfg.Configs[0].APIVersion != "networking.istio.io/v1" || cfg.Configs[0].Spec.Hosts[0] != "reviews" {
+	if err := json.Unmarshal([]byte(body), &cfg); err != nil || len(cfg) != 1 ||
+		cfg[0].Kind != "VirtualService" || cfg[0].APIVersion != "networking.istio.io/v1" || cfg[0].Spec.Hosts[0] != "reviews" {
 		t.Errorf("/debug/configz = %s (%v)", body, err)
 	}
 	if _, body := get(t, mon+"/debug"); !strings.Contains(body, "/debug/configz") {
@@ -151,17 +164,15 @@ func TestConfigzNotes(t *testing.T) {
 	}
 	rec := httptest.NewRecorder()
 	ConfigzHandler(store.World, onlyA).ServeHTTP(rec, httptest.NewRequest("GET", "/debug/configz", nil))
-	var got struct {
-		Configs []map[string]json.RawMessage `json:"configs"`
-	}
-	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil || len(got.Configs) != 2 {
+	var got []map[string]json.RawMessage
+	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil || len(got) != 2 {
 		t.Fatalf("configz = %s (%v)", rec.Body, err)
 	}
 	var note map[string]string
-	if err := json.Unmarshal(got.Configs[0]["note"], &note); err != nil || note["for"] != "a" || got.Configs[0]["kind"] == nil || got.Configs[0]["metadata"] == nil {
+	if err := json.Unmarshal(got[0]["note"], &note); err != nil || note["for"] != "a" || got[0]["kind"] == nil || got[0]["metadata"] == nil {
 		t.Errorf("a: %s", rec.Body)
 	}
-	if _, ok := got.Configs[1]["note"]; ok {
+	if _, ok := got[1]["note"]; ok {
 		t.Errorf("b got a note its function declined: %s", rec.Body)
 	}
 }

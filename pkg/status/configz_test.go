@@ -50,22 +50,20 @@ spec:
 	}
 	rec := httptest.NewRecorder()
 	monitor.ConfigzHandler(store.World, ConfigzNote).ServeHTTP(rec, httptest.NewRequest("GET", "/debug/configz", nil))
-	var got struct {
-		Configs []struct {
-			Kind        string `json:"kind"`
-			Metadata    struct{ Name string }
-			Unsupported *struct {
-				Kind    bool     `json:"kind"`
-				Fields  []string `json:"fields"`
-				Message string   `json:"message"`
-			} `json:"unsupported"`
-		} `json:"configs"`
+	var got []struct {
+		Kind        string `json:"kind"`
+		Metadata    struct{ Name string }
+		Unsupported *struct {
+			Kind    bool     `json:"kind"`
+			Fields  []string `json:"fields"`
+			Message string   `json:"message"`
+		} `json:"unsupported"`
 	}
 	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
 		t.Fatalf("%v: %s", err, rec.Body)
 	}
 	seen := map[string]bool{}
-	for _, c := range got.Configs {
+	for _, c := range got {
 		seen[c.Metadata.Name] = true
 		u := c.Unsupported
 		switch c.Metadata.Name {
