@@ -145,13 +145,13 @@ func (g *Generator) outboundListener(sc *Scope, port int32, svcs []*model.Servic
 	for _, svc := range svcs {
 		p, _ := svc.PortByNumber(port)
 		sniffs := sniffed(sc.Proxy, p.Protocol)
-		route := RouteName(svc.Hostname, port)
 		switch {
 		case isTLS(p.Protocol):
 			l.FilterChains = append(l.FilterChains, g.meshTLSChains(sc, svc, port, claims)...)
 		case endpointChained(svc, p):
 			chains := g.endpointChains(sc, svc, p, claims)
 			if sniffs && len(chains) > 0 {
+				route := RouteName(svc.Hostname, port)
 				chains = sniff.add(chains, route)
 				out.refs = append(out.refs, route)
 				out.headless = append(out.headless, svc)
@@ -165,18 +165,19 @@ func (g *Generator) outboundListener(sc *Scope, port int32, svcs []*model.Servic
 				sniff.dflt = svc
 			}
 		default:
+			// A service chain is named after the service port's route.
 			fc := g.serviceChain(sc, svc, p, claims)
 			switch {
 			case fc != nil && sniffs:
-				l.FilterChains = append(l.FilterChains, sniff.add([]*listenerv3.FilterChain{fc}, route)...)
-				out.refs = append(out.refs, route)
+				l.FilterChains = append(l.FilterChains, sniff.add([]*listenerv3.FilterChain{fc}, fc.Name)...)
+				out.refs = append(out.refs, fc.Name)
 			case fc != nil:
 				l.FilterChains = append(l.FilterChains, fc)
 				if p.Protocol.IsHTTP() {
-					out.refs = append(out.refs, route)
+					out.refs = append(out.refs, fc.Name)
 				}
 			case routedByService(sc.Proxy, svc, p):
-				out.unclaimed = append(out.unclaimed, route)
+				out.unclaimed = append(out.unclaimed, RouteName(svc.Hostname, port))
 				g.warnUnclaimed(svc, port)
 			}
 		}
