@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/meshplane/discovery/pkg/model"
 	"github.com/meshplane/discovery/pkg/xds/internal/worldtest"
 )
@@ -72,5 +74,30 @@ func BenchmarkEndpointUpdate(b *testing.B) {
 			b.Fatal(err)
 		}
 		prev, _ = g.UpdateEndpoints(prev, store.World(), svc)
+	}
+}
+
+// BenchmarkClassFromScratchSniffed is BenchmarkClassFromScratch with the
+// services' port 80 unnamed, so that sidecars sniff it: each service has
+// a TCP and an HTTP chain on 0.0.0.0_80 instead of one HTTP chain.
+func BenchmarkClassFromScratchSniffed(b *testing.B) {
+	evs := worldtest.Mesh(1000, 50, 10)
+	for _, ev := range evs {
+		if svc, ok := ev.Object.(*corev1.Service); ok {
+			svc.Spec.Ports[0].Name = ""
+		}
+	}
+	store := model.NewStore(model.StoreOptions{})
+	if _, err := store.Apply(evs...); err != nil {
+		b.Fatal(err)
+	}
+	g := New(quietLog())
+	p := sidecar(b, "ns-0")
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := g.Class(store.World(), p, nil); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -141,6 +141,12 @@ func (g *Generator) outboundListener(sc *Scope, port int32, svcs []*model.Servic
 	}
 	var out portRefs
 	var sniff sniffedOutbound
+	for _, svc := range svcs {
+		if p, _ := svc.PortByNumber(port); isTLS(p.Protocol) {
+			sniff.mayInspectTLS = true
+			break
+		}
+	}
 	claims := chainClaims{}
 	for _, svc := range svcs {
 		p, _ := svc.PortByNumber(port)

@@ -4,7 +4,6 @@ import (
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	httpinspectorv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/http_inspector/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/meshplane/discovery/pkg/model"
@@ -84,23 +83,24 @@ func sniffingTimeouts(l *listenerv3.Listener) {
 
 // sniffedChains turns tcp, the TCP chain of one service address (or
 // endpoint address) on a sniffed port, into the chains that sniff it:
-// tcp matched on raw_buffer, the HTTP chain to route, and the TLS chain
-// (tcp's filters for tcp's addresses on TLS), which outboundListener
-// keeps only when the listener inspects TLS.
-func sniffedChains(tcp *listenerv3.FilterChain, route string) (plain, http, tls *listenerv3.FilterChain) {
+// tcp matched on raw_buffer, the HTTP chain to route and, with withTLS,
+// the TLS chain (tcp's filters for tcp's addresses on TLS), which
+// outboundListener keeps only when the listener inspects TLS.
+func sniffedChains(tcp *listenerv3.FilterChain, route string, withTLS bool) (plain, http, tls *listenerv3.FilterChain) {
 	http = &listenerv3.FilterChain{
-		Name:             tcp.Name + "|http",
-		FilterChainMatch: proto.Clone(tcp.FilterChainMatch).(*listenerv3.FilterChainMatch),
-		Filters:          []*listenerv3.Filter{hcmFilter(rdsManager("outbound_"+route, route))},
+		Name: tcp.Name + "|http",
+		FilterChainMatch: &listenerv3.FilterChainMatch{
+			PrefixRanges: tcp.FilterChainMatch.PrefixRanges, TransportProtocol: rawBufferTransport, ApplicationProtocols: plaintextHTTPALPNs,
+		},
+		Filters: []*listenerv3.Filter{hcmFilter(rdsManager("outbound_"+route, route))},
 	}
-	http.FilterChainMatch.TransportProtocol = rawBufferTransport
-	http.FilterChainMatch.ApplicationProtocols = plaintextHTTPALPNs
-	tls = &listenerv3.FilterChain{
-		Name:             tcp.Name + "|tls",
-		FilterChainMatch: proto.Clone(tcp.FilterChainMatch).(*listenerv3.FilterChainMatch),
-		Filters:          tcp.Filters,
+	if withTLS {
+		tls = &listenerv3.FilterChain{
+			Name:             tcp.Name + "|tls",
+			FilterChainMatch: &listenerv3.FilterChainMatch{PrefixRanges: tcp.FilterChainMatch.PrefixRanges, TransportProtocol: tlsTransport},
+			Filters:          tcp.Filters,
+		}
 	}
-	tls.FilterChainMatch.TransportProtocol = tlsTransport
 	tcp.FilterChainMatch.TransportProtocol = rawBufferTransport
 	return tcp, http, tls
 }
@@ -108,6 +108,9 @@ func sniffedChains(tcp *listenerv3.FilterChain, route string) (plain, http, tls 
 // sniffedOutbound collects the chains of one port's listener that sniff.
 type sniffedOutbound struct {
 	any bool
+	// mayInspectTLS is set when a service on the port is TLS, whose chains
+	// may match on SNI: only then can the listener inspect TLS.
+	mayInspectTLS bool
 	// tls are the TLS chains, dropped unless the listener inspects TLS.
 	tls map[*listenerv3.FilterChain]bool
 	// dflt is the first service without address: its TCP proxy is the
@@ -119,12 +122,15 @@ type sniffedOutbound struct {
 func (s *sniffedOutbound) add(chains []*listenerv3.FilterChain, route string) []*listenerv3.FilterChain {
 	out := make([]*listenerv3.FilterChain, 0, 3*len(chains))
 	for _, fc := range chains {
-		plain, http, tls := sniffedChains(fc, route)
-		if s.tls == nil {
-			s.tls = map[*listenerv3.FilterChain]bool{}
+		plain, http, tls := sniffedChains(fc, route, s.mayInspectTLS)
+		out = append(out, plain, http)
+		if tls != nil {
+			if s.tls == nil {
+				s.tls = map[*listenerv3.FilterChain]bool{}
+			}
+			s.tls[tls] = true
+			out = append(out, tls)
 		}
-		s.tls[tls] = true
-		out = append(out, plain, http, tls)
 	}
 	s.any = s.any || len(out) > 0
 	return out
