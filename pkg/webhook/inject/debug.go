@@ -11,6 +11,8 @@ type debugView struct {
 	Source               string            `json:"source"`
 	LoadedAt             time.Time         `json:"loadedAt"`
 	Revision             string            `json:"revision"`
+	Tags                 []string          `json:"tags,omitempty"`
+	Default              bool              `json:"default"`
 	ConfigMap            string            `json:"configMap"`
 	Synced               bool              `json:"synced"`
 	Policy               Policy            `json:"policy"`
@@ -32,7 +34,9 @@ func (i *Injector) RegisterDebug(mux *http.ServeMux) {
 
 func (i *Injector) serveDebug(w http.ResponseWriter, _ *http.Request) {
 	snap := i.snap.Load()
+	sel := i.Selection()
 	v := debugView{
+		Tags: sel.Tags, Default: sel.IsDefault(),
 		Source: snap.Source, LoadedAt: snap.LoadedAt, Revision: revisionName(i.opts.Revision),
 		ConfigMap: i.opts.Namespace + "/" + i.opts.ConfigMapName(), Synced: i.HasSynced(),
 		Policy: snap.Config.Policy, DefaultTemplates: snap.Config.DefaultTemplates,

@@ -29,11 +29,11 @@ func skip(reason string) Decision { return Decision{Reason: reason} }
 
 // Decide applies Istio's rules, in Istio's order: host network and already
 // injected pods are skipped; an explicit "false" on the pod always wins;
-// the namespace (istio-injection=enabled or istio.io/rev=<revision>) or,
-// in an unlabelled namespace, the pod's own label must select this
-// revision; then the pod's explicit choice, the never- and always-inject
-// selectors and finally the policy decide.
-func Decide(pod *corev1.Pod, ns *corev1.Namespace, cfg *Config, revision string) Decision {
+// the namespace (istio-injection=enabled, or istio.io/rev=<revision or one
+// of its tags>) or, in an unlabelled namespace, the pod's own label must
+// select this control plane (sel); then the pod's explicit choice, the
+// never- and always-inject selectors and finally the policy decide.
+func Decide(pod *corev1.Pod, ns *corev1.Namespace, cfg *Config, sel Selection) Decision {
 	if pod.Spec.HostNetwork {
 		return skip("pod uses the host network")
 	}
@@ -47,7 +47,7 @@ func Decide(pod *corev1.Pod, ns *corev1.Namespace, cfg *Config, revision string)
 	if explicit && !choice {
 		return skip("pod opts out with sidecar.istio.io/inject")
 	}
-	if d, selected := namespaceSelects(pod, ns, revision, explicit && choice); !selected {
+	if d, selected := namespaceSelects(pod, ns, sel, explicit && choice); !selected {
 		return d
 	}
 	if explicit {
@@ -88,35 +88,35 @@ func podChoice(pod *corev1.Pod) (inject, explicit bool) {
 }
 
 // namespaceSelects mirrors the selectors of Istio's
-// MutatingWebhookConfiguration: istio-injection=enabled selects the default
-// revision; istio.io/rev selects its revision; an unlabelled namespace
-// leaves the choice to the pod (istio.io/rev, or sidecar.istio.io/inject
-// for the default revision).
-func namespaceSelects(pod *corev1.Pod, ns *corev1.Namespace, revision string, podOptsIn bool) (Decision, bool) {
+// MutatingWebhookConfigurations, the revision's and its tags':
+// istio-injection=enabled selects the default (sel.IsDefault);
+// istio.io/rev selects its revision or the revision its tag points at; an
+// unlabelled namespace leaves the choice to the pod (istio.io/rev, or
+// sidecar.istio.io/inject for the default).
+func namespaceSelects(pod *corev1.Pod, ns *corev1.Namespace, sel Selection, podOptsIn bool) (Decision, bool) {
 	var nsLabels map[string]string
 	if ns != nil {
 		nsLabels = ns.Labels
 	}
-	def := isDefaultRevision(revision)
 	if v, ok := nsLabels[NamespaceInjectionLabel]; ok {
-		if v == "enabled" && def {
+		if v == "enabled" && sel.IsDefault() {
 			return Decision{}, true
 		}
-		return skip("namespace label istio-injection=" + v + " does not select revision " + revisionName(revision)), false
+		return skip("namespace label istio-injection=" + v + " does not select revision " + revisionName(sel.Revision)), false
 	}
 	if v, ok := nsLabels[label.IoIstioRev.Name]; ok {
-		if sameRevision(v, revision) {
+		if sel.Selects(v) {
 			return Decision{}, true
 		}
-		return skip("namespace label istio.io/rev=" + v + " does not select revision " + revisionName(revision)), false
+		return skip("namespace label istio.io/rev=" + v + " does not select revision " + revisionName(sel.Revision)), false
 	}
 	if v, ok := pod.Labels[label.IoIstioRev.Name]; ok {
-		if sameRevision(v, revision) {
+		if sel.Selects(v) {
 			return Decision{}, true
 		}
-		return skip("pod label istio.io/rev=" + v + " does not select revision " + revisionName(revision)), false
+		return skip("pod label istio.io/rev=" + v + " does not select revision " + revisionName(sel.Revision)), false
 	}
-	if podOptsIn && def {
+	if podOptsIn && sel.IsDefault() {
 		return Decision{}, true
 	}
 	return skip("namespace is not labelled for injection"), false

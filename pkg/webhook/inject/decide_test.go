@@ -19,9 +19,13 @@ func TestDecide(t *testing.T) {
 		pod      pod
 		nsLabels map[string]string
 		revision string
-		config   string
-		want     bool
-		reason   string // a substring of the reason
+		// tags are the revision tags that point at revision; otherDefault
+		// that a tag "default" points at another revision.
+		tags         []string
+		otherDefault bool
+		config       string
+		want         bool
+		reason       string // a substring of the reason
 	}{
 		"injects a plain pod in a namespace labelled istio-injection=enabled": {
 			nsLabels: enabled, want: true, reason: "policy is enabled",
@@ -82,6 +86,35 @@ func TestDecide(t *testing.T) {
 			pod: pod{labels: map[string]string{"istio.io/rev": "canary"}}, revision: "canary",
 			want: true,
 		},
+		"istio.io/rev on the namespace naming a tag of this revision selects it": {
+			nsLabels: map[string]string{"istio.io/rev": "canary"}, tags: []string{"canary"},
+			want: true,
+		},
+		"istio.io/rev on the pod naming a tag of this revision selects it": {
+			pod: pod{labels: map[string]string{"istio.io/rev": "stable"}}, revision: "1-32", tags: []string{"stable"},
+			want: true,
+		},
+		"istio.io/rev naming a tag of another revision keeps this one away": {
+			nsLabels: map[string]string{"istio.io/rev": "prod"}, tags: []string{"canary"},
+			want: false, reason: "does not select revision default",
+		},
+		"the tag default on another revision takes istio-injection=enabled from the default revision": {
+			nsLabels: enabled, otherDefault: true,
+			want: false, reason: "does not select revision default",
+		},
+		"the tag default on another revision takes opted-in pods of unlabelled namespaces too": {
+			pod:          pod{labels: map[string]string{"sidecar.istio.io/inject": "true"}},
+			otherDefault: true,
+			want:         false, reason: "not labelled",
+		},
+		"the tag default makes istio-injection=enabled select the revision it points at": {
+			nsLabels: enabled, revision: "canary", tags: []string{"default"},
+			want: true,
+		},
+		"the tag default makes istio.io/rev=default select the revision it points at": {
+			nsLabels: map[string]string{"istio.io/rev": "default"}, revision: "canary", tags: []string{"default"},
+			want: true,
+		},
 		"policy disabled skips pods that do not opt in": {
 			nsLabels: enabled, config: "policy: disabled\ntemplates: {sidecar: ''}",
 			want: false, reason: "policy is disabled",
@@ -134,7 +167,7 @@ func TestDecide(t *testing.T) {
 				Spec:       corev1.PodSpec{HostNetwork: tc.pod.hostNetwork},
 			}
 			n := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: tc.nsLabels}}
-			d := Decide(p, n, cfg, tc.revision)
+			d := Decide(p, n, cfg, Selection{Revision: tc.revision, Tags: tc.tags, OtherDefault: tc.otherDefault})
 			if d.Inject != tc.want || !strings.Contains(d.Reason, tc.reason) {
 				t.Fatalf("Decide = %+v, want inject=%v with reason containing %q", d, tc.want, tc.reason)
 			}

@@ -10,4 +10,12 @@
 // the injected Pod, plus an RFC 6902 JSON patch that only adds to what the
 // user wrote. Inject is a pure function; Handler wraps it for /inject and
 // Watcher keeps the configuration current from the ConfigMap.
+//
+// Revision tags (tags.go, revtag.go): a tag is Istio's
+// MutatingWebhookConfiguration istio-revision-tag-<tag>, labelled
+// istio.io/tag and istio.io/rev, that sends pods whose namespace or own
+// istio.io/rev names the tag to the revision's injector. The injector
+// follows the tags that point at its revision (Selection) and injects
+// their pods, as istiod does; SetTag, ListTags and RemoveTag make and
+// remove tags as istioctl tag does (`discovery tag`).
 package inject

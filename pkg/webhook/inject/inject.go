@@ -14,11 +14,18 @@ import (
 // Inject decides whether pod is injected (see Decide) and, if so, returns
 // a new Pod with the templates' parts added. pod is never modified; when
 // the decision is to skip, pod itself is returned. The revision is
-// values' "revision". An error means the pod asked for something invalid
-// (a bad annotation, an unknown template) or a template failed to render;
-// its message is meant for the user who created the pod.
+// values' "revision", without tags (InjectFor takes them). An error means
+// the pod asked for something invalid (a bad annotation, an unknown
+// template) or a template failed to render; its message is meant for the
+// user who created the pod.
 func Inject(pod *corev1.Pod, ns *corev1.Namespace, cfg *Config, values Values) (*corev1.Pod, Decision, error) {
-	d := Decide(pod, ns, cfg, values.Revision())
+	return InjectFor(pod, ns, cfg, values, RevisionSelection(values.Revision()))
+}
+
+// InjectFor is Inject for the control plane sel describes: its revision
+// and the revision tags that point at it.
+func InjectFor(pod *corev1.Pod, ns *corev1.Namespace, cfg *Config, values Values, sel Selection) (*corev1.Pod, Decision, error) {
+	d := Decide(pod, ns, cfg, sel)
 	if !d.Inject {
 		return pod, d, nil
 	}

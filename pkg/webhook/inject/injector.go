@@ -80,6 +80,7 @@ type Injector struct {
 
 	snap       atomic.Pointer[Snapshot]
 	namespaces atomic.Pointer[corelisters.NamespaceLister]
+	sel        atomic.Pointer[Selection] // the revision and its tags (tags.go)
 	synced     atomic.Bool
 
 	mu          sync.Mutex
@@ -105,8 +106,14 @@ func New(opts Options, client kubernetes.Interface, reg prometheus.Registerer, l
 		return nil, err
 	}
 	i.snap.Store(snap)
+	sel := RevisionSelection(opts.Revision)
+	i.sel.Store(&sel)
 	return i, nil
 }
+
+// Selection is which pods are this injector's: its revision and the
+// revision tags that point at it, as Start last saw them.
+func (i *Injector) Selection() Selection { return *i.sel.Load() }
 
 func builtinSnapshot(revision string) (*Snapshot, error) {
 	cfg, err := DefaultConfig()

@@ -14,7 +14,10 @@ import (
 // Start watches the injection ConfigMap (and, unless SetNamespaceLister
 // was called, the namespaces) until ctx ends. Each change of the ConfigMap
 // is loaded as Load describes; deleting it keeps the configuration in
-// force. It returns nil when ctx ends.
+// force. When the service account may list and watch every
+// MutatingWebhookConfiguration it also follows the revision tags
+// (tags.go), as istiod does; otherwise pods labelled with a tag are
+// skipped, which it logs. It returns nil when ctx ends.
 func (i *Injector) Start(ctx context.Context) error {
 	if i.client == nil {
 		i.synced.Store(true)
@@ -48,6 +51,18 @@ func (i *Injector) Start(ctx context.Context) error {
 		// Until the informer has synced, a miss falls back to a GET.
 		lister := nsInformer.Lister()
 		i.namespaces.Store(&lister)
+	}
+	switch ok, err := CanWatchWebhooks(ctx, i.client); {
+	case err != nil:
+		i.log.Warn("revision tags off: cannot ask whether MutatingWebhookConfigurations may be watched; pods whose istio.io/rev names a tag are not injected", "err", err)
+	case ok:
+		tagsSynced, err := i.watchTags(ctx)
+		if err != nil {
+			return err
+		}
+		syncs = append(syncs, tagsSynced)
+	default:
+		i.log.Warn("revision tags off: this service account may not list and watch MutatingWebhookConfigurations; pods whose istio.io/rev names a tag are not injected")
 	}
 	cmFactory.Start(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), syncs...) {
