@@ -58,24 +58,6 @@ type portUnit struct {
 	portRefs
 }
 
-// portRefs is what a port's outbound listener refers to, or leaves out,
-// of the class's routes.
-type portRefs struct {
-	// refs are the route names the listener uses.
-	refs []string
-	// addressless are the HTTP services without an address, routed by
-	// the RouteConfiguration named after the port.
-	addressless []*model.Service
-	// unclaimed are the HOST:PORT routes of services (serviceUnit builds
-	// them) that have no chain on the listener: an earlier service
-	// claimed their addresses. They are not sent (consistent()).
-	unclaimed []string
-	// headless are the sniffed services whose chains are per endpoint
-	// address; the port builds their HOST:PORT routes, which exist only
-	// when an endpoint has a chain.
-	headless []*model.Service
-}
-
 // Scope returns what the class sees of its World.
 func (c *ClassConfig) Scope() *Scope { return c.scope }
 

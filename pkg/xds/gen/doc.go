@@ -25,5 +25,8 @@
 // RouteConfiguration. The proxy pays with one filter chain and one
 // HttpConnectionManager per service address on the port's listener and one
 // RDS subscription per service port; a service added or removed re-sends
-// the port's listener (LDS is state of the world either way).
+// the port's listener (LDS is state of the world either way). A port
+// without a protocol Istio knows is sniffed on sidecars, as istiod does
+// (sniff.go): its addresses have an HTTP chain, with the route HOST:PORT,
+// beside the TCP one.
 package gen

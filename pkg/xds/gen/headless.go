@@ -17,7 +17,9 @@ import (
 // port's outbound listener, a filter chain per endpoint address serving
 // the port: prefix_ranges ADDRESS/32 (or /128), tcp_proxy as for a service
 // address (the host's tcp routes, tested against the endpoint's address,
-// else outbound|PORT||HOST). A port without endpoints gets no chain.
+// else outbound|PORT||HOST). A port without endpoints gets no chain. A
+// sniffed port's chain per endpoint has the HTTP chain beside it, with the
+// route HOST:PORT (sniff.go).
 //
 // Istio builds a listener per endpoint (ADDRESS_PORT) instead; here the
 // chains sit on the port's listener like every other service address's,

@@ -119,6 +119,24 @@ func servicesByPort(sc *Scope) ([]int32, map[int32][]*model.Service) {
 	return ports, byPort
 }
 
+// portRefs is what a port's outbound listener refers to, or leaves out,
+// of the class's routes.
+type portRefs struct {
+	// refs are the route names the listener uses.
+	refs []string
+	// addressless are the HTTP services without an address, routed by
+	// the RouteConfiguration named after the port.
+	addressless []*model.Service
+	// unclaimed are the HOST:PORT routes of services (serviceUnit builds
+	// them) that have no chain on the listener: an earlier service
+	// claimed their addresses. They are not sent (consistent()).
+	unclaimed []string
+	// headless are the sniffed services whose chains are per endpoint
+	// address; the port builds their HOST:PORT routes, which exist only
+	// when an endpoint has a chain.
+	headless []*model.Service
+}
+
 // outboundListener builds the listener of one service port number, named
 // 0.0.0.0_PORT and not bound (virtualOutbound hands connections over). Each
 // service address on the port has its own filter chain: HTTP ports use RDS
@@ -189,23 +207,29 @@ func (g *Generator) outboundListener(sc *Scope, port int32, svcs []*model.Servic
 		}
 	}
 	sniff.finish(g, sc, l, port)
-	switch {
-	case sniff.dflt != nil:
-		// finish made the sniffed chains and the default.
+	if len(out.addressless) > 0 {
 		out.refs = append(out.refs, itoa(port))
-	case len(out.addressless) > 0:
-		l.DefaultFilterChain = &listenerv3.FilterChain{
+	}
+	if l.DefaultFilterChain == nil {
+		l.DefaultFilterChain = defaultOutboundChain(port, len(out.addressless) > 0)
+	}
+	return l, out
+}
+
+// defaultOutboundChain is the default chain of a port's outbound listener
+// that does not sniff services without address: the port's route for
+// HTTP ones (addressless), else passthrough.
+func defaultOutboundChain(port int32, addressless bool) *listenerv3.FilterChain {
+	if addressless {
+		return &listenerv3.FilterChain{
 			Name:    "addressless",
 			Filters: []*listenerv3.Filter{hcmFilter(rdsManager("outbound_0.0.0.0_"+itoa(port), itoa(port)))},
 		}
-		out.refs = append(out.refs, itoa(port))
-	default:
-		l.DefaultFilterChain = &listenerv3.FilterChain{
-			Name:    "PassthroughFilterChain",
-			Filters: []*listenerv3.Filter{tcpFilter(PassthroughCluster, PassthroughCluster)},
-		}
 	}
-	return l, out
+	return &listenerv3.FilterChain{
+		Name:    "PassthroughFilterChain",
+		Filters: []*listenerv3.Filter{tcpFilter(PassthroughCluster, PassthroughCluster)},
+	}
 }
 
 // routedByService reports whether the class of p has the route HOST:PORT

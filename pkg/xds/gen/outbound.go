@@ -134,7 +134,7 @@ func allInMesh(eps *model.ServiceEndpoints, port model.Port) bool {
 // downstreamProtocol reports whether p's clusters of port use the
 // downstream HTTP protocol: a sidecar's, for a sniffed port.
 func downstreamProtocol(p *model.Proxy, port model.Port) bool {
-	return p.Type == model.ProxySidecar && !p.IsGRPC() && port.Protocol == model.ProtocolUnknown
+	return sniffed(p, port.Protocol)
 }
 
 // sniffsAny reports whether p's clusters of svc use the downstream
