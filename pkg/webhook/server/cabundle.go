@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -36,6 +37,12 @@ type PatcherOptions struct {
 	// Resync re-checks both configurations this often even without
 	// events, and is the longest back-off after a failed patch.
 	Resync time.Duration
+	// TagWebhooks also keeps the caBundle of the injector webhooks
+	// (*sidecar-injector.istio.io) of every MutatingWebhookConfiguration
+	// labelled istio.io/rev=<revision>, as istiod does: revision tags,
+	// whose names are not known in advance. It needs list, watch and patch
+	// on every MutatingWebhookConfiguration.
+	TagWebhooks bool
 }
 
 // AddFlags registers the patcher's flags.
@@ -120,8 +127,8 @@ func NewCABundlePatcher(opts PatcherOptions, client kubernetes.Interface, roots 
 // whenever a caBundle differs from the root. Failures are retried with a
 // back-off. It returns nil when ctx ends.
 func (p *CABundlePatcher) Start(ctx context.Context) error {
-	mf := p.factory(p.opts.injectorName())
-	vf := p.factory(p.opts.validatorName())
+	mf := p.factory(byName(p.opts.injectorName()))
+	vf := p.factory(byName(p.opts.validatorName()))
 	defer mf.Shutdown()
 	defer vf.Shutdown()
 	handler := cache.ResourceEventHandlerFuncs{
@@ -136,6 +143,14 @@ func (p *CABundlePatcher) Start(ctx context.Context) error {
 	}
 	mf.Start(ctx.Done())
 	vf.Start(ctx.Done())
+	if p.opts.TagWebhooks {
+		tf := p.factory(func(o *metav1.ListOptions) { o.LabelSelector = p.revisionSelector() })
+		defer tf.Shutdown()
+		if _, err := tf.Admissionregistration().V1().MutatingWebhookConfigurations().Informer().AddEventHandler(handler); err != nil {
+			return fmt.Errorf("watch the revision's MutatingWebhookConfigurations: %w", err)
+		}
+		tf.Start(ctx.Done())
+	}
 
 	root, changed := p.roots()
 	backoff := time.Second
@@ -167,10 +182,24 @@ func (p *CABundlePatcher) Start(ctx context.Context) error {
 	}
 }
 
-func (p *CABundlePatcher) factory(name string) informers.SharedInformerFactory {
-	return informers.NewSharedInformerFactoryWithOptions(p.client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+func (p *CABundlePatcher) factory(tweak func(*metav1.ListOptions)) informers.SharedInformerFactory {
+	return informers.NewSharedInformerFactoryWithOptions(p.client, 0, informers.WithTweakListOptions(tweak))
+}
+
+func byName(name string) func(*metav1.ListOptions) {
+	return func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
-	}))
+	}
+}
+
+// revisionSelector selects the configurations of the patcher's revision,
+// tags included.
+func (p *CABundlePatcher) revisionSelector() string {
+	rev := p.opts.Revision
+	if rev == "" {
+		rev = "default"
+	}
+	return "istio.io/rev=" + rev
 }
 
 func (p *CABundlePatcher) trigger() {
@@ -180,9 +209,11 @@ func (p *CABundlePatcher) trigger() {
 	}
 }
 
-// Reconcile patches both configurations once so that every webhook's
-// caBundle is root. A configuration that does not exist (yet) is skipped:
-// the installer creates it and the watch brings the patcher back.
+// Reconcile patches the configurations once so that every webhook's
+// caBundle is root: the injector's and the validator's, and with
+// TagWebhooks the injector webhooks of the revision's other configurations
+// (its tags). A configuration that does not exist (yet) is skipped: the
+// installer creates it and the watch brings the patcher back.
 func (p *CABundlePatcher) Reconcile(ctx context.Context, root []byte) error {
 	if len(root) == 0 {
 		return errors.New("no CA root to publish")
@@ -195,11 +226,10 @@ func (p *CABundlePatcher) Reconcile(ctx context.Context, root []byte) error {
 	case err != nil:
 		errs = append(errs, fmt.Errorf("get MutatingWebhookConfiguration %s: %w", mname, err))
 	default:
-		names, bundles := mutatingHooks(mwc)
-		errs = append(errs, p.patch("MutatingWebhookConfiguration", mname, names, bundles, root, func(pt []byte) error {
-			_, err := p.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Patch(ctx, mname, types.JSONPatchType, pt, metav1.PatchOptions{FieldManager: fieldManager})
-			return err
-		}))
+		errs = append(errs, p.patchMutating(ctx, mname, mutatingHooks(mwc, allHooks), root))
+	}
+	if p.opts.TagWebhooks {
+		errs = append(errs, p.reconcileTags(ctx, mname, root))
 	}
 	vname := p.opts.validatorName()
 	vwc, err := p.client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, vname, metav1.GetOptions{})
@@ -208,8 +238,7 @@ func (p *CABundlePatcher) Reconcile(ctx context.Context, root []byte) error {
 	case err != nil:
 		errs = append(errs, fmt.Errorf("get ValidatingWebhookConfiguration %s: %w", vname, err))
 	default:
-		names, bundles := validatingHooks(vwc)
-		errs = append(errs, p.patch("ValidatingWebhookConfiguration", vname, names, bundles, root, func(pt []byte) error {
+		errs = append(errs, p.patch("ValidatingWebhookConfiguration", vname, validatingHooks(vwc), root, func(pt []byte) error {
 			_, err := p.client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Patch(ctx, vname, types.JSONPatchType, pt, metav1.PatchOptions{FieldManager: fieldManager})
 			return err
 		}))
@@ -217,23 +246,63 @@ func (p *CABundlePatcher) Reconcile(ctx context.Context, root []byte) error {
 	return errors.Join(errs...)
 }
 
+// reconcileTags patches the injector webhooks of the revision's
+// configurations other than own.
+func (p *CABundlePatcher) reconcileTags(ctx context.Context, own string, root []byte) error {
+	list, err := p.client.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{LabelSelector: p.revisionSelector()})
+	if err != nil {
+		return fmt.Errorf("list the revision's MutatingWebhookConfigurations: %w", err)
+	}
+	var errs []error
+	for i := range list.Items {
+		c := &list.Items[i]
+		if c.Name == own {
+			continue
+		}
+		errs = append(errs, p.patchMutating(ctx, c.Name, mutatingHooks(c, injectorHook), root))
+	}
+	return errors.Join(errs...)
+}
+
+func (p *CABundlePatcher) patchMutating(ctx context.Context, name string, hooks []hook, root []byte) error {
+	return p.patch("MutatingWebhookConfiguration", name, hooks, root, func(pt []byte) error {
+		_, err := p.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Patch(ctx, name, types.JSONPatchType, pt, metav1.PatchOptions{FieldManager: fieldManager})
+		return err
+	})
+}
+
 // fieldManager names the patcher in managedFields.
 const fieldManager = "discovery-cabundle"
 
-func mutatingHooks(c *admissionregistrationv1.MutatingWebhookConfiguration) ([]string, [][]byte) {
-	names, bundles := make([]string, len(c.Webhooks)), make([][]byte, len(c.Webhooks))
-	for i, w := range c.Webhooks {
-		names[i], bundles[i] = w.Name, w.ClientConfig.CABundle
-	}
-	return names, bundles
+// hook is one webhook of a configuration: its index, name and caBundle.
+type hook struct {
+	index  int
+	name   string
+	bundle []byte
 }
 
-func validatingHooks(c *admissionregistrationv1.ValidatingWebhookConfiguration) ([]string, [][]byte) {
-	names, bundles := make([]string, len(c.Webhooks)), make([][]byte, len(c.Webhooks))
+func allHooks(string) bool { return true }
+
+// injectorHook selects Istio's injector webhooks, as istiod's patcher
+// does (by the suffix of their names).
+func injectorHook(name string) bool { return strings.HasSuffix(name, "sidecar-injector.istio.io") }
+
+func mutatingHooks(c *admissionregistrationv1.MutatingWebhookConfiguration, keep func(string) bool) []hook {
+	var out []hook
 	for i, w := range c.Webhooks {
-		names[i], bundles[i] = w.Name, w.ClientConfig.CABundle
+		if keep(w.Name) {
+			out = append(out, hook{i, w.Name, w.ClientConfig.CABundle})
+		}
 	}
-	return names, bundles
+	return out
+}
+
+func validatingHooks(c *admissionregistrationv1.ValidatingWebhookConfiguration) []hook {
+	out := make([]hook, len(c.Webhooks))
+	for i, w := range c.Webhooks {
+		out[i] = hook{i, w.Name, w.ClientConfig.CABundle}
+	}
+	return out
 }
 
 type patchOp struct {
@@ -243,17 +312,17 @@ type patchOp struct {
 }
 
 // caBundlePatch returns the JSON patch that sets caBundle on every webhook
-// whose bundle differs from root, each guarded by a test of its name; nil
-// when nothing differs.
-func caBundlePatch(names []string, bundles [][]byte, root []byte) ([]byte, error) {
+// of hooks whose bundle differs from root, each guarded by a test of its
+// name; nil when nothing differs.
+func caBundlePatch(hooks []hook, root []byte) ([]byte, error) {
 	var ops []patchOp
-	for i := range names {
-		if bytes.Equal(bundles[i], root) {
+	for _, h := range hooks {
+		if bytes.Equal(h.bundle, root) {
 			continue
 		}
-		prefix := "/webhooks/" + strconv.Itoa(i)
+		prefix := "/webhooks/" + strconv.Itoa(h.index)
 		ops = append(ops,
-			patchOp{Op: "test", Path: prefix + "/name", Value: names[i]},
+			patchOp{Op: "test", Path: prefix + "/name", Value: h.name},
 			patchOp{Op: "add", Path: prefix + "/clientConfig/caBundle", Value: root}) // []byte marshals as base64, as the API wants
 	}
 	if len(ops) == 0 {
@@ -262,8 +331,8 @@ func caBundlePatch(names []string, bundles [][]byte, root []byte) ([]byte, error
 	return json.Marshal(ops)
 }
 
-func (p *CABundlePatcher) patch(kind, name string, names []string, bundles [][]byte, root []byte, apply func([]byte) error) error {
-	pt, err := caBundlePatch(names, bundles, root)
+func (p *CABundlePatcher) patch(kind, name string, hooks []hook, root []byte, apply func([]byte) error) error {
+	pt, err := caBundlePatch(hooks, root)
 	if err != nil || pt == nil {
 		return err
 	}
@@ -272,6 +341,6 @@ func (p *CABundlePatcher) patch(kind, name string, names []string, bundles [][]b
 		return fmt.Errorf("patch caBundle of %s %s: %w", kind, name, err)
 	}
 	p.patches.WithLabelValues(name, "ok").Inc()
-	p.log.Info("caBundle updated", "kind", kind, "name", name, "webhooks", len(names))
+	p.log.Info("caBundle updated", "kind", kind, "name", name, "webhooks", len(hooks))
 	return nil
 }

@@ -139,3 +139,59 @@ func waitBundles(t *testing.T, client *fake.Clientset, want string) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// With TagWebhooks the patcher keeps, as istiod does, the caBundle of the
+// injector webhooks of every configuration labelled with its revision:
+// revision tags have names nobody knew at install time. Other revisions'
+// configurations and other webhooks are left alone.
+func TestPatcherKeepsTheRevisionsTagWebhooks(t *testing.T) {
+	m, v := webhookConfigs([]byte("old root"))
+	tag := func(name, rev, hook string) *admissionregistrationv1.MutatingWebhookConfiguration {
+		c := &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name,
+			Labels: map[string]string{"istio.io/rev": rev, "istio.io/tag": "t"}}}
+		c.Webhooks = []admissionregistrationv1.MutatingWebhook{{Name: hook, ClientConfig: admissionregistrationv1.WebhookClientConfig{CABundle: []byte("old root")}}}
+		return c
+	}
+	ours := tag("istio-revision-tag-prod", "canary", "rev.namespace.sidecar-injector.istio.io")
+	theirs := tag("istio-revision-tag-qa", "stable", "rev.namespace.sidecar-injector.istio.io")
+	foreign := tag("someone-elses", "canary", "mutate.example.com")
+	client := fake.NewClientset(m, v, ours, theirs, foreign)
+	p, err := NewCABundlePatcher(PatcherOptions{Namespace: "istio-system", Revision: "canary", Resync: time.Hour, TagWebhooks: true},
+		client, (&testRoots{pem: []byte("root one"), changed: make(chan struct{})}).get, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Start(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitBundles(t, client, "root one")
+	bundle := func(name string) string {
+		c, _ := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, name, metav1.GetOptions{})
+		return string(c.Webhooks[0].ClientConfig.CABundle)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for bundle(ours.Name) != "root one" {
+		if time.Now().After(deadline) {
+			t.Fatalf("the revision's tag webhook keeps caBundle %q", bundle(ours.Name))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// A tag created later is patched too (the watch brings it).
+	later := tag("istio-revision-tag-later", "canary", "rev.object.sidecar-injector.istio.io")
+	if _, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, later, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for bundle(later.Name) != "root one" {
+		if time.Now().After(deadline) {
+			t.Fatalf("a tag created later keeps caBundle %q", bundle(later.Name))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := bundle(theirs.Name); got != "old root" {
+		t.Errorf("another revision's tag got caBundle %q", got)
+	}
+	if got := bundle(foreign.Name); got != "old root" {
+		t.Errorf("a webhook that is not Istio's injector got caBundle %q", got)
+	}
+}

@@ -7,8 +7,11 @@
 // Out: an HTTPS server on :15017 (Server), and, on the leader only, the
 // caBundle of the MutatingWebhookConfiguration istio-sidecar-injector[-rev]
 // and the ValidatingWebhookConfiguration istio-validator[-rev]-<namespace>
-// (Istio's names) kept equal to the root (CABundlePatcher). Nothing else in
-// those configurations is ever changed.
+// (Istio's names) kept equal to the root (CABundlePatcher), and with
+// PatcherOptions.TagWebhooks the injector webhooks of every
+// MutatingWebhookConfiguration labelled with the revision (its revision
+// tags), as istiod keeps them. Nothing else in those configurations is
+// ever changed.
 //
 // Wiring, in cmd/discovery (every replica unless noted):
 //
