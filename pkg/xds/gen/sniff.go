@@ -118,7 +118,8 @@ type sniffedOutbound struct {
 	dflt *model.Service
 }
 
-// add expands chains, the TCP chains of one sniffed service, in place.
+// add returns chains, the TCP chains of one sniffed service, each with the
+// chains that sniff beside it (sniffedChains).
 func (s *sniffedOutbound) add(chains []*listenerv3.FilterChain, route string) []*listenerv3.FilterChain {
 	out := make([]*listenerv3.FilterChain, 0, 3*len(chains))
 	for _, fc := range chains {
