@@ -112,6 +112,7 @@ func (o *serveOptions) build(ctx context.Context, cfg *rest.Config, client kuber
 		return nil, err
 	}
 	mon := monitor.New(o.monitor, reg, log)
+	mon.Handle("/version", monitor.VersionHandler(currentVersion().istiodString()))
 	mon.HandleDebug("registryz", monitor.RegistryzHandler(store.World))
 	mon.HandleDebug("configz", monitor.ConfigzHandler(store.World, status.ConfigzNote, status.RefusedConfigzNote))
 	if fileSource != nil {
@@ -127,7 +128,7 @@ func (o *serveOptions) build(ctx context.Context, cfg *rest.Config, client kuber
 		return nil, err
 	}
 	p.xds.RegisterDebug(mon.Mux())
-	webhooks, err := o.webhooks(authority, client, reg, log, mon)
+	webhooks, err := o.webhooks(ctx, authority, client, reg, log, mon)
 	if err != nil {
 		return nil, err
 	}
@@ -184,7 +185,7 @@ type component struct {
 
 // webhooks builds the injection and validation webhooks on their HTTPS
 // server and, with a cluster, the leader's caBundle patcher.
-func (o *serveOptions) webhooks(authority *ca.CA, client kubernetes.Interface, reg prometheus.Registerer, log *slog.Logger, mon *monitor.Server) ([]component, error) {
+func (o *serveOptions) webhooks(ctx context.Context, authority *ca.CA, client kubernetes.Interface, reg prometheus.Registerer, log *slog.Logger, mon *monitor.Server) ([]component, error) {
 	injector, err := inject.New(o.inject, client, reg, log)
 	if err != nil {
 		return nil, err
@@ -209,6 +210,15 @@ func (o *serveOptions) webhooks(authority *ca.CA, client kubernetes.Interface, r
 		roots := func() ([]byte, <-chan struct{}) {
 			b, changed := authority.Authority().Watch()
 			return b.RootPEM(), changed
+		}
+		// Revision tags have names nobody knew at install time: keeping
+		// their caBundle takes list, watch and patch on every
+		// MutatingWebhookConfiguration, as istiod's ClusterRole grants.
+		if o.patcher.TagWebhooks, err = inject.CanWatchWebhooks(ctx, client); err != nil {
+			return nil, err
+		}
+		if !o.patcher.TagWebhooks {
+			log.Warn("revision tags' caBundle not kept: this service account may not list and watch MutatingWebhookConfigurations")
 		}
 		patcher, err := webhookserver.NewCABundlePatcher(o.patcher, client, roots, reg, log)
 		if err != nil {

@@ -142,6 +142,7 @@ func (o *serveOptions) validate() error {
 	}
 	o.ca.TrustDomain, o.ca.Namespace, o.ca.Revision = o.trustDomain, o.namespace, o.revision
 	o.xds.TrustDomain = o.trustDomain
+	o.xds.SystemNamespace, o.xds.Instance = o.namespace, xdsInstance()
 	o.inject.Namespace, o.inject.Revision = o.namespace, o.revision
 	o.patcher.Namespace, o.patcher.Revision = o.namespace, o.revision
 	for _, v := range []interface{ Validate() error }{&o.file, &o.kube, &o.monitor, &o.leader, &o.xds, &o.webhook, &o.inject, &o.patcher, &o.status} {
@@ -221,6 +222,27 @@ func (o *serveOptions) sources(cfg *rest.Config, log *slog.Logger, reg prometheu
 		log.Warn("no cluster and no --config-dir: serving an empty mesh")
 	}
 	return out, fs, nil
+}
+
+// instanceName names this replica as Istio's tools know it: its Pod's
+// name (POD_NAME, which Istio's charts set, or the hostname, which is the
+// Pod's name in a Pod).
+func instanceName() string {
+	if n := os.Getenv("POD_NAME"); n != "" {
+		return n
+	}
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		return "discovery"
+	}
+	return host
+}
+
+// xdsInstance is what Istio's debug types say of this replica and build.
+func xdsInstance() xdsserver.Instance {
+	v := currentVersion()
+	return xdsserver.Instance{ID: instanceName(), Version: v.Version, GitRevision: v.GitCommit,
+		GoVersion: v.GoVersion, BuildStatus: v.BuildStatus(), GitTag: v.Version}
 }
 
 // identity names this replica in the leader Lease.

@@ -150,16 +150,14 @@ spec:
 		if err != nil {
 			return nil
 		}
-		var reg struct {
-			Services []struct {
-				Hostname string `json:"hostname"`
-			} `json:"services"`
+		var reg []struct {
+			Hostname string `json:"hostname"`
 		}
 		if json.Unmarshal([]byte(body), &reg) != nil {
 			return nil
 		}
 		var out []string
-		for _, s := range reg.Services {
+		for _, s := range reg {
 			out = append(out, s.Hostname)
 		}
 		return out

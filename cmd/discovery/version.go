@@ -20,6 +20,22 @@ type versionInfo struct {
 	GitCommit string `json:"gitCommit,omitempty"`
 	GoVersion string `json:"goVersion"`
 	Platform  string `json:"platform"`
+	modified  bool
+}
+
+// BuildStatus is "Modified" for a build of a tree with changes, else
+// "Clean", as Istio's build info says it.
+func (v versionInfo) BuildStatus() string {
+	if v.modified {
+		return "Modified"
+	}
+	return "Clean"
+}
+
+// istiodString is the build as istiod's /version answers it, which
+// istioctl version reads: <version>-<revision>-<status>.
+func (v versionInfo) istiodString() string {
+	return v.Version + "-" + v.GitCommit + "-" + v.BuildStatus()
 }
 
 func currentVersion() versionInfo {
@@ -29,8 +45,11 @@ func currentVersion() versionInfo {
 			v.Version = bi.Main.Version
 		}
 		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" && v.GitCommit == "" {
+			switch {
+			case s.Key == "vcs.revision" && v.GitCommit == "":
 				v.GitCommit = s.Value
+			case s.Key == "vcs.modified":
+				v.modified = s.Value == "true"
 			}
 		}
 	}
