@@ -22,13 +22,24 @@ run: build
 
 # Everything CI runs: generated code current, formatting, vet, and every test
 # including the integration suite on a real etcd + kube-apiserver, and the
-# compatibility test with Istio's own pilot-agent; hack/testenv.sh and
-# hack/istio-agent.sh install or build them on first use.
-test: proto-check crds-check fmt-check vet
+# compatibility tests with Istio's own pilot-agent and istioctl;
+# hack/testenv.sh, hack/istio-agent.sh and hack/istioctl.sh install or build
+# them on first use.
+test: proto-check crds-check values-schema-check fmt-check vet
 	set -euo pipefail; eval "$$(hack/testenv.sh)"; eval "$$(hack/istio-agent.sh)"; \
 	TESTENV_REQUIRED=1 COMPAT_REQUIRED=1 $(GO) test -count=1 -timeout 45m ./...
 	cd hack/istio-validate && $(GO) test -count=1 ./...
+	cd hack/helm-charts && $(GO) vet ./... && $(GO) test -count=1 ./...
+	$(MAKE) test-istioctl
 	$(MAKE) fuzz-short
+
+# Istio's istioctl (analyze, x precheck, tag, proxy-status, version) against
+# discovery installed on the real API server, with pilot-agent as the proxy.
+.PHONY: test-istioctl
+test-istioctl:
+	set -euo pipefail; eval "$$(hack/testenv.sh)"; eval "$$(hack/istio-agent.sh)"; eval "$$(hack/istioctl.sh)"; \
+	cd hack/istioctl-compat && $(GO) vet ./... && \
+	TESTENV_REQUIRED=1 COMPAT_REQUIRED=1 $(GO) test -count=1 -timeout 20m ./...
 
 # Bounded runs of the fuzzers whose property is a security claim: one bad
 # config costs only the resources built from it (FuzzBlastRadius).
@@ -61,6 +72,15 @@ crds:
 
 crds-check:
 	hack/gen-crds.sh --check
+
+# Each chart's values.schema.json and files/noeffect.json, generated from
+# the value types pkg/install validates against.
+.PHONY: values-schema values-schema-check
+values-schema:
+	$(GO) run ./hack/gen-values-schema
+
+values-schema-check:
+	$(GO) run ./hack/gen-values-schema --check
 
 testenv:
 	hack/testenv.sh

@@ -94,6 +94,7 @@ func (o *bootstrapOptions) run(cmd *cobra.Command) error {
 	if err != nil {
 		return fmt.Errorf("nothing was applied: %w", err)
 	}
+	m.WriteWarnings(stderr)
 	cfg, err := installRestConfig(o.kubeconfig)
 	if err != nil {
 		return err

@@ -28,6 +28,7 @@ func newManifestCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			m.WriteWarnings(cmd.ErrOrStderr())
 			b, err := m.YAML()
 			if err != nil {
 				return err

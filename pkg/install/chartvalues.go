@@ -1,13 +1,8 @@
 package install
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
-	"net"
-	"strconv"
-
-	"k8s.io/apimachinery/pkg/util/validation"
+	"strings"
 )
 
 // Install labels: every object the installer renders carries them, and
@@ -26,12 +21,17 @@ const (
 	gatewayPrefix      = "gateway-"
 )
 
-// chartJob is one chart to render with its values.
+// chartJob is one chart to render with its values, and what is laid over
+// its objects afterwards.
 type chartJob struct {
 	component string
 	chart     string
 	namespace string
 	values    map[string]any
+	// k8s is the component's components.*.k8s as written (patch.go), and
+	// targets the names of the objects it applies to.
+	k8s     map[string]any
+	targets patchTargets
 }
 
 // RevisionName is the revision as labels carry it: "default" for "".
@@ -42,157 +42,260 @@ func RevisionName(rev string) string {
 	return rev
 }
 
-// checkSpec refuses what the types cannot express: names that are not DNS
-// labels, duplicate gateways, a remote profile without an address.
-func checkSpec(s *Spec) error {
-	var errs []error
-	bad := func(path, msg string) { errs = append(errs, fmt.Errorf("%s: %s", path, msg)) }
-	if msgs := validation.IsDNS1123Label(s.Namespace); len(msgs) > 0 {
-		bad("namespace", fmt.Sprintf("%q is not a namespace name: %v", s.Namespace, msgs))
-	}
-	if s.Revision != "" {
-		if msgs := validation.IsDNS1123Label(s.Revision); len(msgs) > 0 || len(s.Revision) > 40 {
-			bad("revision", fmt.Sprintf("%q must be a DNS label of at most 40 characters", s.Revision))
-		}
-	}
-	if s.Hub == "" {
-		bad("hub", "must not be empty")
-	}
-	seen := map[string]bool{}
-	for kind, gws := range map[string][]GatewayComponent{"ingressGateways": s.Components.IngressGateways, "egressGateways": s.Components.EgressGateways} {
-		for i, g := range gws {
-			p := fmt.Sprintf("components.%s.[%d]", kind, i)
-			if msgs := validation.IsDNS1123Label(g.Name); len(msgs) > 0 {
-				bad(p+".name", fmt.Sprintf("%q is not a valid name", g.Name))
-			}
-			if seen[g.Name] {
-				bad(p+".name", fmt.Sprintf("gateway %q is defined twice", g.Name))
-			}
-			seen[g.Name] = true
-			if g.Enabled && len(g.Label) == 0 {
-				bad(p+".label", "an enabled gateway needs labels to select its pods")
-			}
-		}
-	}
-	if s.Values.Pilot.Remote {
-		if _, port, err := net.SplitHostPort(s.Values.Global.RemotePilotAddress); err != nil || port == "" {
-			bad("values.global.remotePilotAddress", fmt.Sprintf("the remote profile needs the remote discovery's host:port, got %q", s.Values.Global.RemotePilotAddress))
-		}
-	}
-	return errors.Join(errs...)
-}
+// installerOnly are values the installer reads and the base and
+// discovery charts do not take (their schema refuses them).
+var installerOnly = []string{"gateways", "profile"}
 
-// jobs turns the spec into the charts to render, in apply order: base,
-// discovery, then the enabled gateways in the order they are listed.
-func jobs(s *Spec, defaultTag string) ([]chartJob, error) {
-	if err := checkSpec(s); err != nil {
-		return nil, err
+// jobs turns the loaded input into the charts to render, in apply order:
+// base, discovery, then the enabled gateways in the order they are listed.
+func jobs(l *Loaded) []chartJob {
+	s, tree := l.Spec, l.Tree
+	values := deepCopy(tree["values"]).(map[string]any)
+	for _, k := range installerOnly {
+		delete(values, k)
 	}
-	specMap, err := toMap(s)
-	if err != nil {
-		return nil, err
-	}
+	comps, _ := tree["components"].(map[string]any)
+	ns := s.Values.Global.IstioNamespace
 	suffix := ""
-	if s.Revision != "" {
-		suffix = "-" + s.Revision
-	}
-	tag := s.Tag
-	if tag == "" {
-		tag = defaultTag
-	}
-	common := func() map[string]any {
-		return map[string]any{
-			"spec":         deepCopy(specMap),
-			"namespace":    s.Namespace,
-			"revision":     s.Revision,
-			"revisionName": RevisionName(s.Revision),
-			"suffix":       suffix,
-		}
+	if s.Values.Revision != "" {
+		suffix = "-" + s.Values.Revision
 	}
 	var out []chartJob
-	if s.Components.Base.Enabled {
-		out = append(out, chartJob{component: ComponentBase, chart: "base", namespace: s.Namespace, values: common()})
+	if enabledOr(s.Components.Base.Enabled, true) {
+		out = append(out, chartJob{component: ComponentBase, chart: "base", namespace: ns, values: deepCopy(values).(map[string]any),
+			k8s: k8sOf(comps["base"])})
 	}
-	if s.Components.Pilot.Enabled {
-		v := common()
-		v["image"] = fmt.Sprintf("%s/%s:%s", s.Hub, s.Values.Pilot.Image, tag)
-		v["remote"] = s.Values.Pilot.Remote
-		v["meshConfig"] = meshConfig(s, suffix)
-		out = append(out, chartJob{component: ComponentDiscovery, chart: "discovery", namespace: s.Namespace, values: v})
+	if enabledOr(s.Values.Pilot.Enabled, true) {
+		pilotScaling(values, k8sOf(comps["pilot"]))
+		out = append(out, chartJob{component: ComponentDiscovery, chart: "discovery", namespace: ns, values: values,
+			k8s: k8sOf(comps["pilot"]),
+			targets: patchTargets{deployment: "discovery" + suffix, container: "discovery",
+				services: []string{"istiod" + suffix, "discovery" + suffix}, scaling: "discovery" + suffix}})
 	}
-	for _, g := range gatewayJobs(s) {
-		v := common()
-		gm, err := toMap(g.gw)
-		if err != nil {
-			return nil, err
+	for _, g := range gatewayJobs(s, tree) {
+		gns := g.gw.Namespace
+		if gns == "" {
+			gns = ns
 		}
-		ns := g.gw.Namespace
-		if ns == "" {
-			ns = s.Namespace
-		}
-		v["gateway"], v["gatewayType"], v["namespace"] = gm, g.kind, ns
-		out = append(out, chartJob{component: gatewayPrefix + g.gw.Name, chart: "gateway", namespace: ns, values: v})
+		out = append(out, chartJob{component: gatewayPrefix + g.gw.Name, chart: "gateway", namespace: gns,
+			values: gatewayChartValues(s, tree, g), k8s: g.k8s,
+			targets: patchTargets{deployment: g.gw.Name, container: "istio-proxy", services: []string{g.gw.Name}, scaling: g.gw.Name}})
 	}
-	return out, nil
+	return out
+}
+
+// pilotScaling sets values.pilot's replica count and autoscaler bounds
+// from components.pilot.k8s, as istioctl does before rendering, so that
+// the chart's decisions (a PodDisruptionBudget with more than one replica)
+// see them; the rest of k8s is laid over the rendered objects.
+func pilotScaling(values, k8s map[string]any) {
+	pilot, _ := values["pilot"].(map[string]any)
+	if pilot == nil || k8s == nil {
+		return
+	}
+	if n, ok := k8s["replicaCount"]; ok && n != nil {
+		pilot["replicaCount"] = n
+	}
+	if hpa, ok := k8s["hpaSpec"].(map[string]any); ok {
+		rename(pilot, hpa, map[string]string{"minReplicas": "autoscaleMin", "maxReplicas": "autoscaleMax"})
+	}
+}
+
+func enabledOr(b *bool, def bool) bool {
+	if b == nil {
+		return def
+	}
+	return *b
+}
+
+func k8sOf(component any) map[string]any {
+	m, _ := component.(map[string]any)
+	k, _ := m["k8s"].(map[string]any)
+	return k
 }
 
 type gatewayJob struct {
-	kind string
+	kind string // ingress or egress
 	gw   GatewayComponent
+	raw  map[string]any // the component as written
+	k8s  map[string]any
 }
 
-func gatewayJobs(s *Spec) []gatewayJob {
+// gatewayJobs are the enabled gateways. As in istioctl, a gateway without
+// enabled is on, and values.gateways.istio-<kind>gateway.enabled=true
+// turns on every gateway of its kind.
+func gatewayJobs(s *Spec, tree map[string]any) []gatewayJob {
+	comps, _ := tree["components"].(map[string]any)
 	var out []gatewayJob
-	for _, g := range s.Components.IngressGateways {
-		if g.Enabled {
-			out = append(out, gatewayJob{"ingress", g})
+	for _, kind := range []string{"ingress", "egress"} {
+		gws := s.Components.IngressGateways
+		alt := s.Values.Gateways.IstioIngressgateway.Enabled
+		if kind == "egress" {
+			gws, alt = s.Components.EgressGateways, s.Values.Gateways.IstioEgressgateway.Enabled
 		}
-	}
-	for _, g := range s.Components.EgressGateways {
-		if g.Enabled {
-			out = append(out, gatewayJob{"egress", g})
+		raws, _ := comps[kind+"Gateways"].([]any)
+		for i, g := range gws {
+			if !enabledOr(g.Enabled, true) && !enabledOr(alt, false) {
+				continue
+			}
+			raw, _ := raws[i].(map[string]any)
+			out = append(out, gatewayJob{kind: kind, gw: g, raw: raw, k8s: k8sOf(raw)})
 		}
 	}
 	return out
 }
 
-// meshConfig is spec.meshConfig with the defaults that depend on the
-// installation: the root namespace, trust domain and discovery address.
-func meshConfig(s *Spec, suffix string) map[string]any {
-	mc, _ := deepCopy(s.MeshConfig).(map[string]any)
-	if mc == nil {
-		mc = map[string]any{}
+// gatewayChartValues are the gateway chart's values for one gateway:
+// values.gateways.istio-<kind>gateway (Istio's defaults for every gateway
+// of the kind) under the component's name, labels, hub and tag, with
+// components.*.k8s.service.ports as the Service's ports (the rest of k8s
+// is laid over the rendered objects).
+func gatewayChartValues(s *Spec, tree map[string]any, g gatewayJob) map[string]any {
+	values, _ := tree["values"].(map[string]any)
+	gateways, _ := values["gateways"].(map[string]any)
+	gv, _ := gateways["istio-"+g.kind+"gateway"].(map[string]any)
+	gv, _ = deepCopy(gv).(map[string]any)
+	if gv == nil {
+		gv = map[string]any{}
 	}
-	if _, ok := mc["rootNamespace"]; !ok {
-		mc["rootNamespace"] = s.Namespace
+	out := map[string]any{"name": g.gw.Name, "revision": s.Values.Revision}
+	copyKeys(out, gv, "env", "nodeSelector", "tolerations", "resources")
+	labels, _ := merge(gv["labels"], toAny(g.gw.Label)).(map[string]any)
+	if len(labels) > 0 {
+		out["labels"] = labels
 	}
-	if _, ok := mc["trustDomain"]; !ok {
-		mc["trustDomain"] = s.Values.Global.TrustDomain
+	pod, _ := gv["podAnnotations"].(map[string]any)
+	if pod == nil {
+		pod = map[string]any{}
 	}
-	dc, _ := mc["defaultConfig"].(map[string]any)
-	if dc == nil {
-		dc = map[string]any{}
+	if t, ok := gv["injectionTemplate"].(string); ok && t != "" {
+		pod["inject.istio.io/templates"] = t
 	}
-	if _, ok := dc["discoveryAddress"]; !ok {
-		addr := s.Values.Global.RemotePilotAddress
-		if !s.Values.Pilot.Remote || addr == "" {
-			addr = net.JoinHostPort("istiod"+suffix+"."+s.Namespace+".svc", strconv.Itoa(15012))
+	if img := gatewayProxyImage(s, g.gw); img != "" {
+		pod["sidecar.istio.io/proxyImage"] = img
+	}
+	if len(pod) > 0 {
+		out["podAnnotations"] = pod
+	}
+	svc := map[string]any{}
+	rename(svc, gv, map[string]string{"type": "type", "ports": "ports", "serviceAnnotations": "annotations", "loadBalancerIP": "loadBalancerIP",
+		"loadBalancerSourceRanges": "loadBalancerSourceRanges", "externalTrafficPolicy": "externalTrafficPolicy", "ipFamilies": "ipFamilies", "ipFamilyPolicy": "ipFamilyPolicy"})
+	if k, ok := g.k8s["service"].(map[string]any); ok {
+		if ports, ok := k["ports"].([]any); ok && len(ports) > 0 {
+			svc["ports"] = ports
 		}
-		dc["discoveryAddress"] = addr
 	}
-	mc["defaultConfig"] = dc
-	return mc
+	if len(svc) > 0 {
+		out["service"] = svc
+	}
+	as := map[string]any{}
+	rename(as, gv, map[string]string{"autoscaleEnabled": "enabled", "autoscaleMin": "minReplicas", "autoscaleMax": "maxReplicas"})
+	if cpu, ok := gv["cpu"].(map[string]any); ok && cpu["targetAverageUtilization"] != nil {
+		as["targetCPUUtilizationPercentage"] = cpu["targetAverageUtilization"]
+	}
+	if mem, ok := gv["memory"].(map[string]any); ok && mem["targetAverageUtilization"] != nil {
+		as["targetMemoryUtilizationPercentage"] = mem["targetAverageUtilization"]
+	}
+	if hpa, ok := g.k8s["hpaSpec"].(map[string]any); ok {
+		rename(as, hpa, map[string]string{"minReplicas": "minReplicas", "maxReplicas": "maxReplicas"})
+	}
+	if len(as) > 0 {
+		out["autoscaling"] = as
+	}
+	if n, ok := g.k8s["replicaCount"]; ok {
+		out["replicaCount"] = n
+	} else if n, ok := gv["replicaCount"]; ok {
+		out["replicaCount"] = n
+	}
+	ru := map[string]any{}
+	rename(ru, gv, map[string]string{"rollingMaxSurge": "maxSurge", "rollingMaxUnavailable": "maxUnavailable"})
+	if len(ru) > 0 {
+		out["strategy"] = map[string]any{"rollingUpdate": ru}
+	}
+	if sa, ok := gv["serviceAccount"].(map[string]any); ok && len(sa) > 0 {
+		out["serviceAccount"] = sa
+	}
+	if gatewayNeedsBudget(s, out) {
+		out["podDisruptionBudget"] = map[string]any{"minAvailable": 1}
+	}
+	glob := s.Values.Global
+	if len(glob.ImagePullSecrets) > 0 {
+		var secrets []any
+		for _, n := range glob.ImagePullSecrets {
+			secrets = append(secrets, map[string]any{"name": n})
+		}
+		out["imagePullSecrets"] = secrets
+	}
+	if glob.PriorityClassName != "" {
+		out["priorityClassName"] = glob.PriorityClassName
+	}
+	return out
 }
 
-// toMap turns a typed value into a values tree (what Helm templates read).
-func toMap(v any) (map[string]any, error) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return nil, err
+// gatewayNeedsBudget says, as Istio's gateway charts do, whether a
+// gateway gets a PodDisruptionBudget: with global.defaultPodDisruptionBudget
+// on and more than one replica (the autoscaler's minimum, when on).
+func gatewayNeedsBudget(s *Spec, vals map[string]any) bool {
+	if !enabledOr(s.Values.Global.DefaultPodDisruptionBudget.Enabled, true) {
+		return false
 	}
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, err
+	as, _ := vals["autoscaling"].(map[string]any)
+	if on, ok := as["enabled"].(bool); !ok || on {
+		min, _ := as["minReplicas"].(float64)
+		return min > 1
 	}
-	return m, nil
+	n, _ := vals["replicaCount"].(float64)
+	return n > 1
+}
+
+// gatewayProxyImage is the proxy image of a gateway with its own hub or
+// tag, else "" (the injector's).
+func gatewayProxyImage(s *Spec, g GatewayComponent) string {
+	if g.Hub == "" && g.Tag == "" {
+		return ""
+	}
+	p := s.Values.Global.Proxy
+	img := p.Image
+	if img == "" {
+		img = "proxyv2"
+	}
+	if strings.Contains(img, "/") {
+		return img
+	}
+	hub := firstNonEmpty(g.Hub, s.Values.Global.Hub, p.Hub)
+	tag := firstNonEmpty(string(g.Tag), string(s.Values.Global.Tag), string(p.Tag))
+	return fmt.Sprintf("%s/%s:%s", hub, img, tag)
+}
+
+func firstNonEmpty(s ...string) string {
+	for _, v := range s {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+func copyKeys(dst, src map[string]any, keys ...string) {
+	for _, k := range keys {
+		if v, ok := src[k]; ok && v != nil {
+			dst[k] = v
+		}
+	}
+}
+
+func rename(dst, src map[string]any, names map[string]string) {
+	for from, to := range names {
+		if v, ok := src[from]; ok && v != nil {
+			dst[to] = v
+		}
+	}
+}
+
+func toAny(m map[string]string) map[string]any {
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
 }

@@ -29,8 +29,12 @@ func FuzzSetPath(f *testing.F) {
 			t.Fatalf("%q: %#v printed as %q parses to %#v", arg, sv.Path, sv.Path.String(), again)
 		}
 		// Applying it to the spec type never panics, whatever the path.
-		if typ, err := typeAt(sv.Path); err == nil {
-			_, _ = coerce(sv.Value, typ, sv.Path)
+		if typ, rest, err := typeAt(sv.Path); err == nil {
+			if rest != nil {
+				_ = meshScalar(rest, sv.Value)
+			} else {
+				_, _ = coerce(sv.Value, typ, sv.Path)
+			}
 		}
 		_, _ = setAt(map[string]any{"components": map[string]any{"ingressGateways": []any{map[string]any{"name": "gw"}}}}, sv.Path, sv.Value)
 	})

@@ -95,10 +95,11 @@ func deepCopy(v any) any {
 }
 
 // typeAt walks the Spec type along p. It returns the Go type expected at
-// p, or nil where the tree is free-form (meshConfig, metadata), and an
-// error naming the first step that does not exist, with a suggestion.
-func typeAt(p Path) (reflect.Type, error) {
-	t := specType
+// p, or nil where the tree is free-form (metadata, meshConfig: rest is
+// then the part of p inside meshConfig), and an error naming the first
+// step that does not exist, with a suggestion.
+func typeAt(p Path) (t reflect.Type, meshRest Path, err error) {
+	t = specType
 	for i, st := range p {
 		for t.Kind() == reflect.Pointer {
 			t = t.Elem()
@@ -109,23 +110,28 @@ func typeAt(p Path) (reflect.Type, error) {
 			fields := fieldsOf(t)
 			f, ok := fields[st.Key]
 			if !ok {
-				return nil, unknownField(here, st.Key, fields)
+				return nil, nil, unknownField(here, st.Key, fields)
 			}
-			if f.check != kindTyped {
-				return nil, nil
+			switch f.check {
+			case kindMeshConfig:
+				return nil, p[i+1:], nil
+			case kindFree:
+				return nil, nil, nil
 			}
 			t = f.typ
 		case st.IsKey() && t.Kind() == reflect.Map:
 			t = t.Elem()
 		case !st.IsKey() && t.Kind() == reflect.Slice:
 			t = t.Elem()
+		case t.Kind() == reflect.Interface:
+			return nil, nil, nil
 		case st.IsKey():
-			return nil, &FieldError{Path: here, Msg: fmt.Sprintf("%s has no fields (it is %s)", p[:i], kindName(t))}
+			return nil, nil, &FieldError{Path: here, Msg: fmt.Sprintf("%s has no fields (it is %s)", p[:i], kindName(t))}
 		default:
-			return nil, &FieldError{Path: here, Msg: fmt.Sprintf("%s is not a list (it is %s)", p[:i], kindName(t))}
+			return nil, nil, &FieldError{Path: here, Msg: fmt.Sprintf("%s is not a list (it is %s)", p[:i], kindName(t))}
 		}
 	}
-	return t, nil
+	return t, nil, nil
 }
 
 func kindName(t reflect.Type) string {
@@ -142,6 +148,8 @@ func kindName(t reflect.Type) string {
 	return "a number"
 }
 
+var tagType = reflect.TypeFor[Tag]()
+
 // coerce turns a --set value into the type expected at its path.
 func coerce(raw string, t reflect.Type, path Path) (any, error) {
 	if t == nil {
@@ -152,6 +160,8 @@ func coerce(raw string, t reflect.Type, path Path) (any, error) {
 	}
 	var v any
 	switch {
+	case t == tagType:
+		return raw, nil // a tag is text, even 1.30
 	case reflect.PointerTo(t).Implements(unmarshalerType):
 		v = inferScalar(raw)
 	case t.Kind() == reflect.String:
@@ -209,8 +219,8 @@ func inferScalar(raw string) any {
 }
 
 // setAt returns tree with value placed at p, creating objects on the way.
-// [i] may name an existing element or the one after the last; [k:v]
-// selects the element whose field k is v, appending {k: v} if none is.
+// [i] may name an existing element or the one after the last (which it
+// adds); [k:v] and [:v] must select an existing element, as in istioctl.
 func setAt(tree any, p Path, value any) (any, error) {
 	if len(p) == 0 {
 		return value, nil
@@ -238,16 +248,9 @@ func setAt(tree any, p Path, value any) (any, error) {
 	}
 	out := deepCopy(l).([]any)
 	i := st.Index
-	if st.MatchKey != "" {
-		i = len(out)
-		for j, e := range out {
-			if m, ok := e.(map[string]any); ok && fmt.Sprint(m[st.MatchKey]) == st.MatchValue {
-				i = j
-				break
-			}
-		}
-		if i == len(out) {
-			out = append(out, map[string]any{st.MatchKey: st.MatchValue})
+	if st.Index < 0 {
+		if i = selectElement(out, st); i < 0 {
+			return nil, fmt.Errorf("%s selects no element (%s); to add one, use the index [%d]", st, describeElements(out, st), len(out))
 		}
 	}
 	switch {
@@ -263,4 +266,42 @@ func setAt(tree any, p Path, value any) (any, error) {
 	}
 	out[i] = child
 	return out, nil
+}
+
+// selectElement returns the index of the element st selects, or -1.
+func selectElement(l []any, st Step) int {
+	for j, e := range l {
+		if st.MatchSelf {
+			if _, isObj := e.(map[string]any); !isObj && e != nil && fmt.Sprint(e) == st.MatchValue {
+				return j
+			}
+			continue
+		}
+		if m, ok := e.(map[string]any); ok && m[st.MatchKey] != nil && fmt.Sprint(m[st.MatchKey]) == st.MatchValue {
+			return j
+		}
+	}
+	return -1
+}
+
+func describeElements(l []any, st Step) string {
+	if len(l) == 0 {
+		return "the list is empty"
+	}
+	var have []string
+	for _, e := range l {
+		if st.MatchSelf {
+			have = append(have, fmt.Sprint(e))
+		} else if m, ok := e.(map[string]any); ok && m[st.MatchKey] != nil {
+			have = append(have, fmt.Sprint(m[st.MatchKey]))
+		}
+	}
+	if len(have) == 0 {
+		return fmt.Sprintf("no element has %s", st.MatchKey)
+	}
+	what := "elements"
+	if !st.MatchSelf {
+		what = st.MatchKey + "s"
+	}
+	return what + ": " + strings.Join(have, ", ")
 }

@@ -25,7 +25,7 @@ type Options struct {
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Profile, "profile", o.Profile, "Profile to start from: default, demo, minimal, empty or remote (a file's spec.profile or --set profile= overrides it).")
 	fs.StringArrayVarP(&o.Files, "filename", "f", o.Files, "IstioOperator file (install.istio.io/v1alpha1) laid over the profile; repeatable, merged in order.")
-	fs.StringArrayVar(&o.Sets, "set", o.Sets, "Set a value of the IstioOperator spec, laid over the files: path=value, e.g. components.pilot.k8s.replicaCount=2, components.ingressGateways.[name:istio-ingressgateway].enabled=false; repeatable.")
+	fs.StringArrayVar(&o.Sets, "set", o.Sets, "Set a value of the IstioOperator spec, laid over the files, as istioctl does: path=value, e.g. values.pilot.autoscaleEnabled=false, components.ingressGateways[0].enabled=false, components.ingressGateways[name:istio-ingressgateway].k8s.replicaCount=2; repeatable.")
 	fs.StringVar(&o.Revision, "revision", o.Revision, "Control plane revision (spec.revision); empty for the default revision.")
 	fs.StringVar(&o.ManifestsDir, "manifests", o.ManifestsDir, "Directory with charts/ and profiles/ to render instead of the ones built in.")
 }

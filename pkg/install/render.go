@@ -32,6 +32,9 @@ type Manifest struct {
 	Spec       *Spec
 	Revision   string
 	Components []Component
+	// Warnings name what the input set that changes nothing, and the
+	// like: the commands print them.
+	Warnings []string
 }
 
 // RenderOptions say where charts come from and what fills the gaps.
@@ -45,26 +48,29 @@ type RenderOptions struct {
 
 // Render loads the input, checks it, and renders every enabled component.
 func Render(opts RenderOptions, in Input) (*Manifest, error) {
-	spec, err := LoadSpec(opts.FS, in)
+	l, err := Load(opts.FS, in)
 	if err != nil {
 		return nil, err
 	}
-	return RenderSpec(opts, spec)
+	return RenderLoaded(opts, l)
 }
 
-// RenderSpec renders a checked spec.
-func RenderSpec(opts RenderOptions, spec *Spec) (*Manifest, error) {
-	js, err := jobs(spec, opts.DefaultTag)
-	if err != nil {
-		return nil, err
-	}
-	m := &Manifest{Spec: spec, Revision: RevisionName(spec.Revision)}
+// RenderLoaded renders a loaded input: each chart with its values, then
+// components.*.k8s laid over the objects (patch.go).
+func RenderLoaded(opts RenderOptions, l *Loaded) (*Manifest, error) {
+	spec := l.Spec
+	m := &Manifest{Spec: spec, Revision: RevisionName(spec.Revision), Warnings: append([]string(nil), l.Warnings...)}
 	charts := map[string]*chart.Chart{}
-	for _, j := range js {
+	for _, j := range jobs(l) {
 		c, ok := charts[j.chart]
 		if !ok {
+			var err error
 			if c, err = loadChart(opts.FS, j.chart); err != nil {
 				return nil, err
+			}
+			if opts.DefaultTag != "" {
+				// discovery's image tag when none is set: the build's.
+				c.Metadata.AppVersion = opts.DefaultTag
 			}
 			charts[j.chart] = c
 		}
@@ -72,13 +78,42 @@ func RenderSpec(opts RenderOptions, spec *Spec) (*Manifest, error) {
 		if err != nil {
 			return nil, fmt.Errorf("render chart %q for %s: %w", j.chart, j.component, err)
 		}
+		warns, err := applyK8s(objs, j, componentPath(j, spec))
+		if err != nil {
+			return nil, err
+		}
+		m.Warnings = append(m.Warnings, warns...)
 		for _, o := range objs {
 			addInstallLabels(o, j.component, m.Revision)
 		}
 		sortObjects(objs)
 		m.Components = append(m.Components, Component{Name: j.component, Objects: objs})
 	}
+	m.Warnings = dedupe(m.Warnings)
 	return m, nil
+}
+
+// componentPath is where a job's components.*.k8s is in the input.
+func componentPath(j chartJob, s *Spec) string {
+	switch j.chart {
+	case "base":
+		return "components.base.k8s"
+	case "discovery":
+		return "components.pilot.k8s"
+	}
+	for _, g := range allGateways(s) {
+		if gatewayPrefix+g.Name == j.component {
+			return g.path + ".k8s"
+		}
+	}
+	return j.component
+}
+
+// WriteWarnings prints each warning on a line of its own.
+func (m *Manifest) WriteWarnings(w io.Writer) {
+	for _, s := range m.Warnings {
+		fmt.Fprintf(w, "warning: %s\n", s)
+	}
 }
 
 // loadChart reads charts/<name> from fsys.

@@ -57,7 +57,7 @@ func TestManifestGenerateGolden(t *testing.T) {
 		}},
 		"set-index-and-new-gateway": {Sets: []string{
 			"components.ingressGateways.[0].k8s.replicaCount=3",
-			"components.ingressGateways.[0].k8s.hpaSpec.enabled=false",
+			"values.gateways.istio-ingressgateway.autoscaleEnabled=false",
 			"components.egressGateways.[name:istio-egressgateway].enabled=true",
 			"meshConfig.accessLogFile=/dev/stdout",
 		}},

@@ -5,11 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"regexp"
+	"slices"
 	"sort"
 	"strings"
-
-	"google.golang.org/protobuf/encoding/protojson"
-	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 )
 
 // FieldError says what is wrong at one path of the input.
@@ -36,19 +35,48 @@ var (
 	specType        = reflect.TypeFor[Spec]()
 )
 
-// fieldKind says how a struct field is checked, from its `install` tag.
+// fieldKind says how a struct field is checked, from its `install` tag
+// (see Values for the verdicts).
 type fieldKind string
 
 const (
-	kindTyped      fieldKind = ""
-	kindFree       fieldKind = "free"
-	kindMeshConfig fieldKind = "meshconfig"
+	kindTyped       fieldKind = ""
+	kindFree        fieldKind = "free"
+	kindMeshConfig  fieldKind = "meshconfig"
+	kindNoEffect    fieldKind = "noeffect"
+	kindUnsupported fieldKind = "unsupported"
+	kindOnly        fieldKind = "only"
+	kindMoved       fieldKind = "moved"
+	kindInstaller   fieldKind = "installer"
 )
 
 type structField struct {
 	name  string
 	typ   reflect.Type
 	check fieldKind
+	// why explains a verdict; only lists the values accepted (kindOnly);
+	// moved names the new path (kindMoved).
+	why   string
+	only  []string
+	moved string
+	// enum lists the allowed values of a string, pattern a regexp for it
+	// (patternDesc says it in words).
+	enum                 []string
+	pattern, patternDesc string
+}
+
+func parseInstallTag(f *structField, tag string) {
+	verdict, arg, _ := strings.Cut(tag, "=")
+	f.check = fieldKind(verdict)
+	switch f.check {
+	case kindOnly:
+		vals, why, _ := strings.Cut(arg, ";")
+		f.only, f.why = strings.Split(vals, "|"), why
+	case kindMoved:
+		f.moved = arg
+	default:
+		f.why = arg
+	}
 }
 
 // fieldsOf lists the JSON fields of struct type t (embedded structs
@@ -80,7 +108,12 @@ func fieldsOf(t reflect.Type) map[string]structField {
 		if name == "" {
 			name = f.Name
 		}
-		out[name] = structField{name: name, typ: f.Type, check: fieldKind(f.Tag.Get("install"))}
+		sf := structField{name: name, typ: f.Type, pattern: f.Tag.Get("pattern"), patternDesc: f.Tag.Get("patternDesc")}
+		parseInstallTag(&sf, f.Tag.Get("install"))
+		if e, ok := f.Tag.Lookup("enum"); ok {
+			sf.enum = strings.Split(e, "|")
+		}
+		out[name] = sf
 	}
 	return out
 }
@@ -139,17 +172,107 @@ func validateStruct(v any, t reflect.Type, path Path) []error {
 			errs = append(errs, unknownField(path.child(keyStep(k)), k, fields))
 			continue
 		}
-		p := path.child(keyStep(k))
-		switch f.check {
-		case kindFree:
-			continue
-		case kindMeshConfig:
-			errs = append(errs, checkMeshConfig(m[k], p)...)
-		default:
-			errs = append(errs, validateTree(m[k], f.typ, p)...)
+		errs = append(errs, validateField(m[k], f, path.child(keyStep(k)))...)
+	}
+	return errs
+}
+
+// validateField checks the value of one struct field by its verdict.
+func validateField(v any, f structField, p Path) []error {
+	if v == nil {
+		return nil
+	}
+	switch f.check {
+	case kindFree:
+		return nil
+	case kindMeshConfig:
+		return checkMeshConfig(v, p)
+	case kindUnsupported:
+		return []error{&FieldError{Path: p, Msg: "not supported by discovery: " + f.why}}
+	case kindMoved:
+		return []error{&FieldError{Path: p, Msg: "no longer read: set " + f.moved}}
+	case kindOnly:
+		if errs := validateTree(v, f.typ, p); len(errs) > 0 {
+			return errs
+		}
+		if !slices.Contains(f.only, fmt.Sprint(v)) {
+			msg := "not supported by discovery: " + f.why
+			if len(f.only) > 1 || f.only[0] != "false" {
+				msg += fmt.Sprintf(" (it takes only %s)", describeOnly(f.only))
+			}
+			return []error{&FieldError{Path: p, Msg: msg}}
+		}
+		return nil
+	}
+	errs := validateTree(v, f.typ, p)
+	if s, ok := v.(string); ok && len(errs) == 0 {
+		if f.enum != nil && !slices.Contains(f.enum, s) {
+			errs = append(errs, &FieldError{Path: p, Msg: fmt.Sprintf("%q is not one of %s", s, describeOnly(slices.DeleteFunc(slices.Clone(f.enum), func(e string) bool { return e == "" })))})
+		}
+		if f.pattern != "" && !regexp.MustCompile(f.pattern).MatchString(s) {
+			desc := f.patternDesc
+			if desc == "" {
+				desc = "a string matching " + f.pattern
+			}
+			errs = append(errs, &FieldError{Path: p, Msg: fmt.Sprintf("%q: want %s", s, desc)})
 		}
 	}
 	return errs
+}
+
+func describeOnly(vals []string) string {
+	var out []string
+	for _, v := range vals {
+		if v == "" {
+			v = `""`
+		}
+		out = append(out, v)
+	}
+	return strings.Join(out, ", ")
+}
+
+// noEffectWarnings walks an input tree (a file's spec, or one --set) and
+// names every value in it that discovery accepts but does not act on.
+func noEffectWarnings(v any, t reflect.Type, path Path) []string {
+	if v == nil {
+		return nil
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if reflect.PointerTo(t).Implements(unmarshalerType) {
+		return nil
+	}
+	var out []string
+	switch t.Kind() {
+	case reflect.Struct:
+		m, _ := v.(map[string]any)
+		fields := fieldsOf(t)
+		for _, k := range sortedKeys(m) {
+			f, ok := fields[k]
+			p := path.child(keyStep(k))
+			switch {
+			case !ok || m[k] == nil:
+			case f.check == kindNoEffect:
+				out = append(out, noEffect(p, f.why))
+			case f.check == kindMeshConfig:
+				out = append(out, meshWarnings(m[k], p)...)
+			case f.check == kindTyped || f.check == kindInstaller:
+				out = append(out, noEffectWarnings(m[k], f.typ, p)...)
+			}
+		}
+	case reflect.Map:
+		m, _ := v.(map[string]any)
+		for _, k := range sortedKeys(m) {
+			out = append(out, noEffectWarnings(m[k], t.Elem(), path.child(keyStep(k)))...)
+		}
+	case reflect.Slice:
+		l, _ := v.([]any)
+		for i, e := range l {
+			out = append(out, noEffectWarnings(e, t.Elem(), path.child(indexStep(i)))...)
+		}
+	}
+	return out
 }
 
 func unknownField(path Path, k string, fields map[string]structField) error {
@@ -228,22 +351,6 @@ func checkUnmarshal(v any, t reflect.Type, path Path) []error {
 	}
 	if err := json.Unmarshal(b, reflect.New(t).Interface()); err != nil {
 		return []error{&FieldError{Path: path, Msg: fmt.Sprintf("invalid %s: %v", t.Name(), err)}}
-	}
-	return nil
-}
-
-// checkMeshConfig parses the meshConfig subtree as Istio's MeshConfig:
-// unknown fields and wrong types are refused with protojson's message.
-func checkMeshConfig(v any, path Path) []error {
-	if _, ok := v.(map[string]any); !ok {
-		return []error{typeError(path, "an object", v)}
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		return []error{&FieldError{Path: path, Msg: err.Error()}}
-	}
-	if err := protojson.Unmarshal(b, &meshv1alpha1.MeshConfig{}); err != nil {
-		return []error{&FieldError{Path: path, Msg: "not a valid Istio MeshConfig: " + err.Error()}}
 	}
 	return nil
 }

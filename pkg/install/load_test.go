@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/meshplane/discovery/manifests"
 	"github.com/meshplane/discovery/pkg/webhook/inject"
 )
@@ -21,19 +19,22 @@ func TestParsePath(t *testing.T) {
 		steps   int
 		wantErr string
 	}{
-		"accepts plain dotted fields":              {in: "values.global.hub", want: "values.global.hub", steps: 3},
-		"accepts a list index":                     {in: "components.ingressGateways.[0].enabled", want: "components.ingressGateways.[0].enabled", steps: 4},
-		"accepts a list element chosen by a field": {in: "components.ingressGateways.[name:gw].k8s", want: "components.ingressGateways.[name:gw].k8s", steps: 4},
-		"keeps an escaped dot inside a field name": {in: `k8s.podAnnotations.sidecar\.istio\.io/inject`, want: `k8s.podAnnotations.sidecar\.istio\.io/inject`, steps: 3},
-		"refuses an empty path":                    {in: "", wantErr: "empty path"},
-		"refuses two dots in a row":                {in: "a..b", wantErr: "empty step"},
-		"refuses a trailing dot":                   {in: "a.b.", wantErr: "empty step"},
-		"refuses a negative index":                 {in: "a.[-1]", wantErr: "non-negative"},
-		"refuses an index that is not a number":    {in: "a.[x]", wantErr: "non-negative"},
-		"refuses brackets glued to a field":        {in: "a[0].b", wantErr: "brackets must enclose"},
-		"refuses an unterminated bracket":          {in: "a.[0", wantErr: "want [INDEX]"},
-		"refuses a match without a value":          {in: "a.[name:]", wantErr: "both non-empty"},
-		"refuses a path that starts with a list":   {in: "[0].a", wantErr: "must start with a field"},
+		"accepts plain dotted fields":                  {in: "values.global.hub", want: "values.global.hub", steps: 3},
+		"accepts a list index":                         {in: "components.ingressGateways.[0].enabled", want: "components.ingressGateways.[0].enabled", steps: 4},
+		"accepts a list element chosen by a field":     {in: "components.ingressGateways.[name:gw].k8s", want: "components.ingressGateways.[name:gw].k8s", steps: 4},
+		"keeps an escaped dot inside a field name":     {in: `k8s.podAnnotations.sidecar\.istio\.io/inject`, want: `k8s.podAnnotations.sidecar\.istio\.io/inject`, steps: 3},
+		"refuses an empty path":                        {in: "", wantErr: "empty path"},
+		"refuses two dots in a row":                    {in: "a..b", wantErr: "empty step"},
+		"refuses a trailing dot":                       {in: "a.b.", wantErr: "empty step"},
+		"refuses a negative index":                     {in: "a.[-1]", wantErr: "non-negative"},
+		"refuses an index that is not a number":        {in: "a.[x]", wantErr: "non-negative"},
+		"accepts istioctl's brackets glued to a field": {in: "a[0].b[name:x]", want: "a.[0].b.[name:x]", steps: 4},
+		"accepts a match on a list of scalars":         {in: "a.[:x]", want: "a.[:x]", steps: 2},
+		"keeps dots inside brackets":                   {in: "webhooks.[name:a.b.c].x", want: "webhooks.[name:a.b.c].x", steps: 3},
+		"refuses text after a bracket":                 {in: "a[0]b", wantErr: "want [INDEX]"},
+		"refuses an unterminated bracket":              {in: "a.[0", wantErr: "want [INDEX]"},
+		"refuses a match without a value":              {in: "a.[name:]", wantErr: "non-empty value"},
+		"refuses a path that starts with a list":       {in: "[0].a", wantErr: "must start with a field"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -107,8 +108,8 @@ func TestLoadSpecRefusesBadInput(t *testing.T) {
 			wantErr: []string{"in.yaml", "spec.components.pilot.k8s.resources.request", "did you mean spec.components.pilot.k8s.resources.requests?"},
 		},
 		"a file with a number where a string belongs is refused": {
-			file:    "apiVersion: install.istio.io/v1alpha1\nkind: IstioOperator\nspec:\n  tag: 1.32\n",
-			wantErr: []string{"spec.tag", "want a string", "the number 1.32"},
+			file:    "apiVersion: install.istio.io/v1alpha1\nkind: IstioOperator\nspec:\n  revision: 1.32\n",
+			wantErr: []string{"spec.revision", "want a string", "the number 1.32"},
 		},
 		"a file of another kind is refused": {
 			file:    "apiVersion: v1\nkind: ConfigMap\n",
@@ -148,32 +149,43 @@ func TestLoadSpecRefusesBadInput(t *testing.T) {
 
 func TestLoadSpecMergeOrder(t *testing.T) {
 	f := writeFile(t, "apiVersion: install.istio.io/v1alpha1\nkind: IstioOperator\nspec:\n  profile: demo\n  hub: from-file\n  tag: file\n")
-	s, err := load(t, Input{Profile: "minimal", Files: []string{f}, Sets: []string{"tag=1.0", "components.pilot.k8s.resources.requests.cpu=250m", `components.pilot.k8s.podAnnotations.example\.com/team=mesh`}, Revision: "canary"})
+	in := Input{Profile: "minimal", Files: []string{f}, Sets: []string{"tag=1.0", "components.pilot.k8s.resources.requests.cpu=250m", `components.pilot.k8s.podAnnotations.example\.com/team=mesh`}, Revision: "canary"}
+	s, err := load(t, in)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Hub != "from-file" || s.Tag != "1.0" || s.Revision != "canary" {
-		t.Errorf("hub %q tag %q revision %q: want from-file, 1.0 (--set wins, kept a string), canary", s.Hub, s.Tag, s.Revision)
+	g := s.Values.Global
+	if g.Hub != "from-file" || g.Tag != "1.0" || s.Revision != "canary" || s.Values.Revision != "canary" {
+		t.Errorf("hub %q tag %q revision %q: want from-file, 1.0 (--set wins, kept a string), canary", g.Hub, g.Tag, s.Revision)
 	}
 	// The file's profile (demo) wins over --profile: demo turns the egress gateway on.
-	if len(s.Components.EgressGateways) != 1 || !s.Components.EgressGateways[0].Enabled {
+	if len(s.Components.EgressGateways) != 1 || !enabledOr(s.Components.EgressGateways[0].Enabled, true) {
 		t.Errorf("egress gateways %+v: want demo's", s.Components.EgressGateways)
 	}
-	if got := s.Components.Pilot.K8s.Resources.Requests[corev1.ResourceCPU]; got.String() != "250m" {
-		t.Errorf("cpu request %s, want 250m", got.String())
+	m, err := Render(renderOpts(), in)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if got := s.Components.Pilot.K8s.Resources.Requests[corev1.ResourceMemory]; got.String() != "100Mi" {
-		t.Errorf("memory request %s, want demo's 100Mi kept beside the --set cpu", got.String())
+	d := renderedObject(m, "Deployment/discovery-canary")
+	if d == nil {
+		t.Fatal("no Deployment discovery-canary")
 	}
-	if s.Components.Pilot.K8s.PodAnnotations["example.com/team"] != "mesh" {
-		t.Errorf("podAnnotations %v", s.Components.Pilot.K8s.PodAnnotations)
+	for at, want := range map[string]string{
+		discoveryContainer + ".resources.requests.cpu":         "250m",
+		discoveryContainer + ".resources.requests.memory":      "100Mi", // demo's, kept beside the --set cpu
+		discoveryContainer + ".image":                          "from-file/discovery:1.0",
+		`spec.template.metadata.annotations.example\.com/team`: "mesh",
+	} {
+		if err := (effect{obj: "Deployment/discovery-canary", at: at, eq: want}).check(m); err != nil {
+			t.Error(err)
+		}
 	}
 }
 
-func TestSetByNameAddsAGateway(t *testing.T) {
+func TestSetAddsAGatewayByIndexNotByName(t *testing.T) {
 	s, err := load(t, Input{Sets: []string{
-		"components.ingressGateways.[name:edge].enabled=true",
-		"components.ingressGateways.[name:edge].label.istio=edge",
+		"components.ingressGateways[1].name=edge",
+		"components.ingressGateways[name:edge].label.istio=edge",
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -182,8 +194,12 @@ func TestSetByNameAddsAGateway(t *testing.T) {
 	for _, g := range s.Components.IngressGateways {
 		names = append(names, g.Name)
 	}
-	if strings.Join(names, ",") != "istio-ingressgateway,edge" {
-		t.Errorf("gateways %v", names)
+	if strings.Join(names, ",") != "istio-ingressgateway,edge" || s.Components.IngressGateways[1].Label["istio"] != "edge" {
+		t.Errorf("gateways %+v", s.Components.IngressGateways)
+	}
+	_, err = load(t, Input{Sets: []string{"components.ingressGateways[name:edge].enabled=true"}})
+	if err == nil || !strings.Contains(err.Error(), "[name:edge] selects no element (names: istio-ingressgateway); to add one, use the index [1]") {
+		t.Errorf("err = %v", err)
 	}
 }
 
@@ -203,7 +219,11 @@ func TestEveryProfileLoads(t *testing.T) {
 		t.Fatalf("profiles %v", names)
 	}
 	for _, n := range names {
-		if _, err := load(t, Input{Profile: n}); err != nil {
+		in := Input{Profile: n}
+		if n == "remote" {
+			in.Sets = []string{"values.global.remotePilotAddress=discovery.example.com"}
+		}
+		if _, err := load(t, in); err != nil {
 			t.Errorf("profile %s: %v", n, err)
 		}
 	}
