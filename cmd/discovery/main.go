@@ -31,7 +31,7 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServeCommand(), newVersionCommand(), newProxyStatusCommand(), newTagCommand())
+	root.AddCommand(newServeCommand(), newVersionCommand(), newProxyStatusCommand(), newTagCommand(), newCACommand())
 	root.AddCommand(newInstallCommands()...)
 	return root
 }

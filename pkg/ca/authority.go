@@ -63,7 +63,7 @@ func (a *Authority) Watch() (*Bundle, <-chan struct{}) {
 func (a *Authority) Set(b *Bundle) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.bundle != nil && a.bundle.Cert.Equal(b.Cert) && sameChain(a.bundle.Chain, b.Chain) &&
+	if a.bundle != nil && a.bundle.Cert.Equal(b.Cert) && sameChain(a.bundle.Chain, b.Chain) && sameChain(a.bundle.Anchors, b.Anchors) &&
 		publicKeysEqual(a.bundle.Key.Public(), b.Key.Public()) {
 		return false
 	}
@@ -137,9 +137,13 @@ func (a *Authority) sign(pub crypto.PublicKey, ttl time.Duration, sans func(*x50
 	if err != nil {
 		return nil, nil, refuse(ReasonInternal, err, "parse signed certificate")
 	}
+	// As istiod answers: the leaf, the certificates between it and the root,
+	// then the trust bundle as one element (pilot-agent takes the last
+	// element as the workload's root certificates).
 	chain := make([]string, 0, len(b.chainPEM)+1)
 	chain = append(chain, pemCert(der))
-	chain = append(chain, b.chainPEM...)
+	chain = append(chain, b.intermediatesPEM()...)
+	chain = append(chain, string(b.rootPEM))
 	return chain, leaf, nil
 }
 

@@ -41,26 +41,33 @@ type Bundle struct {
 	// Chain is Cert, then each certificate above it, ending with Root.
 	Chain []*x509.Certificate
 	Root  *x509.Certificate
+	// Anchors are the roots proxies must trust: Root first, then any other
+	// root of root-cert.pem (Istio's multi-root trust bundle), such as the
+	// next root during a rotation (rotate.go).
+	Anchors []*x509.Certificate
 
-	chainPEM  []string // Chain as PEM, one certificate per entry
-	rootPEM   []byte
-	pool      *x509.CertPool // the root
-	clientCAs *x509.CertPool // every certificate of Chain: anchors for TLS client certs
+	chainPEM  []string       // Chain as PEM, one certificate per entry
+	rootPEM   []byte         // Anchors as PEM
+	pool      *x509.CertPool // the anchors
+	clientCAs *x509.CertPool // every certificate of Chain and the anchors: anchors for TLS client certs
 }
 
 // SelfSigned reports whether the bundle signs with its root.
 func (b *Bundle) SelfSigned() bool { return b.Cert.Equal(b.Root) }
 
-// RootPEM is the root certificate in PEM.
+// RootPEM is the trust bundle in PEM: every anchor, the signing root
+// first. It is what the CA publishes (istio-ca-root-cert) and the last
+// element of every certificate chain it returns, which pilot-agent takes
+// as the workload's root certificates.
 func (b *Bundle) RootPEM() []byte { return b.rootPEM }
 
-// Pool is a pool holding the root.
+// Pool is a pool holding the anchors.
 func (b *Bundle) Pool() *x509.CertPool { return b.pool }
 
 // newBundle checks that key belongs to cert, that cert may sign
 // certificates, and that cert chains to root through chain; it fills the
-// derived fields.
-func newBundle(cert *x509.Certificate, key crypto.Signer, chain []*x509.Certificate, root *x509.Certificate) (*Bundle, error) {
+// derived fields. extra are further trust anchors (self-signed roots).
+func newBundle(cert *x509.Certificate, key crypto.Signer, chain []*x509.Certificate, root *x509.Certificate, extra ...*x509.Certificate) (*Bundle, error) {
 	if !publicKeysEqual(cert.PublicKey, key.Public()) {
 		return nil, errors.New("CA key does not belong to the CA certificate")
 	}
@@ -85,20 +92,49 @@ func newBundle(cert *x509.Certificate, key crypto.Signer, chain []*x509.Certific
 				i, full[i].Subject, i+1, full[i+1].Subject, err)
 		}
 	}
-	b := &Bundle{Cert: cert, Key: key, Chain: full, Root: root, pool: x509.NewCertPool(), clientCAs: x509.NewCertPool()}
-	b.pool.AddCert(root)
+	anchors := []*x509.Certificate{root}
+	for _, c := range extra {
+		if c.Equal(root) || containsCert(anchors, c) {
+			continue
+		}
+		if err := c.CheckSignatureFrom(c); err != nil {
+			return nil, fmt.Errorf("trust anchor %s is not a self-signed root: %w", c.Subject, err)
+		}
+		anchors = append(anchors, c)
+	}
+	b := &Bundle{Cert: cert, Key: key, Chain: full, Root: root, Anchors: anchors, pool: x509.NewCertPool(), clientCAs: x509.NewCertPool()}
 	for _, c := range full {
 		b.clientCAs.AddCert(c)
-		b.chainPEM = append(b.chainPEM, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})))
+		b.chainPEM = append(b.chainPEM, pemCert(c.Raw))
 	}
-	b.rootPEM = []byte(b.chainPEM[len(b.chainPEM)-1])
+	var roots bytes.Buffer
+	for _, c := range anchors {
+		b.pool.AddCert(c)
+		b.clientCAs.AddCert(c)
+		roots.WriteString(pemCert(c.Raw))
+	}
+	b.rootPEM = roots.Bytes()
 	return b, nil
 }
+
+func containsCert(l []*x509.Certificate, c *x509.Certificate) bool {
+	for _, x := range l {
+		if x.Equal(c) {
+			return true
+		}
+	}
+	return false
+}
+
+// intermediatesPEM is Chain without its root, as PEM.
+func (b *Bundle) intermediatesPEM() []string { return b.chainPEM[:len(b.chainPEM)-1] }
 
 // ParseBundle reads the CA from Secret data or files named as in Istio's
 // cacerts (ca-cert.pem, ca-key.pem, cert-chain.pem, root-cert.pem) or as a
 // kubernetes.io/tls Secret (tls.crt, tls.key, ca.crt). Without a root, the CA
-// certificate must be self-signed and is its own root.
+// certificate must be self-signed and is its own root. root-cert.pem may
+// hold several roots, as in Istio's multi-root trust: the one the chain
+// ends in signs, and all of them are published as trust anchors.
 func ParseBundle(data map[string][]byte) (*Bundle, error) {
 	certPEM, keyPEM, chainPEM, rootPEM := data[KeyCACert], data[KeyCAKey], data[KeyCertChain], data[KeyRootCert]
 	if len(certPEM) == 0 && len(data[KeyTLSCert]) > 0 {
@@ -125,11 +161,29 @@ func ParseBundle(data map[string][]byte) (*Bundle, error) {
 	root := certs[0]
 	switch {
 	case len(roots) > 0:
-		root = roots[0]
+		root = signingRoot(append([]*x509.Certificate{certs[0]}, chain...), roots)
 	case len(chain) > 0:
 		root = chain[len(chain)-1]
 	}
-	return newBundle(certs[0], key, chain, root)
+	return newBundle(certs[0], key, chain, root, roots...)
+}
+
+// signingRoot is the root among roots that the chain ends in: the top of
+// the chain itself, or the root that signed it; roots[0] when none does
+// (newBundle then says why the chain does not verify).
+func signingRoot(chain, roots []*x509.Certificate) *x509.Certificate {
+	top := chain[len(chain)-1]
+	for _, r := range roots {
+		if top.Equal(r) {
+			return r
+		}
+	}
+	for _, r := range roots {
+		if top.CheckSignatureFrom(r) == nil {
+			return r
+		}
+	}
+	return roots[0]
 }
 
 // Data is the bundle as Secret data or files, in Istio's names.
@@ -146,7 +200,7 @@ func (b *Bundle) Data() (map[string][]byte, error) {
 		KeyCACert:    []byte(b.chainPEM[0]),
 		KeyCAKey:     pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}),
 		KeyCertChain: chain.Bytes(),
-		KeyRootCert:  b.rootPEM,
+		KeyRootCert:  bytes.Clone(b.rootPEM),
 	}, nil
 }
 
@@ -157,24 +211,7 @@ func NewSelfSignedBundle(trustDomain, keyType string, now time.Time) (*Bundle, e
 	if err != nil {
 		return nil, err
 	}
-	serial, err := newSerial()
-	if err != nil {
-		return nil, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{Organization: []string{trustDomain}, CommonName: "discovery root CA"},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(rootTTL),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
-	if err != nil {
-		return nil, fmt.Errorf("create root certificate: %w", err)
-	}
-	cert, err := x509.ParseCertificate(der)
+	cert, err := selfSign(pkix.Name{Organization: []string{trustDomain}, CommonName: "discovery root CA"}, key, now)
 	if err != nil {
 		return nil, err
 	}

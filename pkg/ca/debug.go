@@ -18,6 +18,10 @@ type caStatus struct {
 	ChainLength     int       `json:"chainLength"`
 	ServingNames    []string  `json:"servingNames"`
 	ServingNotAfter time.Time `json:"servingNotAfter"`
+	// Roots are the trust anchors published; two during a root rotation.
+	Roots []string `json:"roots"`
+	// RotatingTo is the next root while a rotation is in progress.
+	RotatingTo string `json:"rotatingTo,omitempty"`
 }
 
 // RegisterDebug serves /debug/ca: the CA in force and the serving
@@ -30,6 +34,12 @@ func (c *CA) RegisterDebug(mux *http.ServeMux) {
 			Root: b.Root.Subject.String(), RootNotAfter: b.Root.NotAfter,
 			Issuer: b.Cert.Subject.String(), IssuerNotAfter: b.Cert.NotAfter, ChainLength: len(b.Chain),
 			ServingNames: c.serving.names,
+		}
+		for _, a := range b.Anchors {
+			st.Roots = append(st.Roots, a.Subject.String())
+		}
+		if next, ok := b.Rotating(); ok {
+			st.RotatingTo = next.Subject.String()
 		}
 		if cert := c.serving.cur.Load(); cert != nil {
 			st.ServingNotAfter = cert.Leaf.NotAfter
@@ -45,7 +55,7 @@ func (c *CA) mode() string {
 	if c.opts.Dir != "" {
 		return "dir"
 	}
-	if c.authority.Bundle().SelfSigned() {
+	if _, rotating := c.authority.Bundle().Rotating(); rotating || c.authority.Bundle().SelfSigned() {
 		return "kubernetes:" + SecretSelfSigned
 	}
 	return "kubernetes:" + SecretPluggedIn

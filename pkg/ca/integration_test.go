@@ -1,12 +1,15 @@
 package ca
 
 import (
+	"bytes"
 	"context"
 	"crypto"
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -73,6 +76,9 @@ func TestOnAPIServer(t *testing.T) {
 	})
 	t.Run("a flood of junk tokens and calls without credentials leaves valid callers their certificates", func(t *testing.T) {
 		testFloodOnAPIServer(t, env)
+	})
+	t.Run("the root rotates by cross-signing with no failed handshake and no restart", func(t *testing.T) {
+		testRootRotation(t, env.Client)
 	})
 	// Last: it takes the API server away.
 	t.Run("renewals by client certificate go on while the API server is down", func(t *testing.T) {
@@ -317,4 +323,112 @@ func caCert(t *testing.T, cn string, parent *x509.Certificate, parentKey, key cr
 		t.Fatal(err)
 	}
 	return c
+}
+
+// testRootRotation rotates the self-signed root with `discovery ca rotate`'s
+// code on a running CA: workloads get their certificates over gRPC with
+// service-account tokens, as pilot-agent does, and connect to the CA with
+// the root ConfigMap they were given. At each step every pair of workloads
+// that can meet completes mTLS both ways, and every generation of
+// pilot-agent still reaches the CA.
+func testRootRotation(t *testing.T, client kubernetes.Interface) {
+	createNamespace(t, client, "rotate")
+	createNamespace(t, client, "rotapp")
+	o := DefaultOptions()
+	o.Namespace = "rotate"
+	c, err := New(t.Context(), o, client, newLogger(&logBuffer{}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runInBackground(t, c.Start)
+	pub, err := c.NewRootPublisher()
+	if err != nil {
+		t.Fatal(err)
+	}
+	runInBackground(t, pub.Start)
+	addr := serve(t, c)
+	published := func(n int) []byte {
+		var root []byte
+		waitFor(t, 30*time.Second, fmt.Sprintf("istio-ca-root-cert in rotapp with %d roots", n), func() bool {
+			cm, err := client.CoreV1().ConfigMaps("rotapp").Get(t.Context(), RootConfigMap, metav1.GetOptions{})
+			if err != nil {
+				return false
+			}
+			root = []byte(cm.Data[RootConfigMapKey])
+			certs, err := parseCerts(root)
+			return err == nil && len(certs) == n && bytes.Equal(root, c.RootPEM())
+		})
+		return root
+	}
+	issue := func(name string, caRoot []byte) workload {
+		t.Helper()
+		id := "spiffe://cluster.local/ns/rotapp/sa/" + name
+		key := ecKey(t)
+		resp, err := dial(t, addr, caRoot, "rotate", nil).CreateCertificate(
+			ctxWithToken(t.Context(), serviceAccountToken(t, client, "rotapp", name, "istio-ca")),
+			&pb.IstioCertificateRequest{Csr: string(makeCSR(t, key, csrSpec{uris: []string{id}})), ValidityDuration: 3600})
+		if err != nil {
+			t.Fatalf("%s: the CA, reached with the root ConfigMap of its time: %v", name, err)
+		}
+		return newWorkload(t, name, id, resp.CertChain, key)
+	}
+	handshakes := 0
+	mesh := func(step string, ws ...workload) {
+		t.Helper()
+		n, failed := meshHandshakes(t, ws...)
+		handshakes += n
+		if len(failed) > 0 {
+			t.Fatalf("%s: failed handshakes: %v", step, failed)
+		}
+	}
+
+	rootBefore := published(1)
+	w0 := issue("w0", rootBefore)
+
+	st, err := RotateRoot(t.Context(), client, RotateOptions{Namespace: "rotate", Overlap: 24 * time.Hour})
+	if err != nil || st.Step != "started" || len(st.Roots) != 2 {
+		t.Fatalf("start: %+v, %v", st, err)
+	}
+	waitFor(t, 30*time.Second, "the CA to sign through the cross-signed root", func() bool {
+		_, ok := c.authority.Bundle().Rotating()
+		return ok
+	})
+	rootDuring := published(2)
+	// A pilot-agent that still has the old ConfigMap reaches the CA.
+	waitFor(t, 30*time.Second, "a serving certificate under the new key", func() bool {
+		cur, _ := c.serving.getCertificate(nil)
+		return cur.Leaf.CheckSignatureFrom(c.authority.Bundle().Cert) == nil
+	})
+	w1 := issue("w1", rootBefore)
+	mesh("started", w0, w1)
+
+	if _, err := RotateRoot(t.Context(), client, RotateOptions{Namespace: "rotate", Overlap: 24 * time.Hour, Finish: true}); err == nil || !strings.Contains(err.Error(), "overlap has not passed") {
+		t.Fatalf("finish within the overlap: %v", err)
+	}
+	later := func() time.Time { return time.Now().Add(25 * time.Hour) }
+	st, err = RotateRoot(t.Context(), client, RotateOptions{Namespace: "rotate", Overlap: 24 * time.Hour, Finish: true, Now: later})
+	if err != nil || st.Step != "finished" || len(st.Roots) != 1 {
+		t.Fatalf("finish: %+v, %v", st, err)
+	}
+	waitFor(t, 30*time.Second, "the CA to sign with the new root alone", func() bool {
+		return c.authority.Bundle().SelfSigned() && !c.authority.Bundle().Root.Equal(parseRoot(t, rootBefore))
+	})
+	published(1)
+	waitFor(t, 30*time.Second, "a serving certificate under the new root", func() bool {
+		cur, _ := c.serving.getCertificate(nil)
+		return cur.Leaf.CheckSignatureFrom(c.authority.Bundle().Cert) == nil
+	})
+	// A pilot-agent with the ConfigMap of the start step reaches the CA.
+	w2 := issue("w2", rootDuring)
+	mesh("finished", w1, w2)
+	t.Logf("root rotation: %d mTLS handshakes between workloads of neighbouring steps, 0 failed", handshakes)
+}
+
+func parseRoot(t *testing.T, p []byte) *x509.Certificate {
+	t.Helper()
+	certs, err := parseCerts(p)
+	if err != nil || len(certs) == 0 {
+		t.Fatalf("root: %v", err)
+	}
+	return certs[0]
 }
