@@ -35,6 +35,9 @@ func (wt watcher) CreateWatch(req *cachev3.Request, sub cachev3.Subscription, ch
 	}
 	c.observe(t, req.GetResponseNonce(), req.GetVersionInfo(), req.GetErrorDetail())
 	w := &sotwWatch{req: req, sub: sub, ch: ch}
+	if c.wave != nil {
+		defer c.checkWave() // after the answer below is handed over
+	}
 	if !c.unchanged(t, req, sub) && c.respondSotw(w, nil) {
 		return func() {}, nil
 	}
@@ -67,6 +70,9 @@ func (wt watcher) CreateDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Subscr
 	}
 	w := &deltaWatch{req: req, sub: sub, ch: ch, initial: !c.started[t]}
 	c.started[t] = true
+	if c.wave != nil {
+		defer c.checkWave() // after the answer below is handed over
+	}
 	// An answer that changes no subscription needs no look at an unchanged
 	// configuration.
 	quiet := req.GetResponseNonce() != "" && len(req.GetResourceNamesSubscribe()) == 0 &&

@@ -117,6 +117,9 @@ type conn struct {
 	// debugAnswered holds the names each debug type was last answered for.
 	debugOnly     bool
 	debugAnswered map[string][]string
+	// wave is the push wave this proxy is a member of, until it answers
+	// (canary.go).
+	wave *wave
 }
 
 func newConn(s *Server, key streamKey, ctl *streamCtl) *conn {
@@ -163,6 +166,9 @@ func (c *conn) observe(t, nonce, version string, errDetail *status.Status) {
 		c.logger().Warn("proxy rejected configuration; it keeps its last accepted version",
 			"type", gen.ShortType(t), "rejected", st.SentVersion, "kept", version, "nonce", nonce, "error", errDetail.GetMessage())
 		c.verdict(t, nonce, errDetail.GetMessage(), true)
+		if c.wave != nil && nonce == st.SentNonce && c.cfg != nil && c.cfg.Class.WorldVersion >= c.wave.world {
+			c.waveRejected(t, errDetail.GetMessage())
+		}
 		return
 	}
 	if nonce == st.SentNonce {
@@ -379,6 +385,9 @@ func (c *conn) setConfig(cfg *gen.ProxyConfig, dirty map[string][]string, first 
 			c.s.m.streamsClosed.WithLabelValues("unacked").Inc()
 			c.ctl.kill("the proxy did not acknowledge configuration in time")
 		}
+	}
+	if c.wave != nil {
+		c.checkWave()
 	}
 }
 

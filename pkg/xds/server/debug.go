@@ -211,6 +211,7 @@ type record struct {
 	Full     int            `json:"fullPushes"`
 	EDS      int            `json:"edsPushes"`
 	Duration string         `json:"duration,omitempty"`
+	Waves    []WaveReport   `json:"waves,omitempty"`
 
 	mu      sync.Mutex
 	pending atomic.Int64
@@ -234,6 +235,21 @@ func (r *record) enqueued() {
 	r.sealed.Store(true)
 	if r.pending.Load() == 0 {
 		r.finish()
+	}
+}
+
+// wave records the outcome of a push wave (canary.go).
+func (r *record) wave(w WaveReport) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := range r.Waves {
+		if r.Waves[i].Class == w.Class {
+			r.Waves[i] = w
+			return
+		}
+	}
+	if len(r.Waves) < 100 {
+		r.Waves = append(r.Waves, w)
 	}
 }
 
@@ -287,12 +303,13 @@ func (s *Server) pushStatus(w http.ResponseWriter, _ *http.Request) {
 		Full     int            `json:"fullPushes"`
 		EDS      int            `json:"edsPushes"`
 		Duration string         `json:"duration,omitempty"`
+		Waves    []WaveReport   `json:"waves,omitempty"`
 	}
 	out := make([]row, 0, len(recs))
 	for i := len(recs) - 1; i >= 0; i-- {
 		r := recs[i]
 		r.mu.Lock()
-		out = append(out, row{r.Version, r.Start, r.Reasons, r.Full, r.EDS, r.Duration})
+		out = append(out, row{r.Version, r.Start, r.Reasons, r.Full, r.EDS, r.Duration, append([]WaveReport(nil), r.Waves...)})
 		r.mu.Unlock()
 	}
 	writeJSON(w, out)

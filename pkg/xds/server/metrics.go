@@ -19,6 +19,7 @@ type metrics struct {
 	configSize     *prometheus.HistogramVec // pilot_xds_config_size_bytes{type}
 	streamsClosed  *prometheus.CounterVec   // discovery_xds_streams_closed_total{reason}
 	streamsRefused *prometheus.CounterVec   // discovery_xds_streams_refused_total{reason}
+	waves          *prometheus.CounterVec   // discovery_xds_push_waves_total{outcome}
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -56,6 +57,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "pilot_xds_config_size_bytes", Help: "Size in bytes of the resources of an xDS response, by type.",
 			Buckets: sizeBuckets,
 		}, []string{"type"}),
+		waves: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "discovery_xds_push_waves_total", Help: "First waves of class pushes (--xds-push-wave), by outcome: started, acked, nacked (the rest held), timeout (the rest released unanswered), superseded.",
+		}, []string{"outcome"}),
 		streamsClosed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "discovery_xds_streams_closed_total", Help: "xDS streams the server closed, by reason.",
 		}, []string{"reason"}),
@@ -65,7 +69,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"reason"}),
 	}
 	reg.MustRegister(m.proxies, m.pushes, m.convergence, m.triggers, m.debounce, m.queueTime, m.pushTime,
-		m.rejects, m.services, m.configSize, m.streamsClosed, m.streamsRefused)
+		m.rejects, m.services, m.configSize, m.streamsClosed, m.streamsRefused, m.waves)
 	for _, t := range []string{"cds", "eds", "lds", "rds"} {
 		c := prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pilot_xds_" + t + "_reject", Help: "Proxies' rejections (NACK) of " + t + " responses.",

@@ -22,6 +22,12 @@ type Options struct {
 	// MaxUnackedPushes closes a stream whose proxy has not answered its
 	// last response while this many further pushes for it came and went.
 	MaxUnackedPushes int
+	// PushWave is the first wave of a class's full pushes (canary.go);
+	// off by default.
+	PushWave PushWave
+	// PushWaveTimeout releases the rest of a class when its wave has not
+	// answered.
+	PushWaveTimeout time.Duration
 	// PushStatusSize is how many pushes /debug/push_status remembers.
 	PushStatusSize int
 	// TrustDomain is the SPIFFE trust domain of workload identities (the
@@ -77,6 +83,7 @@ func DefaultOptions() Options {
 		SendTimeout:      30 * time.Second,
 		MaxUnackedPushes: 100,
 		PushStatusSize:   100,
+		PushWaveTimeout:  10 * time.Second,
 		// Twice the 10,000 proxies one replica is built to serve.
 		MaxStreams:              20000,
 		MaxStreamsPerConnection: 16,
@@ -99,6 +106,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.DebounceMax, "debounce-max", d.DebounceMax, "push at the latest this long after a change, even if changes keep coming")
 	fs.IntVar(&o.PushConcurrency, "push-concurrency", d.PushConcurrency, "proxies prepared for a push at once")
 	fs.DurationVar(&o.SendTimeout, "xds-send-timeout", d.SendTimeout, "close an xDS stream whose proxy does not read a response within this time (0: never)")
+	fs.Var(&o.PushWave, "xds-push-wave", "send a change that rebuilds a proxy class's configuration first to this many of its proxies (N) or this share of them (P%), and to the rest only once all of those acknowledged it; a rejection holds the rest on their last good configuration until the next change (0: off)")
+	fs.DurationVar(&o.PushWaveTimeout, "xds-push-wave-timeout", d.PushWaveTimeout, "how long the rest of a class waits for its first wave to answer before it gets the change anyway")
 	fs.IntVar(&o.MaxUnackedPushes, "xds-max-unacked-pushes", d.MaxUnackedPushes, "close an xDS stream whose proxy leaves its last response unanswered through this many pushes")
 	fs.IntVar(&o.MaxStreams, "xds-max-streams", d.MaxStreams, "xDS streams this replica holds at most; beyond it new streams get RESOURCE_EXHAUSTED (0: no limit)")
 	fs.IntVar(&o.MaxStreamsPerConnection, "xds-max-streams-per-connection", d.MaxStreamsPerConnection, "concurrent gRPC streams one connection to :15010 or :15012 may hold")
@@ -136,6 +145,9 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxStreamsPerConnection < 1 {
 		errs = append(errs, fmt.Errorf("--xds-max-streams-per-connection must be at least 1, got %d", o.MaxStreamsPerConnection))
+	}
+	if !o.PushWave.Off() && o.PushWaveTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--xds-push-wave-timeout must be positive with --xds-push-wave, got %s", o.PushWaveTimeout))
 	}
 	if o.MaxUnackedPushes < 1 {
 		errs = append(errs, fmt.Errorf("--xds-max-unacked-pushes must be at least 1, got %d", o.MaxUnackedPushes))

@@ -27,10 +27,11 @@ type pushItem struct {
 	first    time.Time // first change behind the item
 	enqueued time.Time
 	records  []*record
+	class    string // the proxy's class in world (matters), for push waves
 }
 
 func mergeItems(a, b *pushItem) *pushItem {
-	out := &pushItem{full: a.full || b.full, keepOwn: a.keepOwn && b.keepOwn, world: b.world, first: a.first, enqueued: a.enqueued}
+	out := &pushItem{full: a.full || b.full, keepOwn: a.keepOwn && b.keepOwn, world: b.world, first: a.first, enqueued: a.enqueued, class: b.class}
 	if b.first.Before(out.first) {
 		out.first = b.first
 	}
@@ -77,6 +78,7 @@ func (s *Server) onPush(_ context.Context, req *push.Request) {
 	}
 	rec := s.history.begin(req, reasons)
 	live := map[string]bool{}
+	var waved []classItem
 	s.conns.Range(func(_, v any) bool {
 		c := v.(*conn)
 		item := s.matters(c, req.World, others, eps, live)
@@ -85,9 +87,16 @@ func (s *Server) onPush(_ context.Context, req *push.Request) {
 		}
 		item.first, item.enqueued, item.records = req.First, now, []*record{rec}
 		rec.enqueue(item.full)
+		if !s.opts.PushWave.Off() {
+			waved = append(waved, classItem{c: c, class: item.class, item: item})
+			return true
+		}
 		s.queue.Push(c, item)
 		return true
 	})
+	if waved != nil {
+		s.waves.dispatch(waved, rec)
+	}
 	rec.enqueued()
 	s.classes.forget(live)
 }
@@ -107,12 +116,12 @@ func (s *Server) matters(c *conn, w *model.World, others []model.Key, eps map[mo
 	key := gen.ClassKey(w, p)
 	live[key] = true
 	if cfg == nil || cfg.Class.Class != key {
-		return &pushItem{full: true, world: w}
+		return &pushItem{full: true, world: w, class: key}
 	}
 	scope := cfg.Class.Scope()
 	for _, k := range others {
 		if changeMatters(k, p, w, scope) {
-			return &pushItem{full: true, keepOwn: ownUnchanged(others), world: w}
+			return &pushItem{full: true, keepOwn: ownUnchanged(others), world: w, class: key}
 		}
 	}
 	var seen map[model.NamespacedName]bool
@@ -120,7 +129,7 @@ func (s *Server) matters(c *conn, w *model.World, others []model.Key, eps map[mo
 		if scope.Visible(nn) {
 			if svc := w.Service(nn.Namespace, nn.Name); svc != nil && p.Type == model.ProxySidecar && gen.EndpointsShapeListeners(svc) {
 				// Its endpoints are listener chains too (headless TCP).
-				return &pushItem{full: true, world: w}
+				return &pushItem{full: true, world: w, class: key}
 			}
 			if seen == nil {
 				seen = map[model.NamespacedName]bool{}
@@ -131,7 +140,7 @@ func (s *Server) matters(c *conn, w *model.World, others []model.Key, eps map[mo
 	if seen == nil {
 		return nil
 	}
-	return &pushItem{eds: seen, keepOwn: true, world: w}
+	return &pushItem{eds: seen, keepOwn: true, world: w, class: key}
 }
 
 // changeMatters reports whether a change to k can alter what proxy p is
@@ -145,7 +154,7 @@ func changeMatters(k model.Key, p *model.Proxy, w *model.World, old *gen.Scope) 
 			return true
 		}
 		svc := w.Service(k.Namespace, k.Name)
-		return svc != nil && gen.ExportedTo(svc.ExportTo, k.Namespace, p.Namespace)
+		return svc != nil && gen.ServiceExportedTo(w, svc, p.Namespace)
 	case model.KindVirtualService, model.KindDestinationRule:
 		return configVisible(w, k, p.Namespace) || configVisible(old.World, k, p.Namespace)
 	case model.KindGateway:
@@ -153,10 +162,10 @@ func changeMatters(k model.Key, p *model.Proxy, w *model.World, old *gen.Scope) 
 	case model.KindPod:
 		return k.Namespace == p.Namespace && k.Name == p.PodName
 	case model.KindSidecar:
-		return k.Namespace == p.Namespace || k.Namespace == gen.RootNamespace
+		return k.Namespace == p.Namespace || k.Namespace == gen.RootNamespace(w)
 	case model.KindPeerAuthentication, model.KindAuthorizationPolicy:
 		// They shape the proxy's own inbound configuration.
-		return k.Namespace == p.Namespace || k.Namespace == gen.RootNamespace
+		return k.Namespace == p.Namespace || k.Namespace == gen.RootNamespace(w)
 	case model.KindRequestAuthentication:
 		return false // not used by the generators yet
 	}
@@ -190,12 +199,12 @@ func configVisible(w *model.World, k model.Key, ns string) bool {
 			// matters where a root that names it is seen.
 			return gen.DelegatedTo(w, k, ns)
 		}
-		return gen.ExportedTo(o.Spec.GetExportTo(), k.Namespace, ns)
+		return gen.VirtualServiceExportedTo(w, &o.Spec, k.Namespace, ns)
 	case *networkingv1.DestinationRule:
 		// One with a workloadSelector applies in its own namespace only,
 		// whatever its exportTo: there to the proxies it selects, which a
 		// changed selection also moves to another class (ClassKey).
-		return gen.DestinationRuleExportedTo(&o.Spec, k.Namespace, ns)
+		return gen.DestinationRuleExportedTo(w, &o.Spec, k.Namespace, ns)
 	}
 	return true
 }

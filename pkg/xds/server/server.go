@@ -57,6 +57,7 @@ type Server struct {
 	reqs      sync.Map // request pointer -> *conn, between OnStreamRequest and CreateWatch
 	classes   classCache
 	history   *history
+	waves     *waves                 // push waves (canary.go)
 	streams   streamCount            // open streams, against Options.MaxStreams (limits.go)
 	refusals  *streamauth.RefusalLog // log lines of refused streams, bounded
 
@@ -93,6 +94,7 @@ func New(opts Options, world World, log *slog.Logger, reg prometheus.Registerer)
 		return nil, err
 	}
 	s.history = newHistory(opts.PushStatusSize)
+	s.waves = newWaves(s)
 	s.classes.entries = map[string]*classEntry{}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.xdsCancel = cancel
