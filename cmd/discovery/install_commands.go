@@ -52,8 +52,12 @@ func newUninstallCommand() *cobra.Command {
 		Use:   "uninstall",
 		Short: "Remove what bootstrap installed",
 		Long: `Remove the objects bootstrap installed for a revision (only objects carrying
-the installer's labels). --purge removes every revision and the CRDs, and
-with them every Istio configuration object. Namespaces are left.`,
+the installer's labels): its control plane, and, when it is the last
+revision installed, the shared objects (shared cluster roles, gateways).
+While another revision is installed, the shared objects stay, listed as
+kept. --purge removes every revision and the CRDs, and with them every
+Istio configuration object. Namespaces, and objects made by anything else
+(Istio's among them), are left.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if opts.Purge && cmd.Flags().Changed("revision") {
@@ -74,13 +78,16 @@ with them every Istio configuration object. Namespaces are left.`,
 			if err != nil {
 				return err
 			}
-			deleted, err := client.Uninstall(cmd.Context(), opts)
+			res, err := client.Uninstall(cmd.Context(), opts)
 			verb := "removed"
 			if opts.DryRun {
 				verb = "would be removed"
 			}
-			for _, k := range deleted {
+			for _, k := range res.Deleted {
 				fmt.Fprintf(cmd.OutOrStdout(), "%s: %s\n", verb, k)
+			}
+			for _, k := range res.Kept {
+				fmt.Fprintf(cmd.OutOrStdout(), "kept: %s\n", k)
 			}
 			return err
 		},
@@ -99,6 +106,7 @@ func newCheckCommand() *cobra.Command {
 		o          install.Options
 		kubeconfig string
 		pre        bool
+		takeOver   bool
 		namespace  string
 	)
 	cmd := &cobra.Command{
@@ -106,9 +114,12 @@ func newCheckCommand() *cobra.Command {
 		Short: "Check a cluster before an install (--pre) or an installed control plane",
 		Long: `Without --pre: the CRDs are Established, the discovery Deployment is
 available, the webhook configurations exist with the mesh root as caBundle,
-and a Pod created with server-side dry run in a namespace labelled for
-injection comes back injected. With --pre: the cluster answers, its version
-is supported, you may create what the install creates, and other
+the revision's objects are its own (not another revision's or another
+installer's), and a Pod created with server-side dry run in a namespace
+labelled for injection comes back injected. With --pre: the cluster
+answers, its version is supported, you may create what the install
+creates, Istio is not installed (or, with --take-over, the install goes
+beside it), no object to write belongs to someone else, and other
 installations are reported.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -129,12 +140,12 @@ installations are reported.`,
 			}
 			var results []install.CheckResult
 			if pre {
-				results = client.PreCheck(cmd.Context(), m)
+				results = client.PreCheck(cmd.Context(), m, install.PreCheckOptions{TakeOver: takeOver})
 			} else {
 				if namespace == "" {
 					namespace = m.Spec.Namespace
 				}
-				results = client.Check(cmd.Context(), install.CheckOptions{Namespace: namespace, Revision: m.Spec.Revision, CRDs: install.CRDNames(m)})
+				results = client.Check(cmd.Context(), install.CheckOptions{Namespace: namespace, Revision: m.Spec.Revision, CRDs: install.CRDNames(m), Manifest: m})
 			}
 			for _, r := range results {
 				fmt.Fprintln(cmd.OutOrStdout(), r)
@@ -148,6 +159,7 @@ installations are reported.`,
 	fs := cmd.Flags()
 	o.AddFlags(fs)
 	fs.BoolVar(&pre, "pre", false, "Run the checks before an install.")
+	fs.BoolVar(&takeOver, "take-over", false, "With --pre: check a migration from Istio (bootstrap --take-over).")
 	fs.StringVar(&namespace, "namespace", "", "Namespace of the control plane (default: the spec's).")
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "Path of a kubeconfig file (default: $KUBECONFIG, ~/.kube/config).")
 	return cmd

@@ -34,10 +34,13 @@ type chartJob struct {
 	targets patchTargets
 }
 
+// defaultRevision is the default revision's name in labels.
+const defaultRevision = "default"
+
 // RevisionName is the revision as labels carry it: "default" for "".
 func RevisionName(rev string) string {
 	if rev == "" {
-		return "default"
+		return defaultRevision
 	}
 	return rev
 }
@@ -48,7 +51,10 @@ var installerOnly = []string{"gateways", "profile"}
 
 // jobs turns the loaded input into the charts to render, in apply order:
 // base, discovery, then the enabled gateways in the order they are listed.
-func jobs(l *Loaded) []chartJob {
+// A revisioned control plane is rendered without gateways: as Istio
+// advises, gateways are installed apart from it (a bootstrap of the
+// revision without the control plane); the note says so.
+func jobs(l *Loaded) ([]chartJob, []string) {
 	s, tree := l.Spec, l.Tree
 	values := deepCopy(tree["values"]).(map[string]any)
 	for _, k := range installerOnly {
@@ -72,7 +78,13 @@ func jobs(l *Loaded) []chartJob {
 			targets: patchTargets{deployment: "discovery" + suffix, container: "discovery",
 				services: []string{"istiod" + suffix, "discovery" + suffix}, scaling: "discovery" + suffix}})
 	}
-	for _, g := range gatewayJobs(s, tree) {
+	gws := gatewayJobs(s, tree)
+	var notes []string
+	if s.Values.Revision != "" && enabledOr(s.Values.Pilot.Enabled, true) && len(gws) > 0 {
+		notes = append(notes, revisionGatewayNote(s.Values.Revision, gws))
+		gws = nil
+	}
+	for _, g := range gws {
 		gns := g.gw.Namespace
 		if gns == "" {
 			gns = ns
@@ -81,7 +93,21 @@ func jobs(l *Loaded) []chartJob {
 			values: gatewayChartValues(s, tree, g), k8s: g.k8s,
 			targets: patchTargets{deployment: g.gw.Name, container: "istio-proxy", services: []string{g.gw.Name}, scaling: g.gw.Name}})
 	}
-	return out
+	return out, notes
+}
+
+// revisionGatewayNote says why a revisioned control plane's gateways are
+// not rendered, and how to install a gateway of the revision.
+func revisionGatewayNote(rev string, gws []gatewayJob) string {
+	names := make([]string, len(gws))
+	for i, g := range gws {
+		names[i] = g.gw.Name
+	}
+	kind := gws[0].kind
+	return fmt.Sprintf("revision %s: gateways are installed apart from a revisioned control plane, as Istio advises, so %s %s not rendered; "+
+		"existing gateways keep running with the install that made them. A gateway of revision %s, on its own: "+
+		"discovery bootstrap --revision %s --profile empty --set components.%sGateways[0].name=%s-%s --set components.%sGateways[0].enabled=true",
+		rev, strings.Join(names, ", "), map[bool]string{true: "is", false: "are"}[len(names) == 1], rev, rev, kind, gws[0].gw.Name, rev, kind)
 }
 
 // pilotScaling sets values.pilot's replica count and autoscaler bounds

@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
+
+	"golang.org/x/sync/errgroup"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -46,10 +50,18 @@ func Failed(rs []CheckResult) []CheckResult {
 	return out
 }
 
+// PreCheckOptions say how the install will be applied.
+type PreCheckOptions struct {
+	// TakeOver is ApplyOptions.TakeOver: a migration from Istio.
+	TakeOver bool
+}
+
 // PreCheck runs the checks before an install of m: the cluster answers,
 // its version is supported, the caller may do everything the install
-// does, and any other installation is reported.
-func (c *Client) PreCheck(ctx context.Context, m *Manifest) []CheckResult {
+// does, Istio is not installed (or, with TakeOver, the install goes beside
+// it), no rendered object belongs to someone else, and other revisions are
+// reported.
+func (c *Client) PreCheck(ctx context.Context, m *Manifest, opts PreCheckOptions) []CheckResult {
 	var out []CheckResult
 	v, err := c.Kube.Discovery().ServerVersion()
 	if err != nil {
@@ -59,8 +71,39 @@ func (c *Client) PreCheck(ctx context.Context, m *Manifest) []CheckResult {
 	out = append(out, CheckResult{Name: "cluster reachable", OK: true, Detail: "Kubernetes " + v.GitVersion})
 	out = append(out, versionCheck(v.GitVersion))
 	out = append(out, c.permissionCheck(ctx, m))
+	if found, err := c.DetectIstio(ctx); err != nil {
+		out = append(out, CheckResult{Name: "Istio", Detail: err.Error()})
+	} else {
+		out = append(out, istioCheck(found, m, opts.TakeOver))
+	}
+	out = append(out, c.ownershipPreCheck(ctx, m, opts.TakeOver))
 	out = append(out, c.otherInstallations(ctx, m))
 	return out
+}
+
+// ownershipPreCheck fails when the install would write an object that
+// someone else owns (Apply would refuse), and names the shared objects it
+// leaves to their owners.
+func (c *Client) ownershipPreCheck(ctx context.Context, m *Manifest, takeOver bool) CheckResult {
+	r := CheckResult{Name: "ownership"}
+	p, err := c.planApply(ctx, m, takeOver)
+	if err != nil {
+		r.Detail = err.Error()
+		return r
+	}
+	var oe *OwnershipError
+	if err := p.conflicts(); errors.As(err, &oe) {
+		r.Detail = fmt.Sprintf("%d rendered objects belong to someone else: %s", len(oe.Conflicts), strings.Join(oe.Conflicts, "; "))
+		r.Hint = "discovery changes only what it made, for the revision it installs: install another revision (--revision), " +
+			"rename the object in the input, or remove it with the tool that made it"
+		return r
+	}
+	r.OK = true
+	r.Detail = fmt.Sprintf("revision %s owns or may create every object it writes", m.Revision)
+	if sk := p.skipped(); len(sk) > 0 {
+		r.Detail += fmt.Sprintf("; %d shared objects are left to their owners: %s", len(sk), abbreviate(sk, 2))
+	}
+	return r
 }
 
 func versionCheck(git string) CheckResult {
@@ -94,26 +137,48 @@ func (c *Client) permissionCheck(ctx context.Context, m *Manifest) CheckResult {
 		}
 		targets[target{gvk.Group, mapping.Resource.Resource, o.GetNamespace()}] = true
 	}
-	var denied []string
+	type review struct {
+		t    target
+		verb string
+	}
+	var reviews []review
 	for t := range targets {
 		for _, verb := range []string{"get", "create", "patch", "delete"} {
-			review, err := c.Kube.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+			reviews = append(reviews, review{t, verb})
+		}
+	}
+	var (
+		mu     sync.Mutex
+		denied []string
+	)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(parallelism)
+	for _, rv := range reviews {
+		g.Go(func() error {
+			t := rv.t
+			res, err := c.Kube.AuthorizationV1().SelfSubjectAccessReviews().Create(gctx, &authorizationv1.SelfSubjectAccessReview{
 				Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
-					Group: t.group, Resource: t.resource, Namespace: t.namespace, Verb: verb,
+					Group: t.group, Resource: t.resource, Namespace: t.namespace, Verb: rv.verb,
 				}},
 			}, metav1.CreateOptions{})
 			if err != nil {
-				r.Detail = fmt.Sprintf("SelfSubjectAccessReview: %v", err)
-				return r
+				return fmt.Errorf("SelfSubjectAccessReview: %w", err)
 			}
-			if !review.Status.Allowed {
+			if !res.Status.Allowed {
 				where := t.namespace
 				if where == "" {
 					where = "cluster-wide"
 				}
-				denied = append(denied, fmt.Sprintf("%s %s.%s (%s)", verb, t.resource, t.group, where))
+				mu.Lock()
+				denied = append(denied, fmt.Sprintf("%s %s.%s (%s)", rv.verb, t.resource, t.group, where))
+				mu.Unlock()
 			}
-		}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		r.Detail = err.Error()
+		return r
 	}
 	sort.Strings(denied)
 	if len(denied) > 0 {
@@ -125,8 +190,8 @@ func (c *Client) permissionCheck(ctx context.Context, m *Manifest) CheckResult {
 	return r
 }
 
-// otherInstallations reports control planes other than the one m
-// installs: another revision or image of ours, or Istio's istiod.
+// otherInstallations reports control planes of discovery other than the
+// one m installs: another revision, or another image of this one.
 func (c *Client) otherInstallations(ctx context.Context, m *Manifest) CheckResult {
 	r := CheckResult{Name: "other installations", OK: true}
 	deps, err := c.Kube.AppsV1().Deployments("").List(ctx, metav1.ListOptions{LabelSelector: LabelManagedBy + "=" + ManagedByValue + "," + LabelComponent + "=" + ComponentDiscovery})
@@ -153,10 +218,6 @@ func (c *Client) otherInstallations(ctx context.Context, m *Manifest) CheckResul
 		case want != "" && img != want:
 			notes = append(notes, fmt.Sprintf("revision %s runs %s; this install changes it to %s", rev, img, want))
 		}
-	}
-	istiod, err := c.Kube.AppsV1().Deployments("").List(ctx, metav1.ListOptions{LabelSelector: "app=istiod"})
-	if err == nil && len(istiod.Items) > 0 {
-		notes = append(notes, fmt.Sprintf("Istio's istiod runs in %s: its webhooks may also inject pods", istiod.Items[0].Namespace))
 	}
 	if len(notes) == 0 {
 		r.Detail = "none"

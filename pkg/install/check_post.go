@@ -19,6 +19,9 @@ type CheckOptions struct {
 	Revision  string
 	// CRDs are the names of the CRDs that must be Established.
 	CRDs []string
+	// Manifest is the revision's rendered install: its objects must be
+	// the revision's own (shared ones may be another owner's). Optional.
+	Manifest *Manifest
 }
 
 // Check runs the checks of an installed control plane, each with a hint
@@ -30,6 +33,9 @@ func (c *Client) Check(ctx context.Context, opts CheckOptions) []CheckResult {
 		suffix = "-" + opts.Revision
 	}
 	out := []CheckResult{c.checkCRDs(ctx, opts.CRDs)}
+	if opts.Manifest != nil {
+		out = append(out, c.checkOwnership(ctx, opts.Manifest))
+	}
 	out = append(out, c.checkDeployment(ctx, opts.Namespace, "discovery"+suffix))
 	root, rootErr := c.rootCert(ctx, opts.Namespace)
 	out = append(out, c.checkWebhook(ctx, "MutatingWebhookConfiguration", "mutatingwebhookconfigurations", "istio-sidecar-injector"+suffix, root, rootErr))
@@ -162,5 +168,46 @@ func (c *Client) checkInjection(ctx context.Context, revision string) CheckResul
 	}
 	r.Detail = "the dry-run Pod came back without istio-proxy"
 	r.Hint = "another webhook may be answering, or the injector config (ConfigMap istio-sidecar-injector) disables injection"
+	return r
+}
+
+// checkOwnership checks that every object the revision renders and finds
+// is its own: a per-revision object or a gateway labelled for another
+// revision, or made by another installer, fails. Shared base objects may
+// belong to another revision, or to Istio after --take-over.
+func (c *Client) checkOwnership(ctx context.Context, m *Manifest) CheckResult {
+	r := CheckResult{Name: "ownership"}
+	var bad, shared []string
+	found := 0
+	for _, o := range m.Objects() {
+		live, err := c.getLive(ctx, o)
+		if err != nil {
+			bad = append(bad, objectKey(o)+": "+err.Error())
+			continue
+		}
+		if live == nil {
+			continue
+		}
+		found++
+		owner := OwnerOf(live)
+		switch {
+		case owner.Discovery && owner.Revision == m.Revision:
+		case o.GetLabels()[LabelComponent] == ComponentBase:
+			shared = append(shared, objectKey(o)+" ("+owner.String()+")")
+		default:
+			bad = append(bad, objectKey(o)+" is owned by "+owner.String())
+		}
+	}
+	if len(bad) > 0 {
+		r.Detail = fmt.Sprintf("revision %s expects its own objects: %s", m.Revision, strings.Join(bad, "; "))
+		r.Hint = "another revision's bootstrap or another installer has written them: run bootstrap of the revision that owns them to see, " +
+			"or uninstall that revision"
+		return r
+	}
+	r.OK, r.Detail = true, fmt.Sprintf("%d objects found, all of revision %s", found, m.Revision)
+	if len(shared) > 0 {
+		r.Detail = fmt.Sprintf("%d objects found: %d of revision %s, %d shared ones of their owner: %s",
+			found, found-len(shared), m.Revision, len(shared), abbreviate(shared, 2))
+	}
 	return r
 }

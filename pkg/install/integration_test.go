@@ -102,7 +102,7 @@ func TestBootstrapOnARealAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range client.PreCheck(ctx, m) {
+	for _, r := range client.PreCheck(ctx, m, PreCheckOptions{}) {
 		if !r.OK {
 			t.Errorf("pre-check failed: %s", r)
 		}
@@ -160,12 +160,12 @@ func TestBootstrapOnARealAPIServer(t *testing.T) {
 	}
 
 	// Uninstall: everything but the CRDs goes; --purge takes the CRDs.
-	deleted, err := client.Uninstall(ctx, UninstallOptions{})
+	un, err := client.Uninstall(ctx, UninstallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := len(noGW.Objects()) - len(CRDNames(noGW)); len(deleted) != want {
-		t.Errorf("uninstall deleted %d objects, want %d", len(deleted), want)
+	if want := len(noGW.Objects()) - len(CRDNames(noGW)); len(un.Deleted) != want || len(un.Kept) != 0 {
+		t.Errorf("uninstall deleted %d objects, want %d; kept %v", len(un.Deleted), want, un.Kept)
 	}
 	left, err := client.listManaged(ctx, selector(""), true)
 	if err != nil {

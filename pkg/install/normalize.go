@@ -10,7 +10,7 @@ import (
 // (and the checks) read one place:
 //
 //	hub, tag                     values.global.hub, values.global.tag
-//	revision                     values.revision
+//	revision                     values.revision ("default" is "": the default revision)
 //	namespace                    values.global.istioNamespace
 //	meshConfig                   laid over values.meshConfig
 //	components.pilot.hub, .tag   values.pilot.hub, values.pilot.tag
@@ -64,6 +64,12 @@ func normalize(l *Loaded, inputs []userInput) error {
 	}
 	pilot["enabled"] = enabled
 
+	if rev, _ := values["revision"].(string); rev == defaultRevision {
+		// The default revision is the one without a name: "default" is
+		// what its labels say, and a second set of objects named
+		// *-default would select the same pods.
+		values["revision"] = ""
+	}
 	ns, hidden := namespaceOf(inputs)
 	for _, h := range hidden {
 		l.Warnings = append(l.Warnings, h)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -74,9 +75,10 @@ func (c *Client) listManaged(ctx context.Context, sel labels.Selector, withCRDs 
 	return out, nil
 }
 
-// prune deletes the objects of m's revision that m no longer renders.
-// CRDs are never pruned: every Istio object of their kinds would go with
-// them. Only uninstall --purge removes CRDs.
+// prune deletes the objects of m's revision that m no longer renders, of
+// the components m answers for (Manifest.Governs). CRDs are never pruned:
+// every Istio object of their kinds would go with them. Only uninstall
+// --purge removes CRDs.
 func (c *Client) prune(ctx context.Context, m *Manifest, dryRun bool) ([]string, error) {
 	rendered := map[string]bool{}
 	for _, comp := range m.Components {
@@ -90,7 +92,7 @@ func (c *Client) prune(ctx context.Context, m *Manifest, dryRun bool) ([]string,
 	}
 	var stale []*unstructured.Unstructured
 	for _, o := range live {
-		if !rendered[objectKey(o)] {
+		if !rendered[objectKey(o)] && m.Governs(o.GetLabels()[LabelComponent]) {
 			stale = append(stale, o)
 		}
 	}
@@ -128,21 +130,50 @@ type UninstallOptions struct {
 	DryRun bool
 }
 
+// UninstallResult lists what Uninstall deleted (or would delete) and the
+// revision's shared objects it kept, each with why.
+type UninstallResult struct {
+	Deleted, Kept []string
+}
+
 // Uninstall deletes the installer's objects (only those with its labels)
-// and returns what it deleted. Namespaces are left.
-func (c *Client) Uninstall(ctx context.Context, opts UninstallOptions) ([]string, error) {
+// of one revision: its control plane, and, when no other revision's
+// control plane is left, every shared object (base and gateways; the CRDs
+// only with Purge, which removes every revision). Shared objects the
+// revision owns while another revision is installed are kept, and listed.
+// Namespaces are left.
+func (c *Client) Uninstall(ctx context.Context, opts UninstallOptions) (*UninstallResult, error) {
 	c.start = time.Now()
-	rev := RevisionName(opts.Revision)
-	if opts.Purge {
-		rev = ""
-	}
-	objs, err := c.listManaged(ctx, selector(rev), opts.Purge)
+	res := &UninstallResult{}
+	objs, err := c.listManaged(ctx, selector(""), opts.Purge)
 	if err != nil {
-		return nil, err
+		return res, err
 	}
-	if len(objs) == 0 {
+	rev := RevisionName(opts.Revision)
+	others := map[string]bool{}
+	for _, o := range objs {
+		if l := o.GetLabels(); l[LabelComponent] == ComponentDiscovery && l[LabelRevision] != rev {
+			others[l[LabelRevision]] = true
+		}
+	}
+	var doomed []*unstructured.Unstructured
+	for _, o := range objs {
+		l := o.GetLabels()
+		switch {
+		case opts.Purge, l[LabelRevision] == rev && !SharedComponent(l[LabelComponent]):
+			doomed = append(doomed, o)
+		case !SharedComponent(l[LabelComponent]):
+		case len(others) == 0:
+			doomed = append(doomed, o)
+		case l[LabelRevision] == rev:
+			res.Kept = append(res.Kept, fmt.Sprintf("%s (shared: revision %s is still installed; shared objects go with the last uninstall)",
+				objectKey(o), strings.Join(sortedKeys(others), ", ")))
+		}
+	}
+	if len(doomed) == 0 {
 		c.progress("uninstall", "nothing installed matches")
-		return nil, nil
+		return res, nil
 	}
-	return c.deleteAll(ctx, objs, opts.DryRun)
+	res.Deleted, err = c.deleteAll(ctx, doomed, opts.DryRun)
+	return res, err
 }

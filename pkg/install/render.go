@@ -35,6 +35,41 @@ type Manifest struct {
 	// Warnings name what the input set that changes nothing, and the
 	// like: the commands print them.
 	Warnings []string
+	// Notes say what the installer chose not to render, and why.
+	Notes []string
+
+	scope installScope
+}
+
+// installScope is what one bootstrap answers for: prune removes its
+// revision's objects of these components that it no longer renders.
+type installScope struct {
+	// controlPlane: the input enables the discovery component.
+	controlPlane bool
+	// base: the input enables the base component.
+	base bool
+	// gateways are the gateway components the input lists, enabled or not.
+	gateways map[string]bool
+}
+
+// Governs reports whether the install answers for the component's objects
+// of its revision. A control plane install answers for its discovery and
+// base components and, for the default revision, for the revision's
+// gateways; an install without the control plane (gateways installed on
+// their own) answers only for the gateways it lists, and for base if it
+// enables it.
+func (m *Manifest) Governs(component string) bool {
+	s := m.scope
+	switch {
+	case component == ComponentDiscovery:
+		return s.controlPlane
+	case component == ComponentBase:
+		return s.controlPlane || s.base
+	case s.controlPlane:
+		return m.Revision == defaultRevision
+	default:
+		return s.gateways[component]
+	}
 }
 
 // RenderOptions say where charts come from and what fills the gaps.
@@ -60,8 +95,11 @@ func Render(opts RenderOptions, in Input) (*Manifest, error) {
 func RenderLoaded(opts RenderOptions, l *Loaded) (*Manifest, error) {
 	spec := l.Spec
 	m := &Manifest{Spec: spec, Revision: RevisionName(spec.Revision), Warnings: append([]string(nil), l.Warnings...)}
+	m.scope = scopeOf(spec)
 	charts := map[string]*chart.Chart{}
-	for _, j := range jobs(l) {
+	js, notes := jobs(l)
+	m.Notes = notes
+	for _, j := range js {
 		c, ok := charts[j.chart]
 		if !ok {
 			var err error
@@ -109,10 +147,25 @@ func componentPath(j chartJob, s *Spec) string {
 	return j.component
 }
 
-// WriteWarnings prints each warning on a line of its own.
+func scopeOf(s *Spec) installScope {
+	sc := installScope{
+		controlPlane: enabledOr(s.Values.Pilot.Enabled, true),
+		base:         enabledOr(s.Components.Base.Enabled, true),
+		gateways:     map[string]bool{},
+	}
+	for _, g := range allGateways(s) {
+		sc.gateways[gatewayPrefix+g.Name] = true
+	}
+	return sc
+}
+
+// WriteWarnings prints each warning and note on a line of its own.
 func (m *Manifest) WriteWarnings(w io.Writer) {
 	for _, s := range m.Warnings {
 		fmt.Fprintf(w, "warning: %s\n", s)
+	}
+	for _, s := range m.Notes {
+		fmt.Fprintf(w, "note: %s\n", s)
 	}
 }
 

@@ -355,7 +355,7 @@ func checkUnmarshal(v any, t reflect.Type, path Path) []error {
 	return nil
 }
 
-func sortedKeys(m map[string]any) []string {
+func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)

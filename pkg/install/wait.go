@@ -33,14 +33,14 @@ func (c *Client) waitComponent(ctx context.Context, comp Component, timeout time
 	}
 	if len(crds) > 0 {
 		c.progress(comp.Name, "waiting for %d CRDs to be Established", len(crds))
-		if err := c.waitAll(ctx, timeout, crds, c.crdEstablished); err != nil {
-			return fmt.Errorf("%s: CRDs: %w", comp.Name, err)
+		if err := c.waitAll(ctx, comp.Name, timeout, crds, c.crdEstablished); err != nil {
+			return fmt.Errorf("CRDs: %w", err)
 		}
 	}
 	if len(deployments) > 0 {
 		c.progress(comp.Name, "waiting for Deployment %s to be available", names(deployments))
-		if err := c.waitAll(ctx, timeout, deployments, c.deploymentAvailable); err != nil {
-			return fmt.Errorf("%s: Deployments: %w", comp.Name, err)
+		if err := c.waitAll(ctx, comp.Name, timeout, deployments, c.deploymentAvailable); err != nil {
+			return fmt.Errorf("Deployments: %w", err)
 		}
 	}
 	if len(crds)+len(deployments) > 0 {
@@ -60,32 +60,56 @@ func names(objs []*unstructured.Unstructured) string {
 // readyFunc reports whether o is ready, and if not, why.
 type readyFunc func(ctx context.Context, o *unstructured.Unstructured) (bool, string, error)
 
-// waitAll polls until every object is ready, or timeout; the error names
-// those still not ready and why.
-func (c *Client) waitAll(ctx context.Context, timeout time.Duration, objs []*unstructured.Unstructured, ready readyFunc) error {
-	pending := map[string]string{}
+// waitAll polls until every object is ready, or timeout. Every Heartbeat
+// it prints what it still waits for; the error names those still not
+// ready and why, as found by a last look after the timeout (a request cut
+// short by the deadline, or by the client's rate limiter, is not a
+// reason).
+func (c *Client) waitAll(ctx context.Context, component string, timeout time.Duration, objs []*unstructured.Unstructured, ready readyFunc) error {
+	start, beat := time.Now(), time.Now()
+	var pending []*unstructured.Unstructured
 	err := wait.PollUntilContextTimeout(ctx, c.PollInterval, timeout, true, func(ctx context.Context) (bool, error) {
-		clear(pending)
+		pending = pending[:0]
 		for _, o := range objs {
-			ok, why, err := ready(ctx, o)
-			if err != nil {
-				why = err.Error()
+			if ok, _, err := ready(ctx, o); !ok || err != nil {
+				pending = append(pending, o)
 			}
-			if !ok {
-				pending[objectKey(o)] = why
-			}
+		}
+		if len(pending) > 0 && c.Heartbeat > 0 && time.Since(beat) >= c.Heartbeat {
+			beat = time.Now()
+			c.progress(component, "still waiting (%s of %s) for %s", time.Since(start).Round(time.Second), timeout, c.reasons(ctx, pending, ready))
 		}
 		return len(pending) == 0, nil
 	})
 	if err == nil {
 		return nil
 	}
-	keys := make([]string, 0, len(pending))
-	for k, why := range pending {
-		keys = append(keys, k+" ("+why+")")
+	if ctx.Err() != nil {
+		return ctx.Err()
 	}
-	sort.Strings(keys)
-	return fmt.Errorf("%w after %s waiting for %s", errTimeout, timeout, strings.Join(keys, "; "))
+	if len(pending) == 0 {
+		pending = objs
+	}
+	look, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	return fmt.Errorf("%w after %s waiting for %s", errTimeout, timeout, c.reasons(look, pending, ready))
+}
+
+// reasons asks again why each object is not ready: "key (why); ...".
+func (c *Client) reasons(ctx context.Context, objs []*unstructured.Unstructured, ready readyFunc) string {
+	var out []string
+	for _, o := range objs {
+		ok, why, err := ready(ctx, o)
+		switch {
+		case err != nil:
+			why = err.Error()
+		case ok:
+			why = "ready now"
+		}
+		out = append(out, objectKey(o)+" ("+why+")")
+	}
+	sort.Strings(out)
+	return strings.Join(out, "; ")
 }
 
 func (c *Client) crdEstablished(ctx context.Context, o *unstructured.Unstructured) (bool, string, error) {
