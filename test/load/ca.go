@@ -28,11 +28,13 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/meshplane/discovery/proto/istio/v1/auth"
+
+	"github.com/meshplane/discovery/test/load/loadkit"
 )
 
 // CAOptions configure the CA benchmark.
 type CAOptions struct {
-	Server ServerOptions
+	Server loadkit.ServerOptions
 	// Out holds the server's CA, token file, log and the report.
 	Out string
 	// Clients is the number of concurrent clients, each with its own TLS
@@ -51,7 +53,7 @@ type CAOptions struct {
 
 // DefaultCAOptions: 100 ECDSA clients for 10 s.
 func DefaultCAOptions() CAOptions {
-	return CAOptions{Server: DefaultServerOptions(), Out: "out/bench/ca", Clients: 100, Duration: 10 * time.Second, Key: "ecdsa"}
+	return CAOptions{Server: loadkit.DefaultServerOptions(), Out: "out/bench/ca", Clients: 100, Duration: 10 * time.Second, Key: "ecdsa"}
 }
 
 // AddFlags registers the benchmark's flags.
@@ -136,11 +138,11 @@ func RunCA(ctx context.Context, o CAOptions, out io.Writer) (*LatencyReport, err
 	if !o.KeepRateLimit {
 		extra = append(extra, "--csr-rate-limit=0", "--csr-rate-limit-per-identity=0")
 	}
-	server, err := startServer(ctx, o.Server, configDir, o.Out, extra...)
+	server, err := loadkit.StartServer(ctx, o.Server, configDir, o.Out, extra...)
 	if err != nil {
 		return nil, err
 	}
-	defer server.stop()
+	defer server.Stop()
 	clients, err := newCAClients(o, server)
 	if err != nil {
 		return nil, err
@@ -150,14 +152,14 @@ func RunCA(ctx context.Context, o CAOptions, out io.Writer) (*LatencyReport, err
 			_ = c.conn.Close()
 		}
 	}()
-	rep := &LatencyReport{Tool: "discovery-load ca", Started: time.Now(), Commit: o.Server.commit(), Machine: machineInfo(), ErrorKind: map[string]int{},
+	rep := &LatencyReport{Tool: "discovery-load ca", Started: time.Now(), Commit: o.Server.ReportCommit(), Machine: loadkit.MachineInfo(), ErrorKind: map[string]int{},
 		Params: map[string]any{"clients": o.Clients, "key": o.Key, "duration": o.Duration.String(), "rateLimit": o.KeepRateLimit, "rate": o.Rate}}
 	// Warm up: every client connects (TLS handshake) and is served once.
 	if err := runCAClients(ctx, clients, time.Time{}, 0, newRecorder()); err != nil {
 		return nil, fmt.Errorf("first CSR: %w", err)
 	}
 	rec := newRecorder()
-	w := startWindow(server.pid)
+	w := startWindow(server.PID)
 	deadline := time.Now().Add(o.Duration)
 	_ = runCAClients(ctx, clients, deadline, o.Rate, rec)
 	w.stop(rep)
@@ -171,8 +173,8 @@ func RunCA(ctx context.Context, o CAOptions, out io.Writer) (*LatencyReport, err
 	return rep, rep.write(o.Out, out)
 }
 
-func newCAClients(o CAOptions, server *serverProc) ([]*caClient, error) {
-	pool, err := readRoot(server.caDir)
+func newCAClients(o CAOptions, server *loadkit.Server) ([]*caClient, error) {
+	pool, err := readRoot(server.CADir)
 	if err != nil {
 		return nil, err
 	}
@@ -183,7 +185,7 @@ func newCAClients(o CAOptions, server *serverProc) ([]*caClient, error) {
 		if err != nil {
 			return nil, err
 		}
-		conn, err := grpc.NewClient(server.secure, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)))
+		conn, err := grpc.NewClient(server.Secure, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)))
 		if err != nil {
 			return nil, err
 		}

@@ -11,25 +11,27 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/meshplane/discovery/test/load/loadkit"
 )
 
 // LatencyReport is the result of a request benchmark (CA, webhook).
 type LatencyReport struct {
-	Tool    string         `json:"tool"`
-	Started time.Time      `json:"started"`
-	Commit  string         `json:"commit,omitempty"`
-	Machine Machine        `json:"machine"`
-	Params  map[string]any `json:"params"`
+	Tool    string          `json:"tool"`
+	Started time.Time       `json:"started"`
+	Commit  string          `json:"commit,omitempty"`
+	Machine loadkit.Machine `json:"machine"`
+	Params  map[string]any  `json:"params"`
 	// Requests counts completed requests in the measured window, Errors
 	// the failed ones among them (by kind).
-	Requests  int            `json:"requests"`
-	Errors    int            `json:"errors"`
-	ErrorKind map[string]int `json:"errorsByKind,omitempty"`
-	Seconds   float64        `json:"seconds"`
-	PerSecond float64        `json:"perSecond"`
-	Latency   Percentiles    `json:"latency"`
-	Server    ProcWindow     `json:"server"`
-	Tool_     ProcWindow     `json:"toolProcess"`
+	Requests  int                 `json:"requests"`
+	Errors    int                 `json:"errors"`
+	ErrorKind map[string]int      `json:"errorsByKind,omitempty"`
+	Seconds   float64             `json:"seconds"`
+	PerSecond float64             `json:"perSecond"`
+	Latency   loadkit.Percentiles `json:"latency"`
+	Server    loadkit.ProcWindow  `json:"server"`
+	Tool_     loadkit.ProcWindow  `json:"toolProcess"`
 	// MachineBusyCores is the whole machine's CPU use over the window.
 	MachineBusyCores float64  `json:"machineBusyCores"`
 	Notes            []string `json:"notes,omitempty"`
@@ -70,7 +72,7 @@ func (r *recorder) fill(rep *LatencyReport, secs float64) {
 	if secs > 0 {
 		rep.PerSecond = float64(len(r.lat)) / secs
 	}
-	rep.Latency = percentiles(r.lat)
+	rep.Latency = loadkit.PercentilesOf(r.lat)
 }
 
 func (rep *LatencyReport) write(dir string, out io.Writer) error {
@@ -109,28 +111,28 @@ func (rep *LatencyReport) write(dir string, out io.Writer) error {
 
 // window measures the server, the tool and the machine over a benchmark.
 type window struct {
-	srv, self *sampler
-	s0, t0    procSample
+	srv, self *loadkit.Sampler
+	s0, t0    loadkit.ProcSample
 	m0        float64
 	start     time.Time
 }
 
 func startWindow(pid int) *window {
-	w := &window{srv: newSampler(pid, 250*time.Millisecond), self: newSampler(os.Getpid(), 250*time.Millisecond)}
-	w.s0, w.t0 = w.srv.sample(), w.self.sample()
-	w.m0, _ = machineCPU()
+	w := &window{srv: loadkit.NewSampler(pid, 250*time.Millisecond), self: loadkit.NewSampler(os.Getpid(), 250*time.Millisecond)}
+	w.s0, w.t0 = w.srv.Sample(), w.self.Sample()
+	w.m0, _ = loadkit.MachineCPU()
 	w.start = time.Now()
 	return w
 }
 
 func (w *window) stop(rep *LatencyReport) {
-	s1, t1 := w.srv.sample(), w.self.sample()
-	m1, _ := machineCPU()
-	rep.Server, rep.Tool_ = w.srv.window(w.s0, s1), w.self.window(w.t0, t1)
+	s1, t1 := w.srv.Sample(), w.self.Sample()
+	m1, _ := loadkit.MachineCPU()
+	rep.Server, rep.Tool_ = w.srv.Window(w.s0, s1), w.self.Window(w.t0, t1)
 	if d := time.Since(w.start).Seconds(); d > 0 {
 		rep.MachineBusyCores = (m1 - w.m0) / d
 	}
-	rep.Machine.LoadAvgEnd = loadAvg()
+	rep.Machine.LoadAvgEnd = loadkit.LoadAvg()
 }
 
 // readRoot reads the server's root certificate from its CA directory.

@@ -19,6 +19,8 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/meshplane/discovery/test/load/loadkit"
 )
 
 func main() {
@@ -52,7 +54,7 @@ func newXDSCommand() *cobra.Command {
 }
 
 func newWorldCommand() *cobra.Command {
-	o := DefaultWorldOptions()
+	o := loadkit.DefaultWorldOptions()
 	var dir string
 	cmd := &cobra.Command{
 		Use:   "world",
@@ -62,7 +64,7 @@ func newWorldCommand() *cobra.Command {
 			if dir == "" {
 				return fmt.Errorf("--dir is required")
 			}
-			_, err := NewWorld(o, dir)
+			_, err := loadkit.NewWorld(o, dir)
 			return err
 		},
 	}

@@ -16,11 +16,13 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/meshplane/discovery/test/load/loadkit"
 )
 
 // WebhookOptions configure the injection webhook benchmark.
 type WebhookOptions struct {
-	Server ServerOptions
+	Server loadkit.ServerOptions
 	// Out holds the server's CA, log and the report.
 	Out string
 	// Rate is requests per second, sent on schedule whatever the answers
@@ -35,7 +37,7 @@ type WebhookOptions struct {
 
 // DefaultWebhookOptions: 200 requests per second for 10 s.
 func DefaultWebhookOptions() WebhookOptions {
-	return WebhookOptions{Server: DefaultServerOptions(), Out: "out/bench/webhook", Rate: 200, Duration: 10 * time.Second, MaxInFlight: 256}
+	return WebhookOptions{Server: loadkit.DefaultServerOptions(), Out: "out/bench/webhook", Rate: 200, Duration: 10 * time.Second, MaxInFlight: 256}
 }
 
 // AddFlags registers the benchmark's flags.
@@ -115,12 +117,12 @@ func RunWebhook(ctx context.Context, o WebhookOptions, out io.Writer) (*LatencyR
 	if err := os.MkdirAll(configDir, 0o755); err != nil {
 		return nil, err
 	}
-	server, err := startServer(ctx, o.Server, configDir, o.Out)
+	server, err := loadkit.StartServer(ctx, o.Server, configDir, o.Out)
 	if err != nil {
 		return nil, err
 	}
-	defer server.stop()
-	pool, err := readRoot(server.caDir)
+	defer server.Stop()
+	pool, err := readRoot(server.CADir)
 	if err != nil {
 		return nil, err
 	}
@@ -128,15 +130,15 @@ func RunWebhook(ctx context.Context, o WebhookOptions, out io.Writer) (*LatencyR
 		MaxIdleConnsPerHost: o.MaxInFlight, ForceAttemptHTTP2: false}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
-	url := "https://" + server.webhook + "/inject"
+	url := "https://" + server.Webhook + "/inject"
 	body := admissionReview()
 	if err := postReview(ctx, client, url, body); err != nil {
 		return nil, fmt.Errorf("first request: %w", err)
 	}
-	rep := &LatencyReport{Tool: "discovery-load webhook", Started: time.Now(), Commit: o.Server.commit(), Machine: machineInfo(), ErrorKind: map[string]int{},
+	rep := &LatencyReport{Tool: "discovery-load webhook", Started: time.Now(), Commit: o.Server.ReportCommit(), Machine: loadkit.MachineInfo(), ErrorKind: map[string]int{},
 		Params: map[string]any{"rate": o.Rate, "duration": o.Duration.String(), "maxInFlight": o.MaxInFlight}}
 	rec := newRecorder()
-	w := startWindow(server.pid)
+	w := startWindow(server.PID)
 	openLoop(ctx, o, func(scheduled time.Time) {
 		if err := postReview(ctx, client, url, body); err != nil {
 			rec.fail(errKind(err))

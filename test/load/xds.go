@@ -6,20 +6,20 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime/pprof"
-	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/meshplane/discovery/test/load/loadkit"
 )
 
 // XDSOptions configure an xDS load run.
 type XDSOptions struct {
-	World  WorldOptions
-	Fleet  FleetOptions
-	Server ServerOptions
+	World  loadkit.WorldOptions
+	Fleet  loadkit.FleetOptions
+	Server loadkit.ServerOptions
 	// Out is the directory for the world, the server's log and the report.
 	Out string
 	// Kubeconfig, when set, writes the world into that API server (and
@@ -44,7 +44,7 @@ type XDSOptions struct {
 
 // DefaultXDSOptions are workload S.
 func DefaultXDSOptions() XDSOptions {
-	return XDSOptions{World: DefaultWorldOptions(), Fleet: DefaultFleetOptions(), Server: DefaultServerOptions(),
+	return XDSOptions{World: loadkit.DefaultWorldOptions(), Fleet: loadkit.DefaultFleetOptions(), Server: loadkit.DefaultServerOptions(),
 		Out: "bench-results/xds", Endpoints: 20, VirtualServices: 20, Services: 10, Reconnects: 20, Rate: 2,
 		Idle: 10 * time.Second, Timeout: 2 * time.Minute, ProfileSeconds: 30 * time.Second}
 }
@@ -92,16 +92,15 @@ func (o *XDSOptions) Validate() error {
 // run is one xDS load run in progress.
 type run struct {
 	o       XDSOptions
-	world   *World
-	fleet   *fleet
-	server  *serverProc
-	srv     *sampler
-	self    *sampler
+	world   *loadkit.World
+	fleet   *loadkit.Fleet
+	server  *loadkit.Server
+	srv     *loadkit.Sampler
+	self    *loadkit.Sampler
 	report  *Report
-	busy0   float64
 	phase0  time.Time
-	totals0 totals
-	s0, t0  procSample
+	totals0 loadkit.Totals
+	s0, t0  loadkit.ProcSample
 	m0      float64
 }
 
@@ -123,22 +122,22 @@ func RunXDS(ctx context.Context, o XDSOptions, out io.Writer) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer server.stop()
-	f, err := newFleet(o.Fleet, world)
+	defer server.Stop()
+	f, err := loadkit.NewFleet(o.Fleet, world)
 	if err != nil {
 		return nil, err
 	}
 	r := &run{o: o, world: world, fleet: f, server: server,
-		srv: newSampler(server.pid, o.Server.SampleInterval), self: newSampler(os.Getpid(), o.Server.SampleInterval),
-		report: &Report{Tool: "discovery-load xds", Started: time.Now(), Commit: o.Server.commit(), Machine: machineInfo(),
+		srv: loadkit.NewSampler(server.PID, o.Server.SampleInterval), self: loadkit.NewSampler(os.Getpid(), o.Server.SampleInterval),
+		report: &Report{Tool: "discovery-load xds", Started: time.Now(), Commit: o.Server.ReportCommit(), Machine: loadkit.MachineInfo(),
 			World: o.World, Fleet: o.Fleet, Args: o.Server.Args}}
 	sctx, stopSampling := context.WithCancel(ctx)
 	defer stopSampling()
-	go r.srv.run(sctx)
-	go r.self.run(sctx)
-	first := r.srv.sample()
-	busyStart, _ := machineCPU()
-	selfStart := r.self.sample()
+	go r.srv.Run(sctx)
+	go r.self.Run(sctx)
+	first := r.srv.Sample()
+	busyStart, _ := loadkit.MachineCPU()
+	selfStart := r.self.Sample()
 
 	fctx, stopFleet := context.WithCancel(ctx)
 	wait, err := r.connect(fctx, out)
@@ -147,6 +146,10 @@ func RunXDS(ctx context.Context, o XDSOptions, out io.Writer) (*Report, error) {
 		return nil, err
 	}
 	err = r.phases(ctx, out)
+	if o.Fleet.Verify {
+		v := r.fleet.Verify(r.world)
+		r.report.Verify = &v
+	}
 	stopFleet()
 	wait()
 	r.finish(first, selfStart, busyStart)
@@ -161,20 +164,20 @@ func RunXDS(ctx context.Context, o XDSOptions, out io.Writer) (*Report, error) {
 
 // startWorld writes the world (files or API server) and starts the server
 // on it.
-func (o *XDSOptions) startWorld(ctx context.Context) (*World, *serverProc, error) {
+func (o *XDSOptions) startWorld(ctx context.Context) (*loadkit.World, *loadkit.Server, error) {
 	if err := os.MkdirAll(o.Out, 0o755); err != nil {
 		return nil, nil, err
 	}
 	if o.Kubeconfig != "" {
-		world, err := NewKubeWorld(ctx, o.World, o.Kubeconfig)
+		world, err := loadkit.NewKubeWorld(ctx, o.World, o.Kubeconfig)
 		if err != nil {
 			return nil, nil, err
 		}
-		server, err := startServer(ctx, o.Server, "", o.Out, "--kubeconfig", o.Kubeconfig)
+		server, err := loadkit.StartServer(ctx, o.Server, "", o.Out, "--kubeconfig", o.Kubeconfig)
 		return world, server, err
 	}
 	dir := filepath.Join(o.Out, "world")
-	world, err := NewWorld(o.World, dir)
+	world, err := loadkit.NewWorld(o.World, dir)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -182,7 +185,7 @@ func (o *XDSOptions) startWorld(ctx context.Context) (*World, *serverProc, error
 	if err != nil {
 		return nil, nil, err
 	}
-	server, err := startServer(ctx, o.Server, abs, o.Out)
+	server, err := loadkit.StartServer(ctx, o.Server, abs, o.Out)
 	return world, server, err
 }
 
@@ -196,9 +199,9 @@ func orDiscard(w io.Writer) io.Writer {
 // begin marks the start of a phase.
 func (r *run) begin() {
 	r.phase0 = time.Now()
-	r.totals0 = r.fleet.totals()
-	r.s0, r.t0 = r.srv.sample(), r.self.sample()
-	r.m0, _ = machineCPU()
+	r.totals0 = r.fleet.Totals()
+	r.s0, r.t0 = r.srv.Sample(), r.self.Sample()
+	r.m0, _ = loadkit.MachineCPU()
 }
 
 // quiesce waits until the proxies have received nothing for a second (at
@@ -207,35 +210,35 @@ func (r *run) begin() {
 func (r *run) quiesce(ctx context.Context) {
 	const quiet, most, poll = time.Second, 30 * time.Second, 100 * time.Millisecond
 	deadline := time.Now().Add(most)
-	last, since := r.fleet.totals().pushes(), time.Now()
+	last, since := r.fleet.Totals().Pushes(), time.Now()
 	for time.Since(since) < quiet && time.Now().Before(deadline) {
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(poll):
 		}
-		if n := r.fleet.totals().pushes(); n != last {
+		if n := r.fleet.Totals().Pushes(); n != last {
 			last, since = n, time.Now()
 		}
 	}
 }
 
 // end records a phase of the given changes once the proxies are quiet.
-func (r *run) end(ctx context.Context, name string, changes []*change, out io.Writer) PhaseResult {
+func (r *run) end(ctx context.Context, name string, changes []*loadkit.Change, out io.Writer) PhaseResult {
 	if name != "idle" {
 		r.quiesce(ctx)
 	}
-	s1, t1 := r.srv.sample(), r.self.sample()
-	m1, _ := machineCPU()
-	d := r.fleet.totals().minus(r.totals0)
-	p := PhaseResult{Name: name, Seconds: time.Since(r.phase0).Seconds(), Changes: len(changes), Pushes: d.pushes(), ByType: d.Responses,
-		Bytes: d.Bytes, NACKs: d.NACKs, StreamsDropped: d.Drops, Server: r.srv.window(r.s0, s1), Tool: r.self.window(r.t0, t1)}
+	s1, t1 := r.srv.Sample(), r.self.Sample()
+	m1, _ := loadkit.MachineCPU()
+	d := r.fleet.Totals().Minus(r.totals0)
+	p := PhaseResult{Name: name, Seconds: time.Since(r.phase0).Seconds(), Changes: len(changes), Pushes: d.Pushes(), ByType: d.Responses,
+		Bytes: d.Bytes, NACKs: d.NACKs, StreamsDropped: d.Drops, Server: r.srv.Window(r.s0, s1), Tool: r.self.Window(r.t0, t1)}
 	if p.Seconds > 0 {
 		p.MachineBusyCores = (m1 - r.m0) / p.Seconds
 	}
 	var all, last []time.Duration
 	for _, c := range changes {
-		got, missed := c.times()
+		got, missed := c.Times()
 		all = append(all, got...)
 		p.Converged += len(got)
 		p.Missed += missed
@@ -243,11 +246,11 @@ func (r *run) end(ctx context.Context, name string, changes []*change, out io.Wr
 			last = append(last, slicesMax(got))
 		}
 	}
-	p.PerProxy, p.AllProxies = percentiles(all), percentiles(last)
+	p.PerProxy, p.AllProxies = loadkit.PercentilesOf(all), loadkit.PercentilesOf(last)
 	switch name {
-	case kindConnect: // one full configuration per proxy
+	case loadkit.KindConnect: // one full configuration per proxy
 		p.BytesPerProxyPerChange = float64(p.Bytes) / float64(r.o.Fleet.Proxies)
-	case kindReconnect: // one full configuration per reconnect
+	case loadkit.KindReconnect: // one full configuration per reconnect
 		p.BytesPerProxyPerChange = float64(p.Bytes) / float64(max(1, len(changes)))
 	default:
 		p.BytesPerProxyPerChange = float64(p.Bytes) / float64(max(1, len(changes)*r.o.Fleet.Proxies))
@@ -273,14 +276,14 @@ func (r *run) connect(ctx context.Context, out io.Writer) (func(), error) {
 	r.begin()
 	stopProfile := r.startProfile(ctx, "connect")
 	defer stopProfile()
-	c := r.fleet.tracker.add(kindConnect, len(r.fleet.proxies), -1, nil, true)
-	wait, err := r.fleet.start(ctx, r.server.xds)
+	c := r.fleet.Track(loadkit.KindConnect, -1, nil, true)
+	wait, err := r.fleet.Start(ctx, r.server.XDS)
 	if err != nil {
 		return nil, err
 	}
-	werr := waitChanges(ctx, r.o.Timeout, c)
-	r.fleet.tracker.retire(c)
-	r.end(ctx, kindConnect, []*change{c}, out)
+	werr := loadkit.WaitChanges(ctx, r.o.Timeout, c)
+	r.fleet.Retire(c)
+	r.end(ctx, loadkit.KindConnect, []*loadkit.Change{c}, out)
 	if werr != nil {
 		r.report.Notes = append(r.report.Notes, fmt.Sprintf("connect: not every proxy converged within %s", r.o.Timeout))
 	}
@@ -302,12 +305,12 @@ func (r *run) phases(ctx context.Context, out io.Writer) error {
 	defer stopProfile()
 	kinds := []struct {
 		n    int
-		make func(int, *names) (*edit, error)
+		make func(int, *loadkit.Names) (*loadkit.Edit, error)
 	}{
-		{r.o.Endpoints, r.world.churnEndpoint},
-		{r.o.VirtualServices, r.world.editVirtualService},
-		{(r.o.Services + 1) / 2, r.world.addService},
-		{(r.o.Services + 1) / 2, r.world.removeService},
+		{r.o.Endpoints, r.world.ChurnEndpoint},
+		{r.o.VirtualServices, r.world.EditVirtualService},
+		{(r.o.Services + 1) / 2, r.world.AddService},
+		{(r.o.Services + 1) / 2, r.world.RemoveService},
 	}
 	for _, k := range kinds {
 		if k.n == 0 {
@@ -334,27 +337,27 @@ func (r *run) pace(ctx context.Context, start time.Time, i int) error {
 	}
 }
 
-func (r *run) changePhase(ctx context.Context, n int, make func(int, *names) (*edit, error), out io.Writer) error {
+func (r *run) changePhase(ctx context.Context, n int, make func(int, *loadkit.Names) (*loadkit.Edit, error), out io.Writer) error {
 	r.begin()
-	var cs []*change
+	var cs []*loadkit.Change
 	kind := ""
 	for i := 0; i < n; i++ {
 		if err := r.pace(ctx, r.phase0, i); err != nil {
 			return err
 		}
-		e, err := make(i, r.fleet.names)
+		e, err := make(i, r.fleet.Names())
 		if err != nil {
 			return err
 		}
-		c := r.fleet.tracker.add(e.kind, len(r.fleet.proxies), -1, e.expects, false)
-		if err := e.write(); err != nil {
-			return fmt.Errorf("write %s change: %w", e.kind, err)
+		c := r.fleet.Track(e.Kind, -1, e.Expects, false)
+		if err := e.Write(); err != nil {
+			return fmt.Errorf("write %s change: %w", e.Kind, err)
 		}
-		kind = e.kind
+		kind = e.Kind
 		cs = append(cs, c)
 	}
-	werr := waitChanges(ctx, r.o.Timeout, cs...)
-	r.fleet.tracker.retire(cs...)
+	werr := loadkit.WaitChanges(ctx, r.o.Timeout, cs...)
+	r.fleet.Retire(cs...)
 	r.end(ctx, kind, cs, out)
 	if werr != nil {
 		r.report.Notes = append(r.report.Notes, fmt.Sprintf("%s: not every proxy converged within %s", kind, r.o.Timeout))
@@ -366,23 +369,20 @@ func (r *run) changePhase(ctx context.Context, n int, make func(int, *names) (*e
 // fleet) and times until the new stream holds a complete configuration.
 func (r *run) reconnectPhase(ctx context.Context, out io.Writer) error {
 	r.begin()
-	var cs []*change
-	stride := max(1, len(r.fleet.proxies)/max(1, r.o.Reconnects))
+	var cs []*loadkit.Change
+	stride := max(1, r.fleet.Len()/max(1, r.o.Reconnects))
 	for i := 0; i < r.o.Reconnects; i++ {
 		if err := r.pace(ctx, r.phase0, i); err != nil {
 			return err
 		}
-		target := (i * stride) % len(r.fleet.proxies)
-		c := r.fleet.tracker.add(kindReconnect, len(r.fleet.proxies), target, nil, true)
-		select {
-		case r.fleet.proxies[target].reconnect <- struct{}{}:
-		default:
-		}
+		target := (i * stride) % r.fleet.Len()
+		c := r.fleet.Track(loadkit.KindReconnect, target, nil, true)
+		r.fleet.Reconnect(target)
 		cs = append(cs, c)
 	}
-	werr := waitChanges(ctx, r.o.Timeout, cs...)
-	r.fleet.tracker.retire(cs...)
-	r.end(ctx, kindReconnect, cs, out)
+	werr := loadkit.WaitChanges(ctx, r.o.Timeout, cs...)
+	r.fleet.Retire(cs...)
+	r.end(ctx, loadkit.KindReconnect, cs, out)
 	if werr != nil {
 		r.report.Notes = append(r.report.Notes, fmt.Sprintf("reconnect: not every proxy converged within %s", r.o.Timeout))
 	}
@@ -400,7 +400,7 @@ func (r *run) startProfile(ctx context.Context, name string) func() {
 	done := make(chan error, 1)
 	cpu := filepath.Join(r.o.Out, "server-cpu-"+name+".pprof")
 	what := fmt.Sprintf("profile?seconds=%d", int(r.o.ProfileSeconds.Seconds()))
-	go func() { done <- fetchProfile(ctx, r.server.pprof, what, cpu) }()
+	go func() { done <- loadkit.FetchProfile(ctx, r.server.Pprof, what, cpu) }()
 	return func() {
 		if err := <-done; err != nil {
 			r.report.Notes = append(r.report.Notes, "CPU profile: "+err.Error())
@@ -408,7 +408,7 @@ func (r *run) startProfile(ctx context.Context, name string) func() {
 			r.report.Profiles = append(r.report.Profiles, cpu)
 		}
 		heap := filepath.Join(r.o.Out, "server-heap-"+name+".pprof")
-		if err := fetchProfile(ctx, r.server.pprof, "heap", heap); err != nil {
+		if err := loadkit.FetchProfile(ctx, r.server.Pprof, "heap", heap); err != nil {
 			r.report.Notes = append(r.report.Notes, "heap profile: "+err.Error())
 		} else {
 			r.report.Profiles = append(r.report.Profiles, heap)
@@ -417,16 +417,16 @@ func (r *run) startProfile(ctx context.Context, name string) func() {
 }
 
 // finish fills in the run's totals.
-func (r *run) finish(first, selfStart procSample, busyStart float64) {
-	last, selfEnd := r.srv.sample(), r.self.sample()
-	busyEnd, _ := machineCPU()
-	r.report.Server = r.srv.window(first, last)
-	if d := last.at.Sub(first.at).Seconds(); d > 0 {
-		other := (busyEnd - busyStart) - (last.cpu - first.cpu) - (selfEnd.cpu - selfStart.cpu)
+func (r *run) finish(first, selfStart loadkit.ProcSample, busyStart float64) {
+	last, selfEnd := r.srv.Sample(), r.self.Sample()
+	busyEnd, _ := loadkit.MachineCPU()
+	r.report.Server = r.srv.Window(first, last)
+	if d := last.At.Sub(first.At).Seconds(); d > 0 {
+		other := (busyEnd - busyStart) - (last.CPU - first.CPU) - (selfEnd.CPU - selfStart.CPU)
 		r.report.Machine.OtherCores = max(0, other/d)
 	}
-	r.report.Machine.LoadAvgEnd = loadAvg()
-	if m, err := scrapeMetrics(r.server.monitor); err == nil {
+	r.report.Machine.LoadAvgEnd = loadkit.LoadAvg()
+	if m, err := loadkit.ScrapeMetrics(r.server.Monitor); err == nil {
 		r.report.Metrics = map[string]float64{}
 		for _, k := range []string{"pilot_xds", "pilot_xds_pushes", "pilot_total_xds_rejects", "discovery_xds_streams_closed_total", "pilot_push_triggers", "pilot_services"} {
 			r.report.Metrics[k] = m[k]
@@ -434,25 +434,7 @@ func (r *run) finish(first, selfStart procSample, busyStart float64) {
 	} else {
 		r.report.Notes = append(r.report.Notes, "server metrics: "+err.Error())
 	}
-	r.fleet.mu.Lock()
-	r.report.Notes = append(r.report.Notes, r.fleet.notes...)
-	if r.fleet.more > 0 {
-		r.report.Notes = append(r.report.Notes, fmt.Sprintf("and %d more proxy notes", r.fleet.more))
-	}
-	r.fleet.mu.Unlock()
-}
-
-// gitCommit is the commit of the working tree the tool runs in, if any.
-func gitCommit() string {
-	b, err := exec.Command("git", "rev-parse", "HEAD").Output()
-	if err != nil {
-		return ""
-	}
-	c := strings.TrimSpace(string(b))
-	if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(st) > 0 {
-		c += " (tree has uncommitted changes)"
-	}
-	return c
+	r.report.Notes = append(r.report.Notes, r.fleet.Notes()...)
 }
 
 // profileSelf profiles the tool's CPU into path until stop is called.

@@ -1,4 +1,4 @@
-package main
+package loadkit
 
 import (
 	"errors"
@@ -9,21 +9,26 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// edit is a change to the world: what proxies must hold once it has
+// Edit is a change to the world: what proxies must hold once it has
 // reached them, and the write that makes it.
-type edit struct {
-	kind    string
-	expects []expectation
-	write   func() error
+type Edit struct {
+	// Kind is KindEndpoint, KindVirtualSvc, KindServiceAdd or
+	// KindServiceRemove.
+	Kind string
+	// Expects is what a proxy holds once the change reached it.
+	Expects []Expectation
+	// Write makes the change (a file replaced, or objects applied to the
+	// API server); it may be called again after it failed.
+	Write func() error
 }
 
 func clusterName(port int32, host string) string { return fmt.Sprintf("outbound|%d||%s", port, host) }
 func routeName(port int32, host string) string   { return fmt.Sprintf("%s:%d", host, port) }
 
-// churnEndpoint replaces the last endpoint of a service (the k-th of the
+// ChurnEndpoint replaces the last endpoint of a service (the k-th of the
 // original ones) by a new address: done at a proxy once it has ACKed the
 // service's endpoints on every port with the new address.
-func (w *World) churnEndpoint(k int, n *names) (*edit, error) {
+func (w *World) ChurnEndpoint(k int, n *Names) (*Edit, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	s := w.services[k%w.opts.Services]
@@ -32,21 +37,21 @@ func (w *World) churnEndpoint(k int, n *names) (*edit, error) {
 	}
 	addr := w.newEndpoint()
 	s.Endpoints[len(s.Endpoints)-1] = addr
-	e := &edit{kind: kindEndpoint}
+	e := &Edit{Kind: KindEndpoint}
 	for _, p := range servicePorts[:w.opts.Ports] {
-		e.expects = append(e.expects, expectation{typeURL: typeEDS, name: n.id(clusterName(p.port, s.host(w.opts.DomainSuffix))),
+		e.Expects = append(e.Expects, Expectation{typeURL: typeEDS, name: n.id(clusterName(p.port, s.host(w.opts.DomainSuffix))),
 			match: func(m proto.Message) bool { return hasAddress(m, addr) }})
 	}
 	content := w.serviceYAML(s)
 	file := w.serviceFile(s)
-	e.write = func() error { return w.writeFile(file, content) }
+	e.Write = func() error { return w.writeFile(file, content) }
 	return e, nil
 }
 
-// editVirtualService changes the weights and the first route's name of the
+// EditVirtualService changes the weights and the first route's name of the
 // k-th VirtualService: done at a proxy once it has ACKed the service's
 // route configurations on every HTTP port with the new route name.
-func (w *World) editVirtualService(k int, n *names) (*edit, error) {
+func (w *World) EditVirtualService(k int, n *Names) (*Edit, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.opts.VirtualServices == 0 {
@@ -55,60 +60,60 @@ func (w *World) editVirtualService(k int, n *names) (*edit, error) {
 	i := k % w.opts.VirtualServices
 	w.vsEdits[i]++
 	s, route := w.services[i], vsRouteName(w.vsEdits[i])
-	e := &edit{kind: kindVirtualSvc}
+	e := &Edit{Kind: KindVirtualSvc}
 	for _, p := range servicePorts[:w.opts.Ports] {
 		if p.http {
-			e.expects = append(e.expects, expectation{typeURL: typeRDS, name: n.id(routeName(p.port, s.host(w.opts.DomainSuffix))),
+			e.Expects = append(e.Expects, Expectation{typeURL: typeRDS, name: n.id(routeName(p.port, s.host(w.opts.DomainSuffix))),
 				match: func(m proto.Message) bool { return hasRoute(m, route) }})
 		}
 	}
 	content, file := w.vsYAML(i)
-	e.write = func() error { return w.writeFile(file, content) }
+	e.Write = func() error { return w.writeFile(file, content) }
 	return e, nil
 }
 
-// addService adds a new service: done at a proxy once it has ACKed the
+// AddService adds a new service: done at a proxy once it has ACKed the
 // service's clusters, their endpoints and its route configurations.
-func (w *World) addService(_ int, n *names) (*edit, error) {
+func (w *World) AddService(_ int, n *Names) (*Edit, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	s := w.newService()
 	host := s.host(w.opts.DomainSuffix)
-	e := &edit{kind: kindServiceAdd}
+	e := &Edit{Kind: KindServiceAdd}
 	for _, p := range servicePorts[:w.opts.Ports] {
 		cn := n.id(clusterName(p.port, host))
-		e.expects = append(e.expects, expectation{typeURL: typeCDS, name: cn}, expectation{typeURL: typeEDS, name: cn, match: hasEndpoints})
+		e.Expects = append(e.Expects, Expectation{typeURL: typeCDS, name: cn}, Expectation{typeURL: typeEDS, name: cn, match: hasEndpoints})
 		if p.http {
-			e.expects = append(e.expects, expectation{typeURL: typeRDS, name: n.id(routeName(p.port, host))})
+			e.Expects = append(e.Expects, Expectation{typeURL: typeRDS, name: n.id(routeName(p.port, host))})
 		}
 	}
 	content, file := w.serviceYAML(s), w.serviceFile(s)
-	e.write = func() error { return w.writeFile(file, content) }
+	e.Write = func() error { return w.writeFile(file, content) }
 	return e, nil
 }
 
-// removeService removes the service added last: done at a proxy once its
+// RemoveService removes the service added last: done at a proxy once its
 // clusters no longer hold the service.
-func (w *World) removeService(_ int, n *names) (*edit, error) {
+func (w *World) RemoveService(_ int, n *Names) (*Edit, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.removeLast(n)
 }
 
-func (w *World) removeLast(n *names) (*edit, error) {
+func (w *World) removeLast(n *Names) (*Edit, error) {
 	i := len(w.services) - 1
 	if i < w.opts.Services || w.services[i] == nil {
 		return nil, errors.New("no added service to remove")
 	}
 	s := w.services[i]
 	w.services = w.services[:i]
-	e := &edit{kind: kindServiceRemove}
+	e := &Edit{Kind: KindServiceRemove}
 	for _, p := range servicePorts[:w.opts.Ports] {
-		e.expects = append(e.expects, expectation{typeURL: typeCDS, name: n.id(clusterName(p.port, s.host(w.opts.DomainSuffix))), removed: true})
+		e.Expects = append(e.Expects, Expectation{typeURL: typeCDS, name: n.id(clusterName(p.port, s.host(w.opts.DomainSuffix))), removed: true})
 	}
 	path := filepath.Join(w.dir, w.serviceFile(s))
 	content := w.serviceYAML(s)
-	e.write = func() error {
+	e.Write = func() error {
 		if w.kube != nil {
 			return w.kube.delete(w.ctx, content)
 		}

@@ -1,4 +1,4 @@
-package main
+package loadkit
 
 import (
 	"bufio"
@@ -75,20 +75,42 @@ func (o *ServerOptions) Validate() error {
 	return nil
 }
 
-// serverProc is the measured server.
-type serverProc struct {
-	pid                                      int
-	xds, secure, monitor, readiness, webhook string
-	caDir                                    string
-	cmd                                      *exec.Cmd
-	exited                                   chan struct{}
-	log                                      string
-	pprof                                    string // where /debug/pprof is served
+// Server is the measured server: one the tool started, or one named by
+// its PID and addresses.
+type Server struct {
+	PID int
+	// Ports are its addresses: xDS (plaintext), secure (xDS + CA over
+	// TLS), monitoring, readiness, webhook, pprof.
+	Ports
+	// CADir is its CA directory in file mode.
+	CADir string
+	// Log is the file its output goes to.
+	Log string
+
+	cmd    *exec.Cmd
+	exited chan struct{}
 }
 
-// plainHTTP talks to the server's monitoring and readiness ports without
+// Ports are the loopback addresses a server listens on.
+type Ports struct {
+	XDS, Secure, Monitor, Readiness, Webhook string
+	// Pprof is where /debug/pprof is served (the monitoring address
+	// unless the binary has the pprof overlay).
+	Pprof string
+}
+
+// FreeServerPorts picks free loopback ports for a server.
+func FreeServerPorts() (Ports, error) {
+	ports, err := freePorts(6)
+	if err != nil {
+		return Ports{}, err
+	}
+	return Ports{XDS: ports[0], Secure: ports[1], Monitor: ports[2], Readiness: ports[3], Webhook: ports[4], Pprof: ports[5]}, nil
+}
+
+// PlainHTTP talks to the server's monitoring and readiness ports without
 // keeping connections (nothing lingers once a run ends).
-var plainHTTP = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+var PlainHTTP = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 
 // freePorts finds n free loopback ports.
 func freePorts(n int) ([]string, error) {
@@ -110,27 +132,50 @@ func freePorts(n int) ([]string, error) {
 	return out, nil
 }
 
-// startServer starts discovery serve on loopback ports in file mode, with
+// StartServer starts discovery serve on loopback ports in file mode, with
 // its CA in work/ca and its log in work/server.log, and waits until it is
 // ready. extra are flags the caller needs (CA token file, rate limits).
-func startServer(ctx context.Context, o ServerOptions, configDir, work string, extra ...string) (*serverProc, error) {
+// With o.PID set it returns the running server instead.
+func StartServer(ctx context.Context, o ServerOptions, configDir, work string, extra ...string) (*Server, error) {
 	if o.PID != 0 {
-		return &serverProc{pid: o.PID, xds: o.XDSAddr, monitor: o.MonitorAddr, pprof: o.MonitorAddr}, nil
+		return &Server{PID: o.PID, Ports: Ports{XDS: o.XDSAddr, Monitor: o.MonitorAddr, Pprof: o.MonitorAddr}}, nil
 	}
-	ports, err := freePorts(6)
+	ports, err := FreeServerPorts()
 	if err != nil {
 		return nil, err
 	}
-	s := &serverProc{xds: ports[0], secure: ports[1], monitor: ports[2], readiness: ports[3], webhook: ports[4],
-		caDir: filepath.Join(work, "ca"), exited: make(chan struct{}), log: filepath.Join(work, "server.log"), pprof: ports[2]}
-	args := []string{"serve",
-		"--grpc-address", s.xds, "--secure-grpc-address", s.secure, "--monitoring-address", s.monitor,
-		"--readiness-address", s.readiness, "--webhook-address", s.webhook, "--log-level", "warn"}
-	if configDir != "" { // file mode: the CA lives in a directory too
-		args = append(args, "--config-dir", configDir, "--ca-dir", s.caDir)
+	return Launch(ctx, o, LaunchOptions{Ports: ports, ConfigDir: configDir, CADir: filepath.Join(work, "ca"),
+		Log: filepath.Join(work, "server.log"), Extra: extra, Wait: 2 * time.Minute})
+}
+
+// LaunchOptions say how to start one server process.
+type LaunchOptions struct {
+	Ports Ports
+	// ConfigDir, when set, is file mode: --config-dir and --ca-dir CADir.
+	ConfigDir, CADir string
+	// Log is the file the server's output is appended to.
+	Log string
+	// Extra are further flags (before ServerOptions.Args).
+	Extra []string
+	// Wait, when positive, waits this long for /ready to answer 200.
+	Wait time.Duration
+}
+
+// Launch starts discovery serve with the given ports and flags. The
+// server is killed if the calling process dies.
+func Launch(ctx context.Context, o ServerOptions, lo LaunchOptions) (*Server, error) {
+	s := &Server{Ports: lo.Ports, CADir: lo.CADir, exited: make(chan struct{}), Log: lo.Log}
+	if !o.Pprof {
+		s.Pprof = s.Monitor
 	}
-	args = append(append(args, extra...), o.Args...)
-	logf, err := os.Create(s.log)
+	args := []string{"serve",
+		"--grpc-address", s.XDS, "--secure-grpc-address", s.Secure, "--monitoring-address", s.Monitor,
+		"--readiness-address", s.Readiness, "--webhook-address", s.Webhook, "--log-level", "warn"}
+	if lo.ConfigDir != "" { // file mode: the CA lives in a directory too
+		args = append(args, "--config-dir", lo.ConfigDir, "--ca-dir", s.CADir)
+	}
+	args = append(append(args, lo.Extra...), o.Args...)
+	logf, err := os.OpenFile(s.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
@@ -139,35 +184,43 @@ func startServer(ctx context.Context, o ServerOptions, configDir, work string, e
 	// The server goes with the tool, however the tool ends.
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if o.Pprof {
-		s.pprof = ports[5]
-		s.cmd.Env = append(os.Environ(), "DISCOVERY_PPROF_ADDR="+s.pprof)
+		s.cmd.Env = append(os.Environ(), "DISCOVERY_PPROF_ADDR="+s.Pprof)
 	}
 	if err := s.cmd.Start(); err != nil {
 		_ = logf.Close()
 		return nil, fmt.Errorf("start %s: %w", o.Binary, err)
 	}
-	s.pid = s.cmd.Process.Pid
+	s.PID = s.cmd.Process.Pid
 	go func() { _ = s.cmd.Wait(); _ = logf.Close(); close(s.exited) }()
-	if err := s.waitReady(ctx, 2*time.Minute); err != nil {
-		s.stop()
-		return nil, fmt.Errorf("%w; see %s:\n%s", err, s.log, tail(s.log, 20))
+	if lo.Wait > 0 {
+		if err := s.WaitReady(ctx, lo.Wait); err != nil {
+			s.Stop()
+			return nil, fmt.Errorf("%w; see %s:\n%s", err, s.Log, Tail(s.Log, 20))
+		}
 	}
 	return s, nil
 }
 
-func (s *serverProc) waitReady(ctx context.Context, timeout time.Duration) error {
+// Ready reports whether /ready answers 200 now.
+func (s *Server) Ready() bool {
+	res, err := PlainHTTP.Get("http://" + s.Readiness + "/ready")
+	if err != nil {
+		return false
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	_ = res.Body.Close()
+	return res.StatusCode == http.StatusOK
+}
+
+// WaitReady waits until /ready answers 200.
+func (s *Server) WaitReady(ctx context.Context, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		res, err := plainHTTP.Get("http://" + s.readiness + "/ready")
-		if err == nil {
-			_, _ = io.Copy(io.Discard, res.Body)
-			_ = res.Body.Close()
-			if res.StatusCode == http.StatusOK {
-				return nil
-			}
+		if s.Ready() {
+			return nil
 		}
 		select {
-		case <-s.exited:
+		case <-s.Exited():
 			return fmt.Errorf("discovery serve exited: %v", s.cmd.ProcessState)
 		case <-ctx.Done():
 			return ctx.Err()
@@ -179,8 +232,39 @@ func (s *serverProc) waitReady(ctx context.Context, timeout time.Duration) error
 	}
 }
 
-// stop ends a server the tool started: SIGTERM, then SIGKILL after 10 s.
-func (s *serverProc) stop() {
+// Exited is closed once a server the tool started has exited (never for
+// one named by PID).
+func (s *Server) Exited() <-chan struct{} { return s.exited }
+
+// ExitCode is the exit code of a server that exited (-1 when killed by a
+// signal).
+func (s *Server) ExitCode() int {
+	if s.cmd == nil || s.cmd.ProcessState == nil {
+		return -1
+	}
+	return s.cmd.ProcessState.ExitCode()
+}
+
+// Signal sends sig to a server the tool started.
+func (s *Server) Signal(sig os.Signal) error {
+	if s.cmd == nil {
+		return errors.New("not started by the tool")
+	}
+	return s.cmd.Process.Signal(sig)
+}
+
+// Kill ends a server the tool started with SIGKILL and waits for it.
+func (s *Server) Kill() {
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	<-s.exited
+}
+
+// Stop ends a server the tool started: SIGTERM, then SIGKILL after 10 s
+// (its drain period may be longer: stop it with Signal to wait for that).
+func (s *Server) Stop() {
 	if s.cmd == nil {
 		return
 	}
@@ -193,15 +277,16 @@ func (s *serverProc) stop() {
 	}
 }
 
-// commit is the commit to report for the server.
-func (o *ServerOptions) commit() string {
+// ReportCommit is the commit to report for the server.
+func (o *ServerOptions) ReportCommit() string {
 	if o.Commit != "" {
 		return o.Commit
 	}
-	return gitCommit()
+	return GitCommit()
 }
 
-func tail(path string, n int) string {
+// Tail returns the last n lines of the file at path.
+func Tail(path string, n int) string {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return ""
@@ -210,13 +295,13 @@ func tail(path string, n int) string {
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
-// scrapeMetrics reads the server's Prometheus metrics, summing the series
+// ScrapeMetrics reads the server's Prometheus metrics, summing the series
 // of each name.
-func scrapeMetrics(addr string) (map[string]float64, error) {
+func ScrapeMetrics(addr string) (map[string]float64, error) {
 	if addr == "" {
 		return nil, errors.New("no monitoring address")
 	}
-	res, err := plainHTTP.Get("http://" + addr + "/metrics")
+	res, err := PlainHTTP.Get("http://" + addr + "/metrics")
 	if err != nil {
 		return nil, err
 	}
@@ -249,9 +334,9 @@ func scrapeMetrics(addr string) (map[string]float64, error) {
 	return out, sc.Err()
 }
 
-// fetchProfile saves /debug/pprof/<what> of the server to path. It
+// FetchProfile saves /debug/pprof/<what> of the server to path. It
 // returns an error naming the status when the server exposes no pprof.
-func fetchProfile(ctx context.Context, addr, what, path string) error {
+func FetchProfile(ctx context.Context, addr, what, path string) error {
 	if addr == "" {
 		return errors.New("no monitoring address")
 	}
@@ -259,7 +344,7 @@ func fetchProfile(ctx context.Context, addr, what, path string) error {
 	if err != nil {
 		return err
 	}
-	res, err := (&http.Client{Transport: plainHTTP.Transport}).Do(req)
+	res, err := (&http.Client{Transport: PlainHTTP.Transport}).Do(req)
 	if err != nil {
 		return err
 	}
@@ -276,4 +361,17 @@ func fetchProfile(ctx context.Context, addr, what, path string) error {
 		return err
 	}
 	return f.Close()
+}
+
+// GitCommit is the commit of the working tree the tool runs in, if any.
+func GitCommit() string {
+	b, err := exec.Command("git", "rev-parse", "HEAD").Output()
+	if err != nil {
+		return ""
+	}
+	c := strings.TrimSpace(string(b))
+	if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(st) > 0 {
+		c += " (tree has uncommitted changes)"
+	}
+	return c
 }

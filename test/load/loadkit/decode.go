@@ -1,8 +1,11 @@
-package main
+package loadkit
 
 import (
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"slices"
+	"strconv"
 	"strings"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -287,4 +290,59 @@ func hasRoute(m proto.Message, name string) bool {
 		}
 	}
 	return false
+}
+
+// fingerprint is what Verify compares of a resource: for a
+// ClusterLoadAssignment a hash of its endpoint addresses (in any order),
+// for a RouteConfiguration the highest N of the routes named edit-N (the
+// VirtualService edits of the world) plus one, 0 when none; 0 otherwise.
+func fingerprint(m proto.Message) uint64 {
+	switch r := m.(type) {
+	case *endpointv3.ClusterLoadAssignment:
+		var addrs []string
+		for _, l := range r.GetEndpoints() {
+			for _, e := range l.GetLbEndpoints() {
+				addrs = append(addrs, e.GetEndpoint().GetAddress().GetSocketAddress().GetAddress())
+			}
+		}
+		return addressHash(addrs)
+	case *routev3.RouteConfiguration:
+		var best uint64
+		for _, vh := range r.GetVirtualHosts() {
+			for _, rt := range vh.GetRoutes() {
+				if n, ok := editNumber(rt.GetName()); ok {
+					best = max(best, uint64(n)+1)
+				}
+			}
+		}
+		return best
+	}
+	return 0
+}
+
+// addressHash hashes a set of addresses, whatever their order; an empty
+// set hashes to 0.
+func addressHash(addrs []string) uint64 {
+	s := slices.Clone(addrs)
+	slices.Sort(s)
+	s = slices.Compact(s)
+	if len(s) == 0 {
+		return 0
+	}
+	h := fnv.New64a()
+	for _, a := range s {
+		h.Write([]byte(a))
+		h.Write([]byte{0})
+	}
+	return h.Sum64() | 1
+}
+
+// editNumber parses a route name edit-N.
+func editNumber(name string) (int, bool) {
+	rest, ok := strings.CutPrefix(name, "edit-")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(rest)
+	return n, err == nil && n >= 0
 }

@@ -1,4 +1,4 @@
-package main
+package loadkit
 
 import (
 	"bytes"
@@ -14,16 +14,16 @@ import (
 // clockTicks is USER_HZ, 100 on every Linux architecture Go supports.
 const clockTicks = 100
 
-// procSample is one reading of a process.
-type procSample struct {
-	at  time.Time
-	cpu float64 // seconds of user + system time since the process started
-	rss int64   // bytes
+// ProcSample is one reading of a process.
+type ProcSample struct {
+	At  time.Time
+	CPU float64 // seconds of user + system time since the process started
+	RSS int64   // bytes
 }
 
-// readProc reads a process's CPU time and resident set from /proc.
-func readProc(pid int) (procSample, error) {
-	s := procSample{at: time.Now()}
+// ReadProc reads a process's CPU time and resident set from /proc.
+func ReadProc(pid int) (ProcSample, error) {
+	s := ProcSample{At: time.Now()}
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return s, err
@@ -43,31 +43,32 @@ func readProc(pid int) (procSample, error) {
 	if err1 != nil || err2 != nil || err3 != nil {
 		return s, fmt.Errorf("/proc/%d/stat: unreadable times or rss", pid)
 	}
-	s.cpu = float64(utime+stime) / clockTicks
-	s.rss = rssPages * int64(os.Getpagesize())
+	s.CPU = float64(utime+stime) / clockTicks
+	s.RSS = rssPages * int64(os.Getpagesize())
 	return s, nil
 }
 
-// sampler reads a process every interval and keeps the samples.
-type sampler struct {
+// Sampler reads a process every interval and keeps the samples.
+type Sampler struct {
 	pid      int
 	interval time.Duration
 
 	mu      sync.Mutex
-	samples []procSample
+	samples []ProcSample
 	err     error
 }
 
-func newSampler(pid int, interval time.Duration) *sampler {
-	return &sampler{pid: pid, interval: interval}
+// NewSampler samples pid every interval once Run runs.
+func NewSampler(pid int, interval time.Duration) *Sampler {
+	return &Sampler{pid: pid, interval: interval}
 }
 
-// run samples until ctx ends.
-func (s *sampler) run(ctx context.Context) {
+// Run samples until ctx ends.
+func (s *Sampler) Run(ctx context.Context) {
 	t := time.NewTicker(s.interval)
 	defer t.Stop()
 	for {
-		s.sample()
+		s.Sample()
 		select {
 		case <-ctx.Done():
 			return
@@ -76,14 +77,14 @@ func (s *sampler) run(ctx context.Context) {
 	}
 }
 
-// sample takes one reading now and returns it.
-func (s *sampler) sample() procSample {
-	p, err := readProc(s.pid)
+// Sample takes one reading now and returns it.
+func (s *Sampler) Sample() ProcSample {
+	p, err := ReadProc(s.pid)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
 		s.err = err
-		return procSample{at: time.Now()}
+		return ProcSample{At: time.Now()}
 	}
 	s.samples = append(s.samples, p)
 	return p
@@ -98,28 +99,29 @@ type ProcWindow struct {
 	EndRSSMiB  float64 `json:"endRssMiB"`
 }
 
-// window summarises the samples between from and to (inclusive).
-func (s *sampler) window(from, to procSample) ProcWindow {
+// Window summarises the samples between from and to (inclusive).
+func (s *Sampler) Window(from, to ProcSample) ProcWindow {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	w := ProcWindow{CPUSeconds: to.cpu - from.cpu, EndRSSMiB: mib(to.rss)}
-	if d := to.at.Sub(from.at).Seconds(); d > 0 {
+	w := ProcWindow{CPUSeconds: to.CPU - from.CPU, EndRSSMiB: MiB(to.RSS)}
+	if d := to.At.Sub(from.At).Seconds(); d > 0 {
 		w.CPUCores = w.CPUSeconds / d
 	}
-	peak := max(from.rss, to.rss)
+	peak := max(from.RSS, to.RSS)
 	for _, x := range s.samples {
-		if !x.at.Before(from.at) && !x.at.After(to.at) {
-			peak = max(peak, x.rss)
+		if !x.At.Before(from.At) && !x.At.After(to.At) {
+			peak = max(peak, x.RSS)
 		}
 	}
-	w.PeakRSSMiB = mib(peak)
+	w.PeakRSSMiB = MiB(peak)
 	return w
 }
 
-func mib(b int64) float64 { return float64(b) / (1 << 20) }
+// MiB converts bytes to mebibytes.
+func MiB(b int64) float64 { return float64(b) / (1 << 20) }
 
-// machineCPU reads the machine's busy and total CPU time (all cores).
-func machineCPU() (busy, total float64) {
+// MachineCPU reads the machine's busy and total CPU time (all cores).
+func MachineCPU() (busy, total float64) {
 	data, err := os.ReadFile("/proc/stat")
 	if err != nil {
 		return 0, 0
@@ -136,7 +138,8 @@ func machineCPU() (busy, total float64) {
 	return busy / clockTicks, total / clockTicks
 }
 
-func loadAvg() string {
+// LoadAvg is the machine's load average over 1, 5 and 15 minutes.
+func LoadAvg() string {
 	data, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
 		return ""
@@ -146,4 +149,16 @@ func loadAvg() string {
 		return ""
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// All summarises every sample taken so far.
+func (s *Sampler) All() ProcWindow {
+	s.mu.Lock()
+	if len(s.samples) == 0 {
+		s.mu.Unlock()
+		return ProcWindow{}
+	}
+	first, last := s.samples[0], s.samples[len(s.samples)-1]
+	s.mu.Unlock()
+	return s.Window(first, last)
 }

@@ -1,0 +1,224 @@
+package loadkit
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/stats"
+	"google.golang.org/protobuf/proto"
+)
+
+// typeIndex orders the per-type counters.
+var typeIndex = map[string]int{typeCDS: 0, typeEDS: 1, typeLDS: 2, typeRDS: 3}
+
+// proxy is one simulated sidecar: a real ADS client over gRPC that decodes
+// everything it receives, ACKs it (or NACKs what Envoy would refuse), and
+// reports to the tracker when it holds a change.
+type proxy struct {
+	f        *Fleet
+	idx      int
+	node     *corev3.Node
+	behavior Behavior
+
+	bytes     atomic.Int64 // received on the wire
+	responses [4]atomic.Int64
+	resources [4]atomic.Int64
+	nacks     atomic.Int64
+	streams   atomic.Int64 // streams opened
+	drops     atomic.Int64 // streams that ended without being asked to
+	ready     atomic.Bool  // has held a complete configuration
+	reconnect chan struct{}
+	remote    atomic.Value // string: the address of the last connection dialed
+
+	// mu guards sess, the session of the current (or last) stream, and
+	// the outage bookkeeping: the proxy's goroutine changes them, Verify
+	// and the fleet's status read them.
+	mu       sync.Mutex
+	sess     *session
+	lostAt   time.Time // the last complete stream ended; zero while complete
+	gaps     []time.Duration
+	complete bool // the current stream holds a complete configuration
+}
+
+var _ stats.Handler = (*proxy)(nil)
+
+func (p *proxy) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+func (p *proxy) HandleRPC(_ context.Context, s stats.RPCStats) {
+	if in, ok := s.(*stats.InPayload); ok {
+		p.bytes.Add(int64(in.WireLength))
+	}
+}
+func (p *proxy) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+func (p *proxy) HandleConn(context.Context, stats.ConnStats)                       {}
+
+// run keeps a stream open until ctx ends: a reconnect request opens a new
+// stream at once; a stream the server ends is reopened after a back-off
+// (100 ms, doubling to 5 s, back to 100 ms once a stream got a response).
+func (p *proxy) run(ctx context.Context, cc *grpc.ClientConn) {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		sctx, cancel := context.WithCancel(ctx)
+		var asked atomic.Bool
+		go func() {
+			select {
+			case <-p.reconnect:
+				asked.Store(true)
+				cancel()
+			case <-sctx.Done():
+			}
+		}()
+		p.streams.Add(1)
+		s := p.newSession()
+		err := p.stream(sctx, cc, s)
+		cancel()
+		p.ended()
+		if asked.Load() || ctx.Err() != nil {
+			continue
+		}
+		if s.answered {
+			backoff = 100 * time.Millisecond
+		}
+		p.drops.Add(1)
+		p.f.note(fmt.Sprintf("proxy %d: stream ended: %v", p.idx, err))
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// newSession starts the session of a new stream: empty, or (Resume) what
+// the last stream held.
+func (p *proxy) newSession() *session {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	old := p.sess
+	if old == nil || !p.f.opts.Resume {
+		p.sess = newSession(p.f.opts.Resume, p.f.opts.Verify)
+	} else {
+		p.sess = old.resume()
+	}
+	return p.sess
+}
+
+// ended records the end of a stream: a proxy that had a complete
+// configuration is now without a control plane until a new stream is
+// complete.
+func (p *proxy) ended() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.complete && p.lostAt.IsZero() {
+		p.lostAt = time.Now()
+	}
+	p.complete = false
+}
+
+func (p *proxy) stream(ctx context.Context, cc *grpc.ClientConn, s *session) error {
+	if p.behavior.NoACK {
+		return p.streamNoACK(ctx, cc)
+	}
+	if p.f.opts.SotW {
+		return p.streamSotw(ctx, cc, s)
+	}
+	return p.streamDelta(ctx, cc, s)
+}
+
+// wait is a slow reader's pause before it reads the next response.
+func (p *proxy) wait(ctx context.Context) {
+	if p.behavior.ReadDelay <= 0 {
+		return
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(p.behavior.ReadDelay):
+	}
+}
+
+// decodeAll decodes a response's resources and returns the session
+// updates and the expectations met; an error is a NACK.
+func (p *proxy) decodeAll(s *session, typeURL string, values [][]byte, versions []string, active []*Change) ([]update, []hit, error) {
+	p.f.slots <- struct{}{}
+	defer func() { <-p.f.slots }()
+	ups := make([]update, 0, len(values))
+	var hits []hit
+	for j, v := range values {
+		m, routes, err := decode(typeURL, v)
+		if err != nil {
+			return nil, nil, err
+		}
+		u := update{}
+		switch r := m.(type) {
+		case *clusterv3.Cluster:
+			u.name = p.f.names.id(r.GetName())
+			if n := edsName(r); n != "" {
+				u.refs = []uint32{p.f.names.id(n)}
+			}
+		case *listenerv3.Listener:
+			u.name = p.f.names.id(r.GetName())
+			for _, n := range routes {
+				u.refs = append(u.refs, p.f.names.id(n))
+			}
+		default:
+			u.name = p.f.names.id(resourceName(m))
+		}
+		if s.fp != nil {
+			u.fp = fingerprint(m)
+		}
+		if s.vers[0] != nil && versions != nil {
+			u.version = p.f.versions.id(versions[j])
+		}
+		ups = append(ups, u)
+		hits = check(active, p.idx, typeURL, u.name, m, hits)
+	}
+	return ups, hits, nil
+}
+
+func resourceName(m proto.Message) string {
+	switch r := m.(type) {
+	case interface{ GetClusterName() string }:
+		return r.GetClusterName()
+	case interface{ GetName() string }:
+		return r.GetName()
+	}
+	return ""
+}
+
+// settle counts the response, then, once the ACK and any new
+// subscriptions are sent, records the changes the proxy now holds.
+func (p *proxy) settle(s *session, typeURL string, hits []hit, active []*Change) {
+	if typeURL == typeCDS || typeURL == typeLDS {
+		hits = s.checkRemovals(active, p.idx, typeURL, hits)
+	}
+	now := time.Now()
+	for _, h := range hits {
+		h.c.progress[p.idx] |= h.bit
+		if h.c.progress[p.idx]&h.c.full == h.c.full {
+			h.c.finish(p.idx, h.c.start, now)
+		}
+	}
+	if s.complete || !s.isComplete() {
+		return
+	}
+	s.complete = true
+	p.ready.Store(true)
+	p.mu.Lock()
+	p.complete = true
+	if !p.lostAt.IsZero() {
+		p.gaps = append(p.gaps, now.Sub(p.lostAt))
+		p.lostAt = time.Time{}
+	}
+	p.mu.Unlock()
+	for _, c := range active {
+		if c.onComplete && c.concerns(p.idx) && !s.start.Before(c.start) {
+			c.finish(p.idx, s.start, now)
+		}
+	}
+}
