@@ -20,15 +20,19 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -62,6 +66,9 @@ type Env struct {
 	apiserver string
 	apiArgs   []string
 	apiPort   int
+	etcdBin   string
+	etcdArgs  []string
+	etcdURL   string
 
 	mu      sync.Mutex
 	etcd    *process
@@ -81,12 +88,12 @@ func Start(t testing.TB) *Env {
 		t.Skipf("testenv: integration test skipped: %v (run `make test`, which builds them)", err)
 	}
 	dir := t.TempDir()
-	e := &Env{dir: dir, apiserver: apiBin, logsDir: filepath.Join(dir, "logs")}
+	e := &Env{dir: dir, apiserver: apiBin, etcdBin: etcdBin, logsDir: filepath.Join(dir, "logs")}
 	if err := os.MkdirAll(e.logsDir, 0o755); err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
 	t.Cleanup(e.stop)
-	if err := e.startEtcd(etcdBin); err != nil {
+	if err := e.startEtcd(); err != nil {
 		t.Fatalf("testenv: start etcd: %v", err)
 	}
 	if err := e.prepareAPIServer(); err != nil {
@@ -158,7 +165,7 @@ func FreePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-func (e *Env) startEtcd(bin string) error {
+func (e *Env) startEtcd() error {
 	client, err := FreePort()
 	if err != nil {
 		return err
@@ -169,20 +176,29 @@ func (e *Env) startEtcd(bin string) error {
 	}
 	cu := "http://127.0.0.1:" + strconv.Itoa(client)
 	pu := "http://127.0.0.1:" + strconv.Itoa(peer)
-	p, err := startProcess(bin, filepath.Join(e.logsDir, "etcd.log"),
+	e.etcdURL = cu
+	e.etcdArgs = []string{
 		"--name=testenv",
-		"--data-dir="+filepath.Join(e.dir, "etcd"),
-		"--listen-client-urls="+cu, "--advertise-client-urls="+cu,
-		"--listen-peer-urls="+pu, "--initial-advertise-peer-urls="+pu,
-		"--initial-cluster=testenv="+pu,
+		"--data-dir=" + filepath.Join(e.dir, "etcd"),
+		"--listen-client-urls=" + cu, "--advertise-client-urls=" + cu,
+		"--listen-peer-urls=" + pu, "--initial-advertise-peer-urls=" + pu,
+		"--initial-cluster=testenv=" + pu,
 		"--log-level=warn",
-	)
+	}
+	e.apiArgs = append(e.apiArgs, "--etcd-servers="+cu)
+	return e.runEtcd()
+}
+
+// runEtcd starts etcd with the Env's addresses and data directory.
+func (e *Env) runEtcd() error {
+	p, err := startProcess(e.etcdBin, filepath.Join(e.logsDir, "etcd.log"), e.etcdArgs...)
 	if err != nil {
 		return err
 	}
+	e.mu.Lock()
 	e.etcd = p
-	e.apiArgs = append(e.apiArgs, "--etcd-servers="+cu)
-	return waitHTTP(p, cu+"/health", nil, 60*time.Second)
+	e.mu.Unlock()
+	return waitHTTP(p, e.etcdURL+"/health", nil, 60*time.Second)
 }
 
 func (e *Env) prepareAPIServer() error {
@@ -298,6 +314,85 @@ func (e *Env) StartAPIServer(t testing.TB) {
 	if err := e.startAPIServer(); err != nil {
 		t.Fatalf("testenv: restart: %v", err)
 	}
+}
+
+// StopEtcd stops etcd (SIGTERM), leaving kube-apiserver running without
+// its storage.
+func (e *Env) StopEtcd(t testing.TB) {
+	t.Helper()
+	e.mu.Lock()
+	p := e.etcd
+	e.etcd = nil
+	e.mu.Unlock()
+	if p != nil {
+		p.stop()
+	}
+}
+
+// StartEtcd starts etcd again after StopEtcd, on the same addresses with
+// the same data, and waits until it is healthy.
+func (e *Env) StartEtcd(t testing.TB) {
+	t.Helper()
+	if err := e.runEtcd(); err != nil {
+		t.Fatalf("testenv: restart etcd: %v", err)
+	}
+}
+
+// CompactEtcd writes a key of its own to etcd (outside the API server's
+// prefix, so that the revision moves past every object's
+// resourceVersion) and compacts etcd's history up to that revision, which
+// it returns. A watch that resumes from an older resourceVersion then
+// expires (410 Gone) and its client must list again. etcd must be
+// running; kube-apiserver need not be.
+func (e *Env) CompactEtcd(t testing.TB) int64 {
+	t.Helper()
+	rev, err := e.etcdRevisionAfterPut()
+	if err != nil {
+		t.Fatalf("testenv: etcd put: %v", err)
+	}
+	body := fmt.Sprintf(`{"revision":"%d","physical":true}`, rev)
+	if _, err := e.etcdPost("/v3/kv/compaction", body); err != nil {
+		t.Fatalf("testenv: etcd compaction at %d: %v", rev, err)
+	}
+	return rev
+}
+
+// etcdRevisionAfterPut writes /testenv/compact and returns the revision
+// of the write.
+func (e *Env) etcdRevisionAfterPut() (int64, error) {
+	key := base64.StdEncoding.EncodeToString([]byte("/testenv/compact"))
+	val := base64.StdEncoding.EncodeToString([]byte(time.Now().String()))
+	out, err := e.etcdPost("/v3/kv/put", fmt.Sprintf(`{"key":%q,"value":%q}`, key, val))
+	if err != nil {
+		return 0, err
+	}
+	var resp struct {
+		Header struct {
+			Revision string `json:"revision"`
+		} `json:"header"`
+	}
+	if err := json.Unmarshal(out, &resp); err != nil {
+		return 0, fmt.Errorf("put answer %q: %w", out, err)
+	}
+	return strconv.ParseInt(resp.Header.Revision, 10, 64)
+}
+
+// etcdPost calls etcd's JSON gateway (the v3 API over HTTP).
+func (e *Env) etcdPost(path, body string) ([]byte, error) {
+	client := &http.Client{Timeout: 10 * time.Second}
+	resp, err := client.Post(e.etcdURL+path, "application/json", strings.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: %s: %s", path, resp.Status, bytes.TrimSpace(out))
+	}
+	return out, nil
 }
 
 // APIServerLog returns what kube-apiserver has logged so far.
