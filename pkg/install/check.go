@@ -93,7 +93,7 @@ func (c *Client) ownershipPreCheck(ctx context.Context, m *Manifest, takeOver bo
 	}
 	var oe *OwnershipError
 	if err := p.conflicts(); errors.As(err, &oe) {
-		r.Detail = fmt.Sprintf("%d rendered objects belong to someone else: %s", len(oe.Conflicts), strings.Join(oe.Conflicts, "; "))
+		r.Detail = fmt.Sprintf("%s to someone else: %s", countOf(len(oe.Conflicts), "rendered object belongs", "rendered objects belong"), strings.Join(oe.Conflicts, "; "))
 		r.Hint = "discovery changes only what it made, for the revision it installs: install another revision (--revision), " +
 			"rename the object in the input, or remove it with the tool that made it"
 		return r
@@ -121,13 +121,12 @@ func versionCheck(git string) CheckResult {
 	return r
 }
 
-// permissionCheck asks the API server (SelfSubjectAccessReview) whether
-// the caller may create, patch and delete every kind the install writes,
-// where it writes it.
+// permissionCheck asks the API server (SelfSubjectAccessReviews, in
+// parallel) whether the caller may get, create, patch and delete every
+// kind the install writes, where it writes it.
 func (c *Client) permissionCheck(ctx context.Context, m *Manifest) CheckResult {
 	r := CheckResult{Name: "permissions"}
-	type target struct{ group, resource, namespace string }
-	targets := map[target]bool{}
+	targets := map[accessTarget]bool{}
 	for _, o := range m.Objects() {
 		gvk := o.GroupVersionKind()
 		mapping, err := c.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
@@ -135,52 +134,13 @@ func (c *Client) permissionCheck(ctx context.Context, m *Manifest) CheckResult {
 			r.Detail = fmt.Sprintf("kind %s is not served: %v", gvk, err)
 			return r
 		}
-		targets[target{gvk.Group, mapping.Resource.Resource, o.GetNamespace()}] = true
+		targets[accessTarget{gvk.Group, mapping.Resource.Resource, o.GetNamespace()}] = true
 	}
-	type review struct {
-		t    target
-		verb string
-	}
-	var reviews []review
-	for t := range targets {
-		for _, verb := range []string{"get", "create", "patch", "delete"} {
-			reviews = append(reviews, review{t, verb})
-		}
-	}
-	var (
-		mu     sync.Mutex
-		denied []string
-	)
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(parallelism)
-	for _, rv := range reviews {
-		g.Go(func() error {
-			t := rv.t
-			res, err := c.Kube.AuthorizationV1().SelfSubjectAccessReviews().Create(gctx, &authorizationv1.SelfSubjectAccessReview{
-				Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
-					Group: t.group, Resource: t.resource, Namespace: t.namespace, Verb: rv.verb,
-				}},
-			}, metav1.CreateOptions{})
-			if err != nil {
-				return fmt.Errorf("SelfSubjectAccessReview: %w", err)
-			}
-			if !res.Status.Allowed {
-				where := t.namespace
-				if where == "" {
-					where = "cluster-wide"
-				}
-				mu.Lock()
-				denied = append(denied, fmt.Sprintf("%s %s.%s (%s)", rv.verb, t.resource, t.group, where))
-				mu.Unlock()
-			}
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
+	denied, err := c.denied(ctx, targets, []string{"get", "create", "patch", "delete"})
+	if err != nil {
 		r.Detail = err.Error()
 		return r
 	}
-	sort.Strings(denied)
 	if len(denied) > 0 {
 		r.Detail = "not allowed: " + strings.Join(denied, ", ")
 		r.Hint = "run as a cluster administrator (the install creates cluster roles, CRDs and webhook configurations)"
@@ -188,6 +148,48 @@ func (c *Client) permissionCheck(ctx context.Context, m *Manifest) CheckResult {
 	}
 	r.OK, r.Detail = true, fmt.Sprintf("allowed to write %d kinds where the install writes them", len(targets))
 	return r
+}
+
+// accessTarget is a resource where the install writes it ("" namespace:
+// cluster-wide).
+type accessTarget struct{ group, resource, namespace string }
+
+// denied asks the API server, parallelism reviews at a time, which verbs
+// on which targets the caller may not use, and lists them sorted.
+func (c *Client) denied(ctx context.Context, targets map[accessTarget]bool, verbs []string) ([]string, error) {
+	var (
+		mu  sync.Mutex
+		out []string
+	)
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(parallelism)
+	for t := range targets {
+		for _, verb := range verbs {
+			g.Go(func() error {
+				res, err := c.Kube.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+					Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+						Group: t.group, Resource: t.resource, Namespace: t.namespace, Verb: verb,
+					}},
+				}, metav1.CreateOptions{})
+				if err != nil {
+					return fmt.Errorf("SelfSubjectAccessReview: %w", err)
+				}
+				if !res.Status.Allowed {
+					where := t.namespace
+					if where == "" {
+						where = "cluster-wide"
+					}
+					mu.Lock()
+					out = append(out, fmt.Sprintf("%s %s.%s (%s)", verb, t.resource, t.group, where))
+					mu.Unlock()
+				}
+				return nil
+			})
+		}
+	}
+	err := g.Wait()
+	sort.Strings(out)
+	return out, err
 }
 
 // otherInstallations reports control planes of discovery other than the

@@ -125,8 +125,16 @@ type OwnershipError struct {
 }
 
 func (e *OwnershipError) Error() string {
-	return fmt.Sprintf("%d objects belong to someone else (discovery changes only what it made, for the revision it installs): %s",
-		len(e.Conflicts), strings.Join(e.Conflicts, "; "))
+	return fmt.Sprintf("%s to someone else (discovery changes only what it made, for the revision it installs): %s",
+		countOf(len(e.Conflicts), "object belongs", "objects belong"), strings.Join(e.Conflicts, "; "))
+}
+
+// countOf is "n one" or "n many", as n asks.
+func countOf(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }
 
 // conflicts returns the plan's conflicts, sorted, or nil.
