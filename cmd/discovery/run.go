@@ -15,13 +15,17 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
 	"github.com/meshplane/discovery/pkg/ca"
 	"github.com/meshplane/discovery/pkg/config"
+	"github.com/meshplane/discovery/pkg/config/meshconfig"
 	"github.com/meshplane/discovery/pkg/leader"
+	"github.com/meshplane/discovery/pkg/mesh"
 	"github.com/meshplane/discovery/pkg/model"
 	"github.com/meshplane/discovery/pkg/monitor"
 	"github.com/meshplane/discovery/pkg/status"
@@ -42,7 +46,11 @@ func (o *serveOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	p, err := o.build(ctx, cfg, client, log, reg)
+	initial, err := o.initialMesh(ctx, client, log)
+	if err != nil {
+		return err
+	}
+	p, err := o.build(ctx, cfg, client, initial, log, reg)
 	if err != nil {
 		return err
 	}
@@ -87,6 +95,42 @@ func (o *serveOptions) cluster(log *slog.Logger) (*rest.Config, kubernetes.Inter
 	return cfg, client, nil
 }
 
+// initialMesh reads the MeshConfig before anything starts, from where it
+// will be watched, and decides the trust domain with it: --trust-domain
+// when given on the command line, else the MeshConfig's trustDomain. The
+// CA signs for that domain until the next start (as istiod's CA reads
+// it once); a MeshConfig that later names another is reported.
+func (o *serveOptions) initialMesh(ctx context.Context, client kubernetes.Interface, log *slog.Logger) (meshconfig.Initial, error) {
+	var in meshconfig.Initial
+	err := wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Steps: 6, Cap: 10 * time.Second},
+		func(ctx context.Context) (bool, error) {
+			var err error
+			if in, err = meshconfig.ReadInitial(ctx, o.mesh, client, o.file.Dir); err != nil {
+				log.Warn("reading the MeshConfig at start-up; retrying", "error", err)
+				return false, nil
+			}
+			return true, nil
+		})
+	if err != nil {
+		return in, fmt.Errorf("the MeshConfig could not be read at start-up (%s): %w", in.Source, err)
+	}
+	cfg := mesh.Default()
+	if in.Found {
+		if c, err := mesh.Parse(in.Text); err == nil {
+			cfg = c
+		} else {
+			// The watcher refuses it again, with its log line and metric.
+			in.Found = false
+		}
+	}
+	if !o.trustDomainFlag {
+		o.setTrustDomain(cfg.TrustDomain())
+	}
+	log.Info("MeshConfig at start-up", "source", in.Source, "found", in.Found, "trustDomain", o.trustDomain,
+		"trustDomainFrom", map[bool]string{true: "--trust-domain", false: "MeshConfig"}[o.trustDomainFlag])
+	return in, nil
+}
+
 // parts are the running process: its components and what drains it.
 type parts struct {
 	runner   *leader.Runner
@@ -105,16 +149,35 @@ func (p *parts) drain(ctx context.Context, period time.Duration, log *slog.Logge
 }
 
 // build constructs every part and registers it with the leader runner.
-func (o *serveOptions) build(ctx context.Context, cfg *rest.Config, client kubernetes.Interface, log *slog.Logger, reg *prometheus.Registry) (*parts, error) {
+func (o *serveOptions) build(ctx context.Context, cfg *rest.Config, client kubernetes.Interface, initial meshconfig.Initial, log *slog.Logger, reg *prometheus.Registry) (*parts, error) {
 	store := model.NewStore(model.StoreOptions{DomainSuffix: o.domainSuffix})
+	// Every source hands its events to the MeshConfig watcher, which
+	// turns the mesh's ConfigMap into the MeshConfig for the Store.
+	meshWatcher, err := meshconfig.New(o.mesh, store, log, reg)
+	if err != nil {
+		return nil, err
+	}
+	if initial.Found {
+		if err := meshWatcher.Seed(initial.Text, initial.Source+", read at start-up"); err != nil {
+			return nil, err
+		}
+	}
 	sources, fileSource, err := o.sources(cfg, log, reg)
 	if err != nil {
 		return nil, err
+	}
+	if o.mesh.File != "" {
+		ms, err := meshconfig.NewFileSource(meshWatcher)
+		if err != nil {
+			return nil, err
+		}
+		sources = append(sources, ms)
 	}
 	mon := monitor.New(o.monitor, reg, log)
 	mon.Handle("/version", monitor.VersionHandler(currentVersion().istiodString()))
 	mon.HandleDebug("registryz", monitor.RegistryzHandler(store.World))
 	mon.HandleDebug("configz", monitor.ConfigzHandler(store.World, status.ConfigzNote, status.RefusedConfigzNote))
+	mon.HandleDebug("meshz", meshWatcher.Handler())
 	if fileSource != nil {
 		fileSource.RegisterDebug(mon.Mux())
 	}
@@ -128,7 +191,7 @@ func (o *serveOptions) build(ctx context.Context, cfg *rest.Config, client kuber
 		return nil, err
 	}
 	p.xds.RegisterDebug(mon.Mux())
-	webhooks, err := o.webhooks(ctx, authority, client, reg, log, mon)
+	webhooks, err := o.webhooks(ctx, authority, client, reg, log, mon, store)
 	if err != nil {
 		return nil, err
 	}
@@ -140,7 +203,7 @@ func (o *serveOptions) build(ctx context.Context, cfg *rest.Config, client kuber
 	p.runner.Add("monitor", false, mon.Start)
 	for _, src := range sources {
 		mon.AddReadyCheck("source "+src.Name(), synced(src))
-		p.runner.Add("source "+src.Name(), false, func(ctx context.Context) error { return src.Start(ctx, store) })
+		p.runner.Add("source "+src.Name(), false, func(ctx context.Context) error { return src.Start(ctx, meshWatcher) })
 	}
 	mon.AddReadyCheck("shutdown", func() error {
 		if p.draining.Load() {
@@ -185,11 +248,12 @@ type component struct {
 
 // webhooks builds the injection and validation webhooks on their HTTPS
 // server and, with a cluster, the leader's caBundle patcher.
-func (o *serveOptions) webhooks(ctx context.Context, authority *ca.CA, client kubernetes.Interface, reg prometheus.Registerer, log *slog.Logger, mon *monitor.Server) ([]component, error) {
+func (o *serveOptions) webhooks(ctx context.Context, authority *ca.CA, client kubernetes.Interface, reg prometheus.Registerer, log *slog.Logger, mon *monitor.Server, store *model.Store) ([]component, error) {
 	injector, err := inject.New(o.inject, client, reg, log)
 	if err != nil {
 		return nil, err
 	}
+	injector.SetMesh(func() *meshv1alpha1.MeshConfig { return store.World().Mesh().Proto() })
 	injector.RegisterDebug(mon.Mux())
 	mon.AddReadyCheck("injection config", func() error {
 		if !injector.HasSynced() {

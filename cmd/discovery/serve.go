@@ -19,6 +19,7 @@ import (
 	"github.com/meshplane/discovery/pkg/config"
 	"github.com/meshplane/discovery/pkg/config/file"
 	"github.com/meshplane/discovery/pkg/config/kube"
+	"github.com/meshplane/discovery/pkg/config/meshconfig"
 	"github.com/meshplane/discovery/pkg/leader"
 	"github.com/meshplane/discovery/pkg/monitor"
 	"github.com/meshplane/discovery/pkg/status"
@@ -40,9 +41,13 @@ type serveOptions struct {
 	logFormat    string
 	drainPeriod  time.Duration
 	maxStreamAge time.Duration
+	// trustDomainFlag is set when --trust-domain is given on the command
+	// line: it then wins over the MeshConfig's trustDomain.
+	trustDomainFlag bool
 
 	file    file.Options
 	kube    kube.Options
+	mesh    meshconfig.Options
 	ca      ca.Options
 	monitor monitor.Options
 	leader  leader.Options
@@ -89,6 +94,7 @@ files in DIR, watched for changes.`,
 		Example: "  discovery serve --config-dir examples/basic\n  discovery serve --kubeconfig ~/.kube/config --namespace istio-system",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.trustDomainFlag = cmd.Flags().Changed("trust-domain")
 			if err := o.validate(); err != nil {
 				return err
 			}
@@ -99,7 +105,7 @@ files in DIR, watched for changes.`,
 	fs.StringVar(&o.kubeconfig, "kubeconfig", o.kubeconfig, "Path of a kubeconfig file. Without it, the in-cluster configuration is used when running in a Pod; otherwise there is no cluster (use --config-dir).")
 	fs.StringVar(&o.namespace, "namespace", o.namespace, "Namespace the control plane runs in: its Secrets, Lease and webhook names live there.")
 	fs.StringVar(&o.revision, "revision", o.revision, "Control plane revision (istio.io/rev); empty for the default revision.")
-	fs.StringVar(&o.trustDomain, "trust-domain", o.trustDomain, "SPIFFE trust domain of workload identities (spiffe://<trust-domain>/ns/<ns>/sa/<sa>).")
+	fs.StringVar(&o.trustDomain, "trust-domain", o.trustDomain, "SPIFFE trust domain of workload identities (spiffe://<trust-domain>/ns/<ns>/sa/<sa>). Given on the command line, it wins over the MeshConfig's trustDomain; otherwise the MeshConfig's, read at start-up, applies.")
 	fs.StringVar(&o.domainSuffix, "domain-suffix", o.domainSuffix, "DNS suffix of the cluster: services are <name>.<namespace>.svc.<suffix>.")
 	fs.StringVar(&o.grpcAddr, "grpc-address", o.grpcAddr, "Address of the plaintext gRPC server (xDS) for trusted networks and local use; empty turns it off.")
 	fs.StringVar(&o.secureAddr, "secure-grpc-address", o.secureAddr, "Address of the TLS gRPC server: xDS and the CA (IstioCertificateService).")
@@ -109,6 +115,7 @@ files in DIR, watched for changes.`,
 	fs.StringVar(&o.logFormat, "log-format", o.logFormat, "Log format: text or json.")
 	o.file.AddFlags(fs)
 	o.kube.AddFlags(fs)
+	o.mesh.AddFlags(fs)
 	o.ca.AddFlags(fs)
 	o.monitor.AddFlags(fs)
 	o.leader.AddFlags(fs)
@@ -140,17 +147,26 @@ func (o *serveOptions) validate() error {
 	if o.secureAddr == "" {
 		errs = append(errs, errors.New("--secure-grpc-address must not be empty: the CA is served there"))
 	}
-	o.ca.TrustDomain, o.ca.Namespace, o.ca.Revision = o.trustDomain, o.namespace, o.revision
-	o.xds.TrustDomain = o.trustDomain
+	o.mesh.Namespace, o.mesh.Revision = o.namespace, o.revision
+	o.setTrustDomain(o.trustDomain)
+	o.ca.Namespace, o.ca.Revision = o.namespace, o.revision
 	o.xds.SystemNamespace, o.xds.Instance = o.namespace, xdsInstance()
 	o.inject.Namespace, o.inject.Revision = o.namespace, o.revision
 	o.patcher.Namespace, o.patcher.Revision = o.namespace, o.revision
-	for _, v := range []interface{ Validate() error }{&o.file, &o.kube, &o.monitor, &o.leader, &o.xds, &o.webhook, &o.inject, &o.patcher, &o.status} {
+	for _, v := range []interface{ Validate() error }{&o.file, &o.kube, &o.mesh, &o.monitor, &o.leader, &o.xds, &o.webhook, &o.inject, &o.patcher, &o.status} {
 		if err := v.Validate(); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// setTrustDomain puts td in force for the CA, xDS and the MeshConfig
+// watcher's report.
+func (o *serveOptions) setTrustDomain(td string) {
+	o.trustDomain = td
+	o.ca.TrustDomain, o.xds.TrustDomain = td, td
+	o.mesh.TrustDomain, o.mesh.TrustDomainFlag = td, o.trustDomainFlag
 }
 
 func parseLevel(s string) (slog.Level, error) {
@@ -205,6 +221,10 @@ func (o *serveOptions) sources(cfg *rest.Config, log *slog.Logger, reg prometheu
 	var out []config.Source
 	var fs *file.Source
 	if cfg != nil {
+		if o.mesh.File == "" {
+			// istiod reads the ConfigMap only without a mesh file.
+			o.kube.MeshNamespace, o.kube.MeshConfigMap = o.namespace, o.mesh.ConfigMapName()
+		}
 		ks, err := kube.New(cfg, o.kube, log, reg)
 		if err != nil {
 			return nil, nil, err

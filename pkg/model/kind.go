@@ -27,6 +27,19 @@ const (
 	KindRequestAuthentication Kind = "RequestAuthentication"
 )
 
+// KindConfigMap is read for one object only, the mesh's MeshConfig (the
+// istio ConfigMap of the control plane's namespace): the MeshConfig
+// watcher (pkg/config/mesh) turns it into a KindMeshConfig event, and the
+// Store drops any ConfigMap that reaches it.
+const KindConfigMap Kind = "ConfigMap"
+
+// KindMeshConfig is derived: its one object (Key MeshKey) is the
+// MeshConfig in force, an Event Object of type *MeshObject.
+const KindMeshConfig Kind = "MeshConfig"
+
+// MeshKey names the MeshConfig in force.
+var MeshKey = Key{Kind: KindMeshConfig, Name: "mesh"}
+
 // KindEndpoints is derived, never read: a Change of this kind, named after a
 // Service, says that the Service's endpoint set changed (through its
 // EndpointSlices or the Pods behind them).
@@ -61,6 +74,7 @@ var kindInfos = map[Kind]kindInfo{
 	KindPeerAuthentication:    {GroupSecurity, "v1", "peerauthentications", []string{"v1beta1"}},
 	KindAuthorizationPolicy:   {GroupSecurity, "v1", "authorizationpolicies", []string{"v1beta1"}},
 	KindRequestAuthentication: {GroupSecurity, "v1", "requestauthentications", []string{"v1beta1"}},
+	KindConfigMap:             {"", "v1", "configmaps", nil},
 }
 
 // IstioKinds lists the Istio configuration kinds, in a fixed order.
@@ -114,7 +128,7 @@ func KindFor(gvk schema.GroupVersionKind) (Kind, error) {
 
 func knownKinds() []string {
 	out := make([]string, 0, len(KubeKinds)+len(IstioKinds))
-	for _, k := range append(append([]Kind{}, KubeKinds...), IstioKinds...) {
+	for _, k := range append(append([]Kind{}, KubeKinds...), append(IstioKinds, KindConfigMap)...) {
 		gvk := k.GroupVersionKind()
 		out = append(out, gvk.GroupVersion().String()+"/"+gvk.Kind)
 	}

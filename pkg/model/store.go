@@ -138,6 +138,12 @@ func (b *builder) apply(ev Event) error {
 		return b.pod(ev)
 	case KindNamespace:
 		return b.namespace(ev)
+	case KindMeshConfig:
+		return b.meshConfig(ev)
+	case KindConfigMap:
+		// The MeshConfig watcher turns the mesh's ConfigMap into a
+		// MeshConfig; no other ConfigMap shapes the mesh.
+		return nil
 	default:
 		if ev.Key.Kind.IsIstio() {
 			return b.config(ev)

@@ -22,6 +22,8 @@ type World struct {
 	podsByIP   map[string]*Pod
 	namespaces map[string]*Namespace
 	configs    map[Kind]map[NamespacedName]*Config
+	// mesh is the MeshConfig in force; nil for Istio's defaults.
+	mesh *MeshObject
 }
 
 // Protocol is a service port's application protocol, as Istio reads it from

@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	coreinformers "k8s.io/client-go/informers/core/v1"
@@ -81,6 +82,17 @@ var informers = map[model.Kind]newInformerFunc{
 	},
 }
 
+// meshConfigMapInformer watches the one ConfigMap that holds the
+// MeshConfig, by name, in its namespace (as istiod's kubemesh does): no
+// other ConfigMap is listed or cached.
+func meshConfigMapInformer(ns, name string) newInformerFunc {
+	return func(c Clients, r time.Duration) cache.SharedIndexInformer {
+		return coreinformers.NewFilteredConfigMapInformer(c.Kube, ns, r, cache.Indexers{}, func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector(metav1.ObjectNameField, name).String()
+		})
+	}
+}
+
 // listerWatcher is what every typed Istio client offers.
 type listerWatcher[L runtime.Object] interface {
 	List(ctx context.Context, opts metav1.ListOptions) (L, error)
@@ -127,12 +139,16 @@ type watcher struct {
 var _ cache.ResourceEventHandler = (*watcher)(nil)
 
 func newWatcher(s *Source, kind model.Kind) (*watcher, error) {
+	newInformer := informers[kind]
+	if kind == model.KindConfigMap {
+		newInformer = meshConfigMapInformer(s.opts.MeshNamespace, s.opts.MeshConfigMap)
+	}
 	w := &watcher{
 		kind:     kind,
 		log:      s.log.With("kind", string(kind)),
 		queue:    s.queue,
 		metrics:  s.metrics,
-		informer: informers[kind](s.clients, s.opts.ResyncPeriod),
+		informer: newInformer(s.clients, s.opts.ResyncPeriod),
 	}
 	if kind.IsIstio() {
 		w.keys = map[model.NamespacedName]struct{}{}

@@ -14,6 +14,10 @@ type Options struct {
 	// objects that did not change, so a resync costs CPU and publishes
 	// nothing; it exists to repair a Sink that missed an event.
 	ResyncPeriod time.Duration
+	// MeshNamespace and MeshConfigMap name the mesh's ConfigMap (istio
+	// in the control plane's namespace), watched alone and handed over as
+	// KindConfigMap events; empty turns it off. Set by the wiring.
+	MeshNamespace, MeshConfigMap string
 }
 
 // DefaultOptions returns the defaults.

@@ -121,14 +121,18 @@ func (s *Source) startInformers(ctx context.Context) error {
 		return fmt.Errorf("CRD informer: %w", err)
 	}
 	s.crdReg = crdReg
-	for _, k := range model.KubeKinds {
+	kinds := model.KubeKinds
+	if s.opts.MeshConfigMap != "" {
+		kinds = append(slices.Clone(kinds), model.KindConfigMap)
+	}
+	for _, k := range kinds {
 		w, err := newWatcher(s, k)
 		if err != nil {
 			return fmt.Errorf("%s informer: %w", k, err)
 		}
 		s.watchers[k] = w
 	}
-	for _, k := range model.KubeKinds {
+	for _, k := range kinds {
 		s.watchers[k].start(ctx, &s.wg)
 	}
 	s.wg.Go(func() { crdInf.RunWithContext(ctx) })

@@ -97,11 +97,15 @@ func checkPort(s string) error {
 	return nil
 }
 
-// proxyConfig builds the proxy's configuration: values'
-// meshConfig.defaultConfig, then the pod's proxy.istio.io/config on top.
-func proxyConfig(pod *corev1.Pod, values Values) (*meshconfig.ProxyConfig, error) {
+// proxyConfig builds the proxy's configuration: the MeshConfig's
+// defaultConfig (Istio's defaults with the mesh's own applied), or without
+// a MeshConfig values' meshConfig.defaultConfig, then the pod's
+// proxy.istio.io/config on top.
+func proxyConfig(pod *corev1.Pod, values Values, mc *meshconfig.MeshConfig) (*meshconfig.ProxyConfig, error) {
 	pc := &meshconfig.ProxyConfig{}
-	if d := values.Get("meshConfig.defaultConfig"); d != nil {
+	if mc.GetDefaultConfig() != nil {
+		pc = proto.Clone(mc.GetDefaultConfig()).(*meshconfig.ProxyConfig)
+	} else if d := values.Get("meshConfig.defaultConfig"); d != nil {
 		js, err := toJSON(d)
 		if err != nil {
 			return nil, fmt.Errorf("values meshConfig.defaultConfig: %w", err)

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"istio.io/api/annotation"
+	meshconfig "istio.io/api/mesh/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -25,18 +26,26 @@ func Inject(pod *corev1.Pod, ns *corev1.Namespace, cfg *Config, values Values) (
 // InjectFor is Inject for the control plane sel describes: its revision
 // and the revision tags that point at it.
 func InjectFor(pod *corev1.Pod, ns *corev1.Namespace, cfg *Config, values Values, sel Selection) (*corev1.Pod, Decision, error) {
+	return InjectWith(pod, ns, cfg, values, sel, nil)
+}
+
+// InjectWith is InjectFor with the MeshConfig in force: its defaultConfig
+// is the proxies' configuration before the pod's proxy.istio.io/config,
+// as istiod's injector takes it, and templates see it as .MeshConfig.
+// Without one (nil), values' meshConfig.defaultConfig is used.
+func InjectWith(pod *corev1.Pod, ns *corev1.Namespace, cfg *Config, values Values, sel Selection, mc *meshconfig.MeshConfig) (*corev1.Pod, Decision, error) {
 	d := Decide(pod, ns, cfg, sel)
 	if !d.Inject {
 		return pod, d, nil
 	}
-	out, err := injectPod(pod, cfg, values)
+	out, err := injectPod(pod, cfg, values, mc)
 	if err != nil {
 		return nil, d, err
 	}
 	return out, d, nil
 }
 
-func injectPod(pod *corev1.Pod, cfg *Config, values Values) (*corev1.Pod, error) {
+func injectPod(pod *corev1.Pod, cfg *Config, values Values, mc *meshconfig.MeshConfig) (*corev1.Pod, error) {
 	if err := checkAnnotations(pod); err != nil {
 		return nil, err
 	}
@@ -44,7 +53,7 @@ func injectPod(pod *corev1.Pod, cfg *Config, values Values) (*corev1.Pod, error)
 	if err != nil {
 		return nil, err
 	}
-	data, err := templateData(pod, values)
+	data, err := templateData(pod, values, mc)
 	if err != nil {
 		return nil, err
 	}
@@ -87,8 +96,8 @@ func templateNames(pod *corev1.Pod, cfg *Config) ([]string, error) {
 	return cfg.resolve(names, "injection template")
 }
 
-func templateData(pod *corev1.Pod, values Values) (*TemplateData, error) {
-	pc, err := proxyConfig(pod, values)
+func templateData(pod *corev1.Pod, values Values, mc *meshconfig.MeshConfig) (*TemplateData, error) {
+	pc, err := proxyConfig(pod, values, mc)
 	if err != nil {
 		return nil, err
 	}
@@ -108,6 +117,7 @@ func templateData(pod *corev1.Pod, values Values) (*TemplateData, error) {
 		Spec:             *pod.Spec.DeepCopy(),
 		DeploymentMeta:   deploymentMeta(pod),
 		ProxyConfig:      pc,
+		MeshConfig:       mc,
 		Values:           values,
 		Revision:         rev,
 		ProxyImage:       proxyImage(pod, values),

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
+	meshconfig "istio.io/api/mesh/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -79,6 +80,7 @@ type Injector struct {
 	metrics *metrics
 
 	snap       atomic.Pointer[Snapshot]
+	mesh       atomic.Pointer[func() *meshconfig.MeshConfig]
 	namespaces atomic.Pointer[corelisters.NamespaceLister]
 	sel        atomic.Pointer[Selection] // the revision and its tags (tags.go)
 	synced     atomic.Bool
@@ -91,6 +93,19 @@ type Injector struct {
 // New builds an Injector that starts with the built-in configuration until
 // Start has read the ConfigMap. client may be nil for an injector that
 // never watches (tests, file mode); namespaces are then unlabelled unless
+// SetMesh gives the injector the MeshConfig in force, read at each
+// injection: its defaultConfig is the proxies' configuration (as istiod's
+// injector takes it), and templates see it as .MeshConfig.
+func (i *Injector) SetMesh(mesh func() *meshconfig.MeshConfig) { i.mesh.Store(&mesh) }
+
+// meshConfig is the MeshConfig in force, or nil without SetMesh.
+func (i *Injector) meshConfig() *meshconfig.MeshConfig {
+	if f := i.mesh.Load(); f != nil {
+		return (*f)()
+	}
+	return nil
+}
+
 // SetNamespaceLister provides them.
 func New(opts Options, client kubernetes.Interface, reg prometheus.Registerer, log *slog.Logger) (*Injector, error) {
 	if err := opts.Validate(); err != nil {
@@ -185,7 +200,7 @@ func LoadConfigMap(cm *corev1.ConfigMap, revision string) (*Snapshot, error) {
 	values = withRevision(values, revision)
 	for _, name := range cfg.TemplateNames() {
 		probe := probePod(name)
-		if _, err := injectPod(probe, cfg, values); err != nil {
+		if _, err := injectPod(probe, cfg, values, nil); err != nil {
 			return nil, fmt.Errorf("template %q fails on a probe pod: %w", name, err)
 		}
 	}

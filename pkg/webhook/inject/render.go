@@ -34,10 +34,13 @@ const (
 // TemplateData is what an injection template sees as ".". Field names
 // follow Istio's, so templates written for Istio render here too.
 type TemplateData struct {
-	ObjectMeta       metav1.ObjectMeta
-	Spec             corev1.PodSpec
-	DeploymentMeta   metav1.ObjectMeta
-	ProxyConfig      *meshconfig.ProxyConfig
+	ObjectMeta     metav1.ObjectMeta
+	Spec           corev1.PodSpec
+	DeploymentMeta metav1.ObjectMeta
+	ProxyConfig    *meshconfig.ProxyConfig
+	// MeshConfig is the MeshConfig in force (nil when the injector has
+	// none, as in unit tests).
+	MeshConfig       *meshconfig.MeshConfig
 	Values           map[string]any
 	Revision         string
 	ProxyImage       string

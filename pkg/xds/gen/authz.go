@@ -76,7 +76,7 @@ func labelsMatch(selector, labels map[string]string) bool {
 func (g *Generator) authzPolicies(w *model.World, p *model.Proxy) []*model.Config {
 	var out []*model.Config
 	for _, c := range w.Configs(model.KindAuthorizationPolicy) {
-		if c.Key.Namespace != RootNamespace && c.Key.Namespace != p.Namespace {
+		if c.Key.Namespace != RootNamespace(w) && c.Key.Namespace != p.Namespace {
 			continue
 		}
 		ap, ok := c.Object.(*securityv1.AuthorizationPolicy)
@@ -129,7 +129,7 @@ var envoyActions = map[security.AuthorizationPolicy_Action]rbacv3.RBAC_Action{
 // HTTP chains and for TCP chains, in one pass. An ALLOW action is present,
 // possibly with no policy (deny everything), as soon as one ALLOW policy
 // applies.
-func (g *Generator) rbacRules(aps []*model.Config) (httpRules, tcpRules actionRules) {
+func (g *Generator) rbacRules(trust trustDomains, aps []*model.Config) (httpRules, tcpRules actionRules) {
 	httpRules, tcpRules = actionRules{}, actionRules{}
 	for _, c := range aps {
 		ap := c.Object.(*securityv1.AuthorizationPolicy)
@@ -157,7 +157,7 @@ func (g *Generator) rbacRules(aps []*model.Config) (httpRules, tcpRules actionRu
 				tcp   bool
 				rules *rbacv3.RBAC
 			}{{false, hr}, {true, tr}} {
-				pol, b := g.ruleFor(r, chain.tcp, valid)
+				pol, b := g.ruleFor(trust, r, chain.tcp, valid)
 				if len(b.unsupported) > 0 {
 					g.warnFailClosed(c, ap.ResourceVersion, i, action, b.unsupported)
 				}
@@ -186,8 +186,8 @@ func (g *Generator) rbacRules(aps []*model.Config) (httpRules, tcpRules actionRu
 // ruleFor translates rule r for an HTTP or a TCP chain. A rule holding
 // strings Envoy cannot take (invalid UTF-8) matches everything and is
 // marked, so that it allows nothing and denies everything.
-func (g *Generator) ruleFor(r *security.Rule, tcp, valid bool) (*rbacv3.Policy, *ruleBuilder) {
-	b := &ruleBuilder{tcp: tcp, principals: g.authzPrincipals}
+func (g *Generator) ruleFor(trust trustDomains, r *security.Rule, tcp, valid bool) (*rbacv3.Policy, *ruleBuilder) {
+	b := &ruleBuilder{tcp: tcp, principals: trust.authzPrincipals}
 	if !valid {
 		b.skip()
 		return &rbacv3.Policy{Principals: []*rbacv3.Principal{allOfIDs(nil)}, Permissions: []*rbacv3.Permission{allOfPerms(nil)}}, b
@@ -217,7 +217,7 @@ func (ar actionRules) prune() {
 // authorization builds p's inbound RBAC filters; both lists are empty
 // when no policy applies.
 func (g *Generator) authorization(w *model.World, p *model.Proxy) inboundAuthz {
-	return g.rbacFilters(g.authzPolicies(w, p), sidecarRBACNames)
+	return g.rbacFilters(g.trustIn(w), g.authzPolicies(w, p), sidecarRBACNames)
 }
 
 // rbacNames names the RBAC filters of each action (AUDIT, DENY, ALLOW)
@@ -238,12 +238,12 @@ var sidecarRBACNames = rbacNames{
 
 // rbacFilters builds the RBAC filters of the policies aps, HTTP and
 // network, in Istio's order: AUDIT, DENY, ALLOW.
-func (g *Generator) rbacFilters(aps []*model.Config, names rbacNames) inboundAuthz {
+func (g *Generator) rbacFilters(trust trustDomains, aps []*model.Config, names rbacNames) inboundAuthz {
 	if len(aps) == 0 {
 		return inboundAuthz{}
 	}
 	var out inboundAuthz
-	httpRules, tcpRules := g.rbacRules(aps)
+	httpRules, tcpRules := g.rbacRules(trust, aps)
 	order := []security.AuthorizationPolicy_Action{security.AuthorizationPolicy_AUDIT, security.AuthorizationPolicy_DENY, security.AuthorizationPolicy_ALLOW}
 	for i, action := range order {
 		if r := httpRules[action]; r != nil {

@@ -25,7 +25,7 @@ func FuzzAuthorizationPolicy(f *testing.F) {
 	f.Add("iss/sub", "b", "/y", "10.0.0.1", "80", "request.auth.principal", "x", uint8(0))
 	f.Fuzz(func(t *testing.T, principal, ns, path, ip, port, key, value string, action uint8) {
 		ap := &securityv1.AuthorizationPolicy{
-			ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: RootNamespace, ResourceVersion: "1"},
+			ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "istio-system", ResourceVersion: "1"},
 		}
 		ap.Spec.Action = []security.AuthorizationPolicy_Action{
 			security.AuthorizationPolicy_ALLOW, security.AuthorizationPolicy_DENY,
@@ -44,7 +44,7 @@ func FuzzAuthorizationPolicy(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		evs = append(evs, model.Event{Op: model.OpUpsert, Key: model.Key{Kind: model.KindAuthorizationPolicy, Namespace: RootNamespace, Name: "p"}, Object: ap})
+		evs = append(evs, model.Event{Op: model.OpUpsert, Key: model.Key{Kind: model.KindAuthorizationPolicy, Namespace: "istio-system", Name: "p"}, Object: ap})
 		store := model.NewStore(model.StoreOptions{})
 		if _, err := store.Apply(evs...); err != nil {
 			t.Fatal(err)

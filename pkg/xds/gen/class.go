@@ -95,6 +95,13 @@ func (g *Generator) Class(w *model.World, p *model.Proxy, prev *ClassConfig) (ou
 		}
 	}()
 	sc := NewScope(w, p)
+	// A class's resources are reused only from a configuration made for
+	// the same MeshConfig: nearly everything reads it, and it changes
+	// rarely (meshconfig.go). prev is still the last good configuration.
+	reuse := prev
+	if prev != nil && prev.scope != nil && prev.scope.World.Mesh() != w.Mesh() {
+		reuse = nil
+	}
 	cc := &ClassConfig{
 		Class: key, WorldVersion: w.Version, scope: sc,
 		EndpointsOf: map[model.NamespacedName][]string{}, units: map[model.NamespacedName]*unit{},
@@ -110,7 +117,7 @@ func (g *Generator) Class(w *model.World, p *model.Proxy, prev *ClassConfig) (ou
 	}
 	var edsRefs, routeRefs []string
 	for _, svc := range sc.Services {
-		u := g.serviceUnit(sc, svc, prev)
+		u := g.serviceUnit(sc, svc, reuse)
 		cc.units[svc.Key()] = u
 		for _, r := range u.endpoints {
 			cc.EndpointsOf[svc.Key()] = append(cc.EndpointsOf[svc.Key()], r.Name)
@@ -128,10 +135,10 @@ func (g *Generator) Class(w *model.World, p *model.Proxy, prev *ClassConfig) (ou
 		// Proxyless gRPC: the per-service API listeners are all it needs.
 	case p.Type == model.ProxyRouter:
 		routeRefs = append(routeRefs, g.gateway(sc, bs)...)
-		g.fixed(bs)
+		g.fixed(sc.World, bs)
 	default:
-		routeRefs = append(routeRefs, g.sidecarOutbound(sc, bs, cc, prev)...)
-		g.fixed(bs)
+		routeRefs = append(routeRefs, g.sidecarOutbound(sc, bs, cc, reuse)...)
+		g.fixed(sc.World, bs)
 	}
 	return g.publish(cc, bs, prev, edsRefs, routeRefs)
 }
@@ -190,8 +197,8 @@ func diffNames(a, b *Set) []string {
 	return out
 }
 
-func (g *Generator) fixed(bs map[string]*builder) {
-	for _, c := range fixedClusters() {
+func (g *Generator) fixed(w *model.World, bs map[string]*builder) {
+	for _, c := range fixedClusters(connectTimeout(w)) {
 		bs[ClusterType].add(c.Name, c)
 	}
 }

@@ -58,7 +58,11 @@ func ClassKey(w *model.World, p *model.Proxy) string {
 // DestinationRules.
 type worldIndex struct {
 	version uint64
-	rules   *ruleIndex
+	// root is the mesh's root namespace, vsExportTo its default exportTo
+	// of VirtualServices.
+	root       string
+	vsExportTo []string
+	rules      *ruleIndex
 	// selected holds, per namespace, the Sidecars with a workloadSelector,
 	// defaults those without; both oldest first, as Istio orders them.
 	selected, defaults map[string][]*model.Config
@@ -186,7 +190,7 @@ func evictIndexes() {
 // replaces a config object when it changes.
 func newWorldIndex(w *model.World, prev *worldIndex) *worldIndex {
 	ix := &worldIndex{
-		version: w.Version, selected: map[string][]*model.Config{}, defaults: map[string][]*model.Config{},
+		version: w.Version, root: RootNamespace(w), vsExportTo: w.Mesh().VirtualServiceExportTo(), selected: map[string][]*model.Config{}, defaults: map[string][]*model.Config{},
 		rules: newRuleIndex(w),
 	}
 	for _, c := range w.Configs(model.KindSidecar) {
@@ -218,7 +222,7 @@ func newWorldIndex(w *model.World, prev *worldIndex) *worldIndex {
 		ix.parsed[c] = s
 		switch {
 		case len(s.uses) == 0:
-		case exportedEverywhere(c.Object.(*networkingv1.VirtualService).Spec.GetExportTo()),
+		case exportedEverywhere(vsExportTo(w, &c.Object.(*networkingv1.VirtualService).Spec)),
 			len(c.Object.(*networkingv1.VirtualService).Spec.GetHosts()) == 0:
 			// A delegate's matches apply wherever a root naming it is seen,
 			// which its own exportTo does not tell: count it everywhere (a
@@ -269,7 +273,7 @@ func (ix *worldIndex) choose(p *model.Proxy) (*model.Config, []*model.Config) {
 			match = append(match, c)
 		}
 	}
-	for _, level := range [][]*model.Config{match, ix.defaults[p.Namespace], ix.defaults[RootNamespace]} {
+	for _, level := range [][]*model.Config{match, ix.defaults[p.Namespace], ix.defaults[ix.root]} {
 		if len(level) > 0 {
 			return level[0], level[1:]
 		}
@@ -328,7 +332,7 @@ func containsString(l []string, s string) bool {
 func (ix *worldIndex) forNamespace(ns string) *nsSources {
 	var extra []vsSources
 	for _, s := range ix.restricted {
-		if exportedTo(s.cfg.Object.(*networkingv1.VirtualService).Spec.GetExportTo(), s.cfg.Key.Namespace, ns) {
+		if exportedTo(orDefault(s.cfg.Object.(*networkingv1.VirtualService).Spec.GetExportTo(), ix.vsExportTo), s.cfg.Key.Namespace, ns) {
 			extra = append(extra, s)
 		}
 	}

@@ -74,14 +74,15 @@ func edsCluster(name string, proto model.Protocol, envoy bool) *clusterv3.Cluste
 }
 
 // fixedClusters are BlackHoleCluster, PassthroughCluster and
-// InboundPassthroughCluster, as every sidecar has them.
-func fixedClusters() []*clusterv3.Cluster {
+// InboundPassthroughCluster, as every sidecar has them, with the mesh's
+// connect timeout.
+func fixedClusters(timeout *durationpb.Duration) []*clusterv3.Cluster {
 	origDst := func(name string) *clusterv3.Cluster {
 		return &clusterv3.Cluster{
 			Name:                 name,
 			ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_ORIGINAL_DST},
 			LbPolicy:             clusterv3.Cluster_CLUSTER_PROVIDED,
-			ConnectTimeout:       durationpb.New(10 * time.Second),
+			ConnectTimeout:       timeout,
 		}
 	}
 	inbound := origDst(InboundPassthroughCluster)
@@ -92,7 +93,7 @@ func fixedClusters() []*clusterv3.Cluster {
 		{
 			Name:                 BlackHoleCluster,
 			ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC},
-			ConnectTimeout:       durationpb.New(10 * time.Second),
+			ConnectTimeout:       timeout,
 		},
 		origDst(PassthroughCluster),
 		inbound,
@@ -100,7 +101,8 @@ func fixedClusters() []*clusterv3.Cluster {
 }
 
 // inboundCluster sends traffic for a pod port to the application on
-// 127.0.0.1.
+// 127.0.0.1: a Sidecar ingress listener's, and every port's with the
+// MeshConfig's inboundTrafficPolicy LOCALHOST (inboundServiceCluster).
 func inboundCluster(port int32) *clusterv3.Cluster {
 	name := InboundClusterName(port)
 	return &clusterv3.Cluster{

@@ -55,6 +55,8 @@ type ruleIndex struct {
 	selecting map[string][]ruleEntry
 	// hosts are the hosts rules name, each once.
 	hosts []string
+	// root is the mesh's root namespace.
+	root string
 }
 
 type ruleEntry struct {
@@ -81,14 +83,14 @@ func (r ruleEntry) exportedOut(ns string) bool {
 }
 
 func newRuleIndex(w *model.World) *ruleIndex {
-	ri := &ruleIndex{byNS: map[string]map[string][]ruleEntry{}, selecting: map[string][]ruleEntry{}}
+	ri := &ruleIndex{byNS: map[string]map[string][]ruleEntry{}, selecting: map[string][]ruleEntry{}, root: RootNamespace(w)}
 	seen := map[string]bool{}
 	for _, c := range w.Configs(model.KindDestinationRule) {
 		dr, ok := c.Object.(*networkingv1.DestinationRule)
 		if !ok {
 			continue
 		}
-		e := ruleEntry{cfg: c, exportTo: dr.Spec.GetExportTo()}
+		e := ruleEntry{cfg: c, exportTo: drExportTo(w, &dr.Spec)}
 		if ws := dr.Spec.GetWorkloadSelector(); ws != nil {
 			e.selects, e.selector = true, ws.GetMatchLabels()
 			ri.selecting[c.Key.Namespace] = append(ri.selecting[c.Key.Namespace], e)
@@ -211,7 +213,7 @@ func (ri *ruleIndex) pick(host, ns, svcNS string, labels map[string]string) (*mo
 	if c, sh := ri.local(host, ns, labels); c != nil {
 		return c, sh
 	}
-	for _, from := range []string{svcNS, RootNamespace} {
+	for _, from := range []string{svcNS, ri.root} {
 		if from == "" {
 			continue
 		}
@@ -261,7 +263,7 @@ func (ri *ruleIndex) local(host, ns string, labels map[string]string) (*model.Co
 		if r.selects {
 			return false
 		}
-		if ns == RootNamespace {
+		if ns == ri.root {
 			return r.privateOnly()
 		}
 		return exportedTo(r.exportTo, ns, ns)
@@ -273,11 +275,11 @@ func (ri *ruleIndex) local(host, ns string, labels map[string]string) (*model.Co
 // namespace ownNS may apply to proxies of namespace toNS: with a
 // workloadSelector only in its own namespace (Istio makes such a rule
 // private, whatever its exportTo), otherwise as its exportTo says.
-func DestinationRuleExportedTo(dr *networking.DestinationRule, ownNS, toNS string) bool {
+func DestinationRuleExportedTo(w *model.World, dr *networking.DestinationRule, ownNS, toNS string) bool {
 	if dr.GetWorkloadSelector() != nil {
 		return ownNS == toNS
 	}
-	return exportedTo(dr.GetExportTo(), ownNS, toNS)
+	return exportedTo(drExportTo(w, dr), ownNS, toNS)
 }
 
 // warnRules reports, once per set of versions, the DestinationRules of

@@ -62,7 +62,7 @@ var gatewayRBACNames = rbacNames{
 // gateway.
 func (g *Generator) gatewayAuthorization(sc *Scope) gatewayAuthz {
 	return gatewayAuthz{
-		inboundAuthz: g.rbacFilters(g.authzPolicies(sc.World, sc.Proxy), gatewayRBACNames),
+		inboundAuthz: g.rbacFilters(g.trustIn(sc.World), g.authzPolicies(sc.World, sc.Proxy), gatewayRBACNames),
 		trustedHops:  gatewayTrustedHops(sc.Proxy),
 	}
 }

@@ -177,11 +177,11 @@ func TestSidecarEgressScope(t *testing.T) {
 			proxyNS:  "ns-0", want: "ns-0/svc-0,ns-0/svc-2,ns-1/svc-1",
 		},
 		"the root namespace's Sidecar applies where a namespace has none": {
-			sidecars: []model.Event{sidecarEvent(RootNamespace, "ns-1/*")},
+			sidecars: []model.Event{sidecarEvent("istio-system", "ns-1/*")},
 			proxyNS:  "ns-0", want: "ns-1/svc-1,ns-1/svc-3",
 		},
 		"a namespace's own Sidecar wins over the root's": {
-			sidecars: []model.Event{sidecarEvent(RootNamespace, "ns-1/*"), sidecarEvent("ns-0", "*/*.ns-0.svc.cluster.local")},
+			sidecars: []model.Event{sidecarEvent("istio-system", "ns-1/*"), sidecarEvent("ns-0", "*/*.ns-0.svc.cluster.local")},
 			proxyNS:  "ns-0", want: "ns-0/svc-0,ns-0/svc-2",
 		},
 	}

@@ -117,15 +117,15 @@ func serviceAccounts(eps *model.ServiceEndpoints) []string {
 // svc's endpoints (in the trust domain and its aliases), sorted: what a
 // client of svc expects the server to present, as Istio derives a
 // service's accounts from its endpoints.
-func (g *Generator) serviceIdentities(svc *model.Service, eps *model.ServiceEndpoints) []string {
-	return g.identities(svc.Namespace, serviceAccounts(eps))
+func (g *Generator) serviceIdentities(w *model.World, svc *model.Service, eps *model.ServiceEndpoints) []string {
+	return g.trustIn(w).identities(svc.Namespace, serviceAccounts(eps))
 }
 
 // grpcClusterTLS sets the TLS of a proxyless gRPC client's cluster of svc
 // from its traffic policy tp, and reports DestinationRule TLS modes gRPC
 // cannot honour (SIMPLE and MUTUAL stay plaintext, as in Istio).
 func (g *Generator) grpcClusterTLS(sc *Scope, svc *model.Service, eps *model.ServiceEndpoints, c *clusterv3.Cluster, tp *networking.TrafficPolicy) {
-	c.TransportSocket = grpcUpstreamTLS(tp.GetTls(), g.serviceIdentities(svc, eps))
+	c.TransportSocket = grpcUpstreamTLS(tp.GetTls(), g.serviceIdentities(sc.World, svc, eps))
 	switch mode := tp.GetTls().GetMode(); mode {
 	case networking.ClientTLSSettings_SIMPLE, networking.ClientTLSSettings_MUTUAL:
 		if cfg := sc.destinationRuleConfig(svc.Hostname); cfg != nil {
@@ -199,7 +199,7 @@ func (g *Generator) warnGRPCPermissive(w *model.World, p *model.Proxy, ports []I
 	}
 	for _, c := range w.Configs(model.KindPeerAuthentication) {
 		pa, ok := c.Object.(*securityv1.PeerAuthentication)
-		if !ok || (c.Key.Namespace != p.Namespace && c.Key.Namespace != RootNamespace) || !asksPermissive(pa) {
+		if !ok || (c.Key.Namespace != p.Namespace && c.Key.Namespace != RootNamespace(w)) || !asksPermissive(pa) {
 			continue
 		}
 		if sel := pa.Spec.GetSelector().GetMatchLabels(); len(sel) > 0 && (c.Key.Namespace != p.Namespace || !labelsMatch(sel, p.Labels())) {

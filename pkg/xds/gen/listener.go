@@ -307,11 +307,10 @@ func virtualInbound(ports []InboundPort, sec inboundSecurity, terminated bool) *
 		}},
 		DefaultFilterChain: passthrough,
 	}
-	inspect, sniffs := terminated, false
+	inspect := terminated
 	for _, p := range ports {
 		mode := sec.mtls.forPort(p.Port)
 		inspect = inspect || mode == MTLSPermissive || (p.Protocol.IsSniffed() && mode == MTLSStrict)
-		sniffs = sniffs || p.Protocol.IsSniffed()
 	}
 	var plaintextSniffed []int32
 	for _, p := range ports {
@@ -330,9 +329,6 @@ func virtualInbound(ports []InboundPort, sec inboundSecurity, terminated bool) *
 	}
 	if len(plaintextSniffed) > 0 {
 		l.ListenerFilters = append(l.ListenerFilters, httpInspectorOn(plaintextSniffed))
-	}
-	if sniffs {
-		sniffingTimeouts(l)
 	}
 	return l
 }

@@ -67,7 +67,7 @@ func (g *Generator) peerAuthentication(w *model.World, p *model.Proxy) inboundMT
 	var workload, namespace, mesh []*model.Config
 	for _, c := range w.Configs(model.KindPeerAuthentication) {
 		pa, ok := c.Object.(*securityv1.PeerAuthentication)
-		if !ok || (c.Key.Namespace != p.Namespace && c.Key.Namespace != RootNamespace) {
+		if !ok || (c.Key.Namespace != p.Namespace && c.Key.Namespace != RootNamespace(w)) {
 			continue
 		}
 		g.warn(c, pa.ResourceVersion, &pa.Spec, peerAuthnFields)

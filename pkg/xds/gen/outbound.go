@@ -41,7 +41,7 @@ func (g *Generator) outboundClusters(sc *Scope, svc *model.Service, eps *model.S
 	}
 	dr := sc.DestinationRule(svc.Hostname)
 	g.warnRules(sc, svc.Hostname)
-	ids := g.serviceIdentities(svc, eps)
+	ids := g.serviceIdentities(sc.World, svc, eps)
 	for _, port := range svc.Ports {
 		if port.Protocol == model.ProtocolUDP {
 			continue
@@ -72,31 +72,39 @@ func (g *Generator) outboundCluster(sc *Scope, svc *model.Service, eps *model.Se
 	} else {
 		c = serviceCluster(svc, name, port, eps, ss.Labels, !grpc)
 	}
+	c.ConnectTimeout = connectTimeout(sc.World)
 	if downstreamProtocol(sc.Proxy, port) {
 		useDownstreamProtocol(c)
 	}
 	var tp *networking.TrafficPolicy
 	if dr != nil {
 		tp = policy(&dr.Spec, ss.Name, port.Port)
-		applyTraffic(c, tp)
 	}
+	// Before the traffic policy, whose HTTP options keep the protocol.
+	if !grpc && shouldH2Upgrade(port, sc.World.Mesh().H2Upgrade(), tp.GetConnectionPool()) {
+		upgradeToH2(c)
+	}
+	applyTraffic(c, tp)
 	if grpc {
 		if dr != nil {
 			g.grpcClusterTLS(sc, svc, eps, c, tp)
 		}
 		return c
 	}
-	envoyClusterTLS(c, tp.GetTls(), svc, eps, port, ids)
+	envoyClusterTLS(c, tp.GetTls(), svc, eps, port, ids, sc.World.Mesh().AutoMTLS())
 	return c
 }
 
 // envoyClusterTLS sets the TLS an Envoy cluster of svc originates: tls, the
-// DestinationRule's for the cluster (nil for none), else auto mTLS.
-func envoyClusterTLS(c *clusterv3.Cluster, tls *networking.ClientTLSSettings, svc *model.Service, eps *model.ServiceEndpoints, port model.Port, ids []string) {
+// DestinationRule's for the cluster (nil for none), else auto mTLS unless
+// the MeshConfig turns it off (enableAutoMtls false: plaintext, as in
+// Istio).
+func envoyClusterTLS(c *clusterv3.Cluster, tls *networking.ClientTLSSettings, svc *model.Service, eps *model.ServiceEndpoints, port model.Port, ids []string, auto bool) {
 	switch {
 	case tls != nil:
 		// The rule's, DISABLE included: no auto mTLS then, as in Istio.
 		c.TransportSocket = upstreamTLS(tls, c.Name, ids)
+	case !auto:
 	case svc.Entry != nil && svc.Entry.External:
 		// Istio infers no mTLS mode for mesh-external services.
 	case c.GetType() == clusterv3.Cluster_ORIGINAL_DST:
@@ -146,6 +154,45 @@ func sniffsAny(p *model.Proxy, svc *model.Service) bool {
 		}
 	}
 	return false
+}
+
+// shouldH2Upgrade is Istio's rule for upgrading a cluster's HTTP/1.1 to
+// HTTP/2: the DestinationRule's connectionPool.http decides when it says
+// UPGRADE or DO_NOT_UPGRADE (useClientProtocol: never), else the
+// MeshConfig's h2UpgradePolicy, for HTTP ports only (a sniffed port keeps
+// the protocol the client spoke).
+func shouldH2Upgrade(port model.Port, meshUpgrade bool, cp *networking.ConnectionPoolSettings) bool {
+	if h := cp.GetHttp(); h != nil {
+		if h.GetUseClientProtocol() {
+			return false
+		}
+		switch h.GetH2UpgradePolicy() {
+		case networking.ConnectionPoolSettings_HTTPSettings_UPGRADE:
+			return true
+		case networking.ConnectionPoolSettings_HTTPSettings_DO_NOT_UPGRADE:
+			return false
+		}
+	}
+	return port.Protocol.IsHTTP() && meshUpgrade
+}
+
+// upgradeToH2 makes c speak HTTP/2 upstream, unless it already chose its
+// upstream protocol (HTTP/2 ports, the downstream protocol of a sniffed
+// port), as Istio's setH2Options does.
+func upgradeToH2(c *clusterv3.Cluster) {
+	if _, ok := c.TypedExtensionProtocolOptions[httpOptionsKey]; ok {
+		return
+	}
+	if c.TypedExtensionProtocolOptions == nil {
+		c.TypedExtensionProtocolOptions = map[string]*anypb.Any{}
+	}
+	c.TypedExtensionProtocolOptions[httpOptionsKey] = mustAny(&httpv3.HttpProtocolOptions{
+		UpstreamProtocolOptions: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{
+			ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
+				ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: &corev3.Http2ProtocolOptions{}},
+			},
+		},
+	})
 }
 
 // useDownstreamProtocol makes c speak upstream the HTTP version the

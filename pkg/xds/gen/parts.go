@@ -3,6 +3,7 @@ package gen
 import (
 	"sync"
 
+	"github.com/meshplane/discovery/pkg/mesh"
 	"github.com/meshplane/discovery/pkg/model"
 )
 
@@ -11,7 +12,8 @@ import (
 // the class sees for it, whether the class is proxyless gRPC, whether
 // the clusters are ORIGINAL_DST (a passthrough service on a sidecar, not
 // on a gateway) and whether they use the downstream protocol (a sniffed
-// port on a sidecar, outbound.go), nothing else: sidecar classes of different namespaces (one per namespace) get the
+// port on a sidecar, outbound.go) and the MeshConfig (connect timeout,
+// auto mTLS, trust domain aliases), nothing else: sidecar classes of different namespaces (one per namespace) get the
 // same resources. Without sharing, every class generated and held its own
 // copy (50 namespace classes at M1: 50 times the CPU when proxies connect
 // and 50 copies of the largest part of the configuration).
@@ -22,6 +24,7 @@ type partCache struct {
 
 type partKey struct {
 	svc        model.NamespacedName
+	mesh       *mesh.Config
 	grpc       bool
 	origDst    bool
 	downstream bool
@@ -41,7 +44,7 @@ type part struct {
 // use; w is the newest World, against which the cache is swept when it
 // outgrows it. Concurrent callers for the same part wait for one build.
 func (pc *partCache) get(g *Generator, sc *Scope, w *model.World, svc *model.Service, eps *model.ServiceEndpoints, drc *model.Config) *part {
-	k := partKey{svc: svc.Key(), grpc: sc.Proxy.IsGRPC(), origDst: originalDst(sc.Proxy, svc), downstream: sniffsAny(sc.Proxy, svc), drc: drc}
+	k := partKey{svc: svc.Key(), mesh: w.Mesh(), grpc: sc.Proxy.IsGRPC(), origDst: originalDst(sc.Proxy, svc), downstream: sniffsAny(sc.Proxy, svc), drc: drc}
 	pc.mu.Lock()
 	if pc.m == nil {
 		pc.m = map[partKey]*part{}
@@ -66,7 +69,7 @@ func (pc *partCache) get(g *Generator, sc *Scope, w *model.World, svc *model.Ser
 // sweepLocked drops the parts of objects w no longer holds as they were.
 func (pc *partCache) sweepLocked(w *model.World) {
 	for k, p := range pc.m {
-		if w.Service(k.svc.Namespace, k.svc.Name) != p.svc || w.Endpoints(k.svc.Namespace, k.svc.Name) != p.eps ||
+		if k.mesh != w.Mesh() || w.Service(k.svc.Namespace, k.svc.Name) != p.svc || w.Endpoints(k.svc.Namespace, k.svc.Name) != p.eps ||
 			(k.drc != nil && w.Config(k.drc.Key.Kind, k.drc.Key.Namespace, k.drc.Key.Name) != k.drc) {
 			delete(pc.m, k)
 		}

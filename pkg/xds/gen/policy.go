@@ -37,7 +37,7 @@ var drFields = newFieldSet(
 	"trafficPolicy.connectionPool.tcp.maxConnectionDuration",
 	"trafficPolicy.connectionPool.http.http1MaxPendingRequests", "trafficPolicy.connectionPool.http.http2MaxRequests",
 	"trafficPolicy.connectionPool.http.maxRequestsPerConnection", "trafficPolicy.connectionPool.http.maxRetries",
-	"trafficPolicy.connectionPool.http.idleTimeout",
+	"trafficPolicy.connectionPool.http.idleTimeout", "trafficPolicy.connectionPool.http.h2UpgradePolicy",
 	"trafficPolicy.outlierDetection.consecutive5xxErrors", "trafficPolicy.outlierDetection.consecutiveGatewayErrors",
 	"trafficPolicy.outlierDetection.interval", "trafficPolicy.outlierDetection.baseEjectionTime",
 	"trafficPolicy.outlierDetection.maxEjectionPercent", "trafficPolicy.outlierDetection.minHealthPercent",

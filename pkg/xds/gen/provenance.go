@@ -150,16 +150,17 @@ func (sc *Scope) gatewaySources(withVS bool) []*model.Config {
 // namespace whose selector matches p (or that have none).
 func inboundSources(w *model.World, p *model.Proxy) []*model.Config {
 	var out []*model.Config
+	root := RootNamespace(w)
 	for _, c := range w.Configs(model.KindAuthorizationPolicy) {
 		ap, ok := c.Object.(*securityv1.AuthorizationPolicy)
-		if ok && (c.Key.Namespace == p.Namespace || c.Key.Namespace == RootNamespace) &&
+		if ok && (c.Key.Namespace == p.Namespace || c.Key.Namespace == root) &&
 			labelsMatch(ap.Spec.GetSelector().GetMatchLabels(), p.Labels()) {
 			out = append(out, c)
 		}
 	}
 	for _, c := range w.Configs(model.KindPeerAuthentication) {
 		pa, ok := c.Object.(*securityv1.PeerAuthentication)
-		if ok && (c.Key.Namespace == p.Namespace || c.Key.Namespace == RootNamespace) &&
+		if ok && (c.Key.Namespace == p.Namespace || c.Key.Namespace == root) &&
 			labelsMatch(pa.Spec.GetSelector().GetMatchLabels(), p.Labels()) {
 			out = append(out, c)
 		}

@@ -74,7 +74,9 @@ func (g *Generator) Proxy(w *model.World, p *model.Proxy, cls *ClassConfig) (out
 	sec := inboundSecurity{authz: g.authorization(w, p), mtls: g.peerAuthentication(w, p)}
 	ports := g.inbound(w, p, sec.mtls)
 	clusters, listeners := newBuilder(ClusterType), newBuilder(ListenerType)
+	timeout := connectTimeout(w)
 	for _, ip := range ports {
+		ip.cluster.ConnectTimeout = timeout
 		pc.InboundPorts = append(pc.InboundPorts, ip.InboundPort)
 		if ip.Protocol.IsSniffed() {
 			// Istio's setUpstreamProtocol, for inbound clusters too.
@@ -82,7 +84,9 @@ func (g *Generator) Proxy(w *model.World, p *model.Proxy, cls *ClassConfig) (out
 		}
 		clusters.add(ip.cluster.Name, ip.cluster)
 	}
-	listeners.add(VirtualInbound, inboundListener(ports, sec))
+	in := inboundListener(ports, sec)
+	sniffingTimeouts(in, w)
+	listeners.add(VirtualInbound, in)
 	for _, err := range append(clusters.errs, listeners.errs...) {
 		g.report(cls.Scope(), p.ID, err)
 	}

@@ -43,7 +43,7 @@ func NewScope(w *model.World, p *model.Proxy) *Scope {
 	egress := sidecarScope(w, p)
 	sc.sidecar = egress
 	for _, s := range w.Services() {
-		if exportedTo(s.ExportTo, s.Namespace, p.Namespace) && egress.allows(s) {
+		if exportedTo(serviceExportTo(w, s), s.Namespace, p.Namespace) && egress.allows(s) {
 			sc.Services = append(sc.Services, s)
 			sc.visible[s.Key()] = true
 		}
@@ -93,11 +93,6 @@ func appliesTo(c *model.Config, gateway string) bool {
 	}
 	return false
 }
-
-// ExportedTo reports whether an object of namespace ownNS with exportTo
-// is visible in namespace toNS (Istio's exportTo rules, as generation
-// applies them).
-func ExportedTo(exportTo []string, ownNS, toNS string) bool { return exportedTo(exportTo, ownNS, toNS) }
 
 // exportedTo applies Istio's exportTo: empty or "*" is everywhere, "." the
 // object's own namespace, anything else a namespace name.

@@ -8,11 +8,6 @@ import (
 	"github.com/meshplane/discovery/pkg/model"
 )
 
-// RootNamespace is where a Sidecar without workloadSelector applies to
-// every namespace that has none of its own (Istio's default root
-// namespace).
-const RootNamespace = "istio-system"
-
 // egressScope is the host filter of the Sidecar resource that applies to a
 // proxy: the union of its egress listeners' hosts, each NAMESPACE/DNSNAME
 // (NAMESPACE "." for the proxy's own, "*" for any, "~" for none; DNSNAME
@@ -41,7 +36,7 @@ func sidecarScope(w *model.World, p *model.Proxy) *egressScope {
 	sc := c.Object.(*networkingv1.Sidecar)
 	// "." names the namespace of the proxy, not of the Sidecar: a root
 	// namespace default with ./* limits every namespace to itself.
-	es := &egressScope{ns: p.Namespace, registryOnly: registryOnly(&sc.Spec), cfg: c, shadowed: shadowed}
+	es := &egressScope{ns: p.Namespace, registryOnly: registryOnly(&sc.Spec, w.Mesh().RegistryOnly()), cfg: c, shadowed: shadowed}
 	for _, l := range sc.Spec.GetEgress() {
 		for _, h := range l.GetHosts() {
 			hns, name, ok := strings.Cut(h, "/")

@@ -74,10 +74,23 @@ func (g *Generator) inbound(w *model.World, p *model.Proxy, mtls inboundMTLS) []
 		}
 	}
 	var out []ingressPort
+	localhost := w.Mesh().InboundLocalhost()
 	for _, ip := range inboundPorts(w, p) {
-		out = append(out, ingressPort{InboundPort: ip, cluster: inboundCluster(ip.Port)})
+		out = append(out, ingressPort{InboundPort: ip, cluster: inboundServiceCluster(ip.Port, localhost)})
 	}
 	return out
+}
+
+// inboundServiceCluster is the cluster of a pod port that a service
+// selecting the pod exposes, as Istio builds it for the MeshConfig's
+// inboundTrafficPolicy: PASSTHROUGH (the default) sends to the address the
+// connection was for, the pod's own, from 127.0.0.6 (an ORIGINAL_DST
+// cluster, never cleaned up); LOCALHOST sends to 127.0.0.1.
+func inboundServiceCluster(port int32, localhost bool) *clusterv3.Cluster {
+	if localhost {
+		return inboundCluster(port)
+	}
+	return inboundOrigDst(port)
 }
 
 // sidecarIngress turns the Sidecar's ingress listeners into inbound
@@ -169,12 +182,15 @@ func firstIP(ips []string, v4 bool, fallback string) string {
 
 // inboundOrigDst sends a port's traffic on to its original destination,
 // from 127.0.0.6 so that the application sees it as from outside the pod.
+// As in Istio, the cluster's hosts are never cleaned up in practice:
+// there is only the pod's own address.
 func inboundOrigDst(port int32) *clusterv3.Cluster {
 	return &clusterv3.Cluster{
 		Name:                 InboundClusterName(port),
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_ORIGINAL_DST},
 		LbPolicy:             clusterv3.Cluster_CLUSTER_PROVIDED,
 		ConnectTimeout:       durationpb.New(10 * time.Second),
+		CleanupInterval:      durationpb.New(9223372035 * time.Second), // Istio's maxSecondsValue, about 292 years
 		UpstreamBindConfig:   &corev3.BindConfig{SourceAddress: socketAddress("127.0.0.6", 0).GetSocketAddress()},
 	}
 }

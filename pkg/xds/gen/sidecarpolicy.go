@@ -7,13 +7,18 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	apinetworking "istio.io/api/networking/v1alpha3"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
+
+	"github.com/meshplane/discovery/pkg/model"
 )
 
-// Outbound traffic policy, as Istio defines it: with ALLOW_ANY (the mesh
+// Outbound traffic policy, as Istio defines it: with ALLOW_ANY (Istio's
 // default) traffic to a destination the proxy does not know passes through
 // to where the application sent it; with REGISTRY_ONLY, set by the
-// Sidecar that applies to the class, it goes to BlackHoleCluster, and HTTP
-// requests for unknown hosts on a shared port get a 502.
+// Sidecar that applies to the class or, when it sets none or there is
+// none, by the MeshConfig's outboundTrafficPolicy, it goes to
+// BlackHoleCluster, and HTTP requests for unknown hosts on a shared port
+// get a 502. Gateways route only what their Gateway and VirtualServices
+// name: the policy does not concern them.
 
 // sidecarFields are the Sidecar fields generation honours; the others are
 // logged and counted as unsupported. Of the ingress fields, some values
@@ -23,10 +28,13 @@ var sidecarFields = newFieldSet("workloadSelector", "egress.hosts", "outboundTra
 	"ingress.port", "ingress.bind", "ingress.captureMode", "ingress.defaultEndpoint",
 	"ingress.tls.mode", "ingress.tls.serverCertificate", "ingress.tls.privateKey", "ingress.tls.caCertificates")
 
-// RegistryOnly reports whether the class's Sidecar sets outbound traffic
-// policy REGISTRY_ONLY.
+// RegistryOnly reports whether the class's outbound traffic policy is
+// REGISTRY_ONLY: its Sidecar's, else the MeshConfig's.
 func (sc *Scope) RegistryOnly() bool {
-	return sc.sidecar != nil && sc.sidecar.registryOnly
+	if sc.sidecar != nil {
+		return sc.sidecar.registryOnly
+	}
+	return sc.Proxy.Type == model.ProxySidecar && sc.World.Mesh().RegistryOnly()
 }
 
 // warnSidecar logs the unsupported fields of the Sidecar that applies to
@@ -58,11 +66,14 @@ func (g *Generator) warnSidecar(sc *Scope) {
 }
 
 // registryOnly reads the Sidecar's mode. REGISTRY_ONLY is the enum's zero
-// value, so an absent policy must not be read as one: it means the mesh
-// default, ALLOW_ANY.
-func registryOnly(spec *apinetworking.Sidecar) bool {
+// value, so an absent policy must not be read as one: it means the mesh's
+// (meshDefault).
+func registryOnly(spec *apinetworking.Sidecar, meshDefault bool) bool {
 	p := spec.GetOutboundTrafficPolicy()
-	return p != nil && p.GetMode() == apinetworking.OutboundTrafficPolicy_REGISTRY_ONLY
+	if p == nil {
+		return meshDefault
+	}
+	return p.GetMode() == apinetworking.OutboundTrafficPolicy_REGISTRY_ONLY
 }
 
 // applyOutboundPolicy sends l's passthrough filter chains to

@@ -67,7 +67,7 @@ func TestSidecarEgressAndOutboundPolicy(t *testing.T) {
 			sidecar: sidecarYAML("default", `"~/*"`, "REGISTRY_ONLY"), fallback: BlackHoleCluster,
 		},
 		"the root namespace's Sidecar applies to namespaces without their own": {
-			sidecar: sidecarYAML(RootNamespace, `"other/*"`, "REGISTRY_ONLY"),
+			sidecar: sidecarYAML("istio-system", `"other/*"`, "REGISTRY_ONLY"),
 			visible: "api.example.com,b.other.svc.cluster.local", fallback: BlackHoleCluster,
 		},
 	}

@@ -74,10 +74,12 @@ func httpInspector() *listenerv3.ListenerFilter {
 	}
 }
 
-// sniffingTimeouts gives a listener that sniffs Istio's listener filter
-// timeout: none, and continue if one is ever set.
-func sniffingTimeouts(l *listenerv3.Listener) {
-	l.ListenerFiltersTimeout = durationpb.New(0)
+// sniffingTimeouts gives a listener Istio's listener filter timeout: the
+// MeshConfig's protocolDetectionTimeout (0 by default: none), and go on
+// once it passes. Istio sets it on virtualInbound always, on an outbound
+// listener when it sniffs HTTP.
+func sniffingTimeouts(l *listenerv3.Listener, w *model.World) {
+	l.ListenerFiltersTimeout = durationpb.New(w.Mesh().ProtocolDetectionTimeout())
 	l.ContinueOnListenerFiltersTimeout = true
 }
 
@@ -168,7 +170,7 @@ func (s *sniffedOutbound) finish(g *Generator, sc *Scope, l *listenerv3.Listener
 	}
 	if s.any || s.dflt != nil {
 		l.ListenerFilters = append(l.ListenerFilters, httpInspector())
-		sniffingTimeouts(l)
+		sniffingTimeouts(l, sc.World)
 	}
 }
 

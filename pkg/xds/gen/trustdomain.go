@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/meshplane/discovery/pkg/model"
 )
 
 // DefaultTrustDomain is the SPIFFE trust domain of workload identities
@@ -64,16 +66,33 @@ func (g *Generator) TrustDomain() string {
 	return g.trust.domain
 }
 
+// trustIn is the trust domain with the aliases SetTrustDomain gave and
+// those of w's MeshConfig (trustDomainAliases, which may change while the
+// server runs; the trust domain itself is decided at start-up, with the
+// CA's).
+func (g *Generator) trustIn(w *model.World) trustDomains {
+	t := trustDomains{domain: g.TrustDomain(), aliases: g.trust.aliases}
+	if w == nil {
+		return t
+	}
+	for _, a := range w.Mesh().TrustDomainAliases() {
+		if a != t.domain && !slices.Contains(t.aliases, a) {
+			t.aliases = append(slices.Clip(t.aliases), a)
+		}
+	}
+	return t
+}
+
 // domains lists the trust domain, then its aliases.
-func (g *Generator) domains() []string {
-	return append([]string{g.TrustDomain()}, g.trust.aliases...)
+func (t trustDomains) domains() []string {
+	return append([]string{t.domain}, t.aliases...)
 }
 
 // spiffeIDs are the identities of service account sa of namespace ns in
 // the trust domain and each alias, as Istio expands a service's accounts.
-func (g *Generator) spiffeIDs(ns, sa string) []string {
+func (t trustDomains) spiffeIDs(ns, sa string) []string {
 	var out []string
-	for _, d := range g.domains() {
+	for _, d := range t.domains() {
 		out = append(out, "spiffe://"+d+"/ns/"+ns+"/sa/"+sa)
 	}
 	return out
@@ -81,10 +100,10 @@ func (g *Generator) spiffeIDs(ns, sa string) []string {
 
 // identities maps service account names of namespace ns to their SPIFFE
 // IDs in every trust domain, sorted.
-func (g *Generator) identities(ns string, accounts []string) []string {
+func (t trustDomains) identities(ns string, accounts []string) []string {
 	var out []string
 	for _, sa := range accounts {
-		out = append(out, g.spiffeIDs(ns, sa)...)
+		out = append(out, t.spiffeIDs(ns, sa)...)
 	}
 	sort.Strings(out)
 	return out
@@ -98,8 +117,8 @@ func (g *Generator) identities(ns string, accounts []string) []string {
 // per domain, its domain replaced, except that a *suffix pattern is kept
 // as written for the domains it matches. Principals that name no domain
 // (*, */ns/..., not five segments) or another domain are kept as they are.
-func (g *Generator) authzPrincipals(vals []string) []string {
-	domains := g.domains()
+func (t trustDomains) authzPrincipals(vals []string) []string {
+	domains := t.domains()
 	var out []string
 	for _, v := range vals {
 		parts := strings.Split(v, "/")

@@ -103,7 +103,7 @@ func (d *delegation) delegate(w *model.World, root *model.Config, i int, hr *net
 	case len(dvs.Spec.GetHosts()) > 0:
 		fail(dvs, "the delegate VirtualService has hosts, so it is not a delegate; the route is left out")
 		return
-	case !exportedTo(dvs.Spec.GetExportTo(), ns, root.Key.Namespace):
+	case !exportedTo(vsExportTo(w, &dvs.Spec), ns, root.Key.Namespace):
 		fail(dvs, "the delegate VirtualService is not exported to the root's namespace; the route is left out")
 		return
 	case isRoot(dvs):
@@ -375,7 +375,7 @@ func stringMatchConflict(root, leaf *networking.StringMatch) bool {
 func DelegatedTo(w *model.World, k model.Key, ns string) bool {
 	for _, c := range w.Configs(model.KindVirtualService) {
 		vs, ok := c.Object.(*networkingv1.VirtualService)
-		if !ok || len(vs.Spec.GetHosts()) == 0 || !exportedTo(vs.Spec.GetExportTo(), c.Key.Namespace, ns) {
+		if !ok || len(vs.Spec.GetHosts()) == 0 || !exportedTo(vsExportTo(w, &vs.Spec), c.Key.Namespace, ns) {
 			continue
 		}
 		for _, hr := range vs.Spec.GetHttp() {

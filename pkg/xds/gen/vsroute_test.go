@@ -51,7 +51,7 @@ func TestSortVirtualServices(t *testing.T) {
 		at("b", "x", 1), at("a", "x", 1), at("a", "w", 1), at("a", "old", 0),
 		at("c", "exported", 9, "a"), at("a", "private", 9, "."),
 	}
-	sortVirtualServices(vss, "a")
+	sortVirtualServices(vss, "a", nil)
 	var got []string
 	for _, c := range vss {
 		got = append(got, c.Key.Namespace+"/"+c.Key.Name)

@@ -55,7 +55,7 @@ func exportBucket(exportTo []string, own, ns string) int {
 }
 
 // sortVirtualServices orders the VirtualServices visible to proxies of ns.
-func sortVirtualServices(vss []*model.Config, ns string) {
+func sortVirtualServices(vss []*model.Config, ns string, dflt []string) {
 	type rank struct {
 		bucket int
 		vs     *networkingv1.VirtualService
@@ -63,7 +63,7 @@ func sortVirtualServices(vss []*model.Config, ns string) {
 	r := make(map[*model.Config]rank, len(vss))
 	for _, c := range vss {
 		vs := c.Object.(*networkingv1.VirtualService)
-		r[c] = rank{exportBucket(vs.Spec.GetExportTo(), c.Key.Namespace, ns), vs}
+		r[c] = rank{exportBucket(orDefault(vs.Spec.GetExportTo(), dflt), c.Key.Namespace, ns), vs}
 	}
 	sort.SliceStable(vss, func(i, j int) bool {
 		a, b := r[vss[i]], r[vss[j]]
@@ -90,12 +90,12 @@ func (sc *Scope) indexVirtualServices() {
 		vs, ok := c.Object.(*networkingv1.VirtualService)
 		// A delegate (no hosts) routes nothing by itself. A sidecar's
 		// Sidecar imports VirtualServices by their namespace (sidecar.go).
-		if ok && len(vs.Spec.GetHosts()) > 0 && exportedTo(vs.Spec.GetExportTo(), c.Key.Namespace, ns) &&
+		if ok && len(vs.Spec.GetHosts()) > 0 && exportedTo(vsExportTo(w, &vs.Spec), c.Key.Namespace, ns) &&
 			sc.sidecar.importsVirtualService(c, vs.Spec.GetHosts(), w.DomainSuffix) {
 			vss = append(vss, c)
 		}
 	}
-	sortVirtualServices(vss, ns)
+	sortVirtualServices(vss, ns, w.Mesh().VirtualServiceExportTo())
 	sc.vsRank = make(map[*model.Config]int, len(vss))
 	wild := map[string]bool{}
 	for i, c := range vss {

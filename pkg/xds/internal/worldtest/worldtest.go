@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/meshplane/discovery/pkg/mesh"
 	"github.com/meshplane/discovery/pkg/model"
 )
 
@@ -61,11 +62,39 @@ func LoadFile(path string) (*model.Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
+	if evs, err = withMesh(evs); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
 	s := model.NewStore(model.StoreOptions{})
 	if _, err := s.Apply(evs...); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return s, nil
+}
+
+// withMesh turns the istio ConfigMap of istio-system, if the events hold
+// one, into the MeshConfig, as the server's MeshConfig watcher does.
+func withMesh(evs []model.Event) ([]model.Event, error) {
+	for i, ev := range evs {
+		if ev.Key.Kind != model.KindConfigMap || ev.Key.Namespace != "istio-system" || ev.Key.Name != "istio" {
+			continue
+		}
+		cfg, err := mesh.Parse(ev.Object.(*corev1.ConfigMap).Data["mesh"])
+		if err != nil {
+			return nil, err
+		}
+		evs[i] = model.Event{Op: model.OpUpsert, Key: model.MeshKey, Object: &model.MeshObject{Config: cfg, Source: "test"}}
+	}
+	return evs, nil
+}
+
+// MeshConfig returns the event that puts the MeshConfig text in force.
+func MeshConfig(text string) (model.Event, error) {
+	cfg, err := mesh.Parse(text)
+	if err != nil {
+		return model.Event{}, err
+	}
+	return model.Event{Op: model.OpUpsert, Key: model.MeshKey, Object: &model.MeshObject{Config: cfg, Source: "test"}}, nil
 }
 
 // Service returns a ClusterIP Service event with an http port 80 and a grpc
