@@ -192,7 +192,9 @@ func (c *Client) checkOwnership(ctx context.Context, m *Manifest) CheckResult {
 		owner := OwnerOf(live)
 		switch {
 		case owner.Discovery && owner.Revision == m.Revision:
-		case o.GetLabels()[LabelComponent] == ComponentBase:
+		case o.GetLabels()[LabelComponent] == ComponentBase,
+			strings.HasPrefix(owner.Other, "Helm") && live.GetLabels()["app.kubernetes.io/part-of"] == "discovery":
+			// shared, or discovery's chart installed with plain Helm
 			shared = append(shared, objectKey(o)+" ("+owner.String()+")")
 		default:
 			bad = append(bad, objectKey(o)+" is owned by "+owner.String())
@@ -200,13 +202,13 @@ func (c *Client) checkOwnership(ctx context.Context, m *Manifest) CheckResult {
 	}
 	if len(bad) > 0 {
 		r.Detail = fmt.Sprintf("revision %s expects its own objects: %s", m.Revision, strings.Join(bad, "; "))
-		r.Hint = "another revision's bootstrap or another installer has written them: run bootstrap of the revision that owns them to see, " +
-			"or uninstall that revision"
+		r.Hint = "another revision's install (or an older installer, which relabelled shared objects) or another tool wrote them: " +
+			"bootstrap of this revision names each and refuses to take them; remove them with what made them, then bootstrap again"
 		return r
 	}
 	r.OK, r.Detail = true, fmt.Sprintf("%d objects found, all of revision %s", found, m.Revision)
 	if len(shared) > 0 {
-		r.Detail = fmt.Sprintf("%d objects found: %d of revision %s, %d shared ones of their owner: %s",
+		r.Detail = fmt.Sprintf("%d objects found: %d of revision %s, %d of another owner where that is expected (shared, or Helm's): %s",
 			found, found-len(shared), m.Revision, len(shared), abbreviate(shared, 2))
 	}
 	return r

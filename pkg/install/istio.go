@@ -188,7 +188,8 @@ func istioCheck(found *IstioInstall, m *Manifest, takeOver bool) CheckResult {
 	what := strings.Join(found.Findings, "; ")
 	if !takeOver {
 		r.Detail = "Istio is installed: " + what
-		r.Hint = "discovery does not install over Istio: istiod's Service, webhooks and ConfigMaps would be taken from it. " +
+		r.Hint = "discovery does not install over Istio: istiod's Service, webhooks and ConfigMaps would be taken from it " +
+			"(if this is discovery installed with Helm, keep managing it with Helm). " +
 			"To migrate, install discovery as a revision of its own beside istiod: discovery bootstrap --take-over --revision discovery " +
 			"(Istio's objects are left as they are; then move namespaces with discovery migrate --revision discovery)"
 		return r

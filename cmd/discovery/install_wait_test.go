@@ -1,0 +1,39 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/meshplane/discovery/internal/testenv"
+)
+
+// A bootstrap whose wait times out applies everything, prunes, and says
+// what is not ready and how to finish; once the Deployments are ready, a
+// re-run changes nothing and succeeds (it is not "no changes", exit 1).
+func TestBootstrapAfterATimedOutWait(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test")
+	}
+	env := testenv.Start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	kubeconfig := "--kubeconfig=" + env.Kubeconfig
+
+	out, errOut, err := runRoot(ctx, "bootstrap", "-y", "--readiness-timeout=1s", kubeconfig)
+	t.Logf("bootstrap, no kubelet:\n%s%s", errOut, out)
+	if err == nil || !strings.Contains(err.Error(), "discovery is not ready: Deployments: timed out after 1s waiting for Deployment/istio-system/discovery (the controller has not seen the latest spec)") ||
+		!strings.Contains(err.Error(), "not waited for: gateway-istio-ingressgateway") {
+		t.Errorf("err = %v", err)
+	}
+	if !strings.Contains(out, "31 created, 0 changed, 0 unchanged, 0 pruned") || !strings.Contains(out, "not ready: discovery: ") {
+		t.Errorf("output after the timeout:\n%s", out)
+	}
+
+	go playKubelet(ctx, env)
+	out, errOut, err = runRoot(ctx, "bootstrap", "-y", kubeconfig)
+	t.Logf("bootstrap again, Deployments ready:\n%s%s", errOut, out)
+	if err != nil || !strings.Contains(out, "no changes: 31 objects already as rendered\nready\n") {
+		t.Errorf("re-run: err = %v, output:\n%s", err, out)
+	}
+}
