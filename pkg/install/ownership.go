@@ -201,6 +201,9 @@ func (c *Client) getLive(ctx context.Context, o *unstructured.Unstructured) (*un
 	return live, err
 }
 
+// gatewayKinds are the kinds of a gateway's objects, for kubectl.
+const gatewayKinds = "serviceaccount,role,rolebinding,service,deployment,horizontalpodautoscaler,poddisruptionbudget"
+
 // decide applies the ownership rules to one object.
 func decide(o, live *unstructured.Unstructured, rev string, installed map[string]bool, takeOver bool) *decision {
 	d := &decision{obj: o, live: live}
@@ -216,7 +219,9 @@ func decide(o, live *unstructured.Unstructured, rev string, installed map[string
 	case owner.Discovery && comp == ComponentBase:
 		d.action, d.why = actAdopt, "adopted from revision "+owner.Revision+", which is no longer installed"
 	case owner.Discovery && SharedComponent(comp):
-		d.action, d.why = actConflict, "a gateway of revision "+owner.Revision+": name this one differently, or change it with that revision's install"
+		d.action, d.why = actConflict, fmt.Sprintf("a gateway of revision %s: give this one another name, or, if it is this install's "+
+			"(an older installer relabelled it), give it back: kubectl -n %s label %s -l %s=%s %s=%s --overwrite",
+			owner.Revision, o.GetNamespace(), gatewayKinds, LabelComponent, comp, LabelRevision, rev)
 	case owner.Discovery:
 		d.action, d.why = actConflict, "owned by revision "+owner.Revision
 	case takeOver && comp == ComponentBase:
