@@ -1,0 +1,340 @@
+package scenario
+
+import (
+	"fmt"
+	"strings"
+)
+
+// IstioVersion is the version the suite's proxies announce.
+const IstioVersion = "1.32.0"
+
+// TLSModeLabel is the label injection puts on pods with a sidecar.
+const TLSModeLabel = "security.istio.io/tlsMode"
+
+// kept are the Kubernetes kinds both control planes are given, by group.
+var kept = map[string]map[string]bool{
+	"":                 {"Namespace": true, "Service": true, "Pod": true},
+	"discovery.k8s.io": {"EndpointSlice": true},
+}
+
+// workloads are the kinds a Pod is made from.
+var workloads = map[string]bool{"Deployment": true, "StatefulSet": true, "DaemonSet": true, "ReplicaSet": true}
+
+// Complete turns objects as written into an Input: what a cluster would
+// hold once they are applied, and the proxies to generate for.
+func Complete(name, source string, objs []*Object) *Input {
+	c := &completer{in: &Input{Name: name, Source: source, Dropped: map[string]int{}}}
+	for _, o := range objs {
+		c.add(o)
+	}
+	c.namespaces()
+	c.gatewayPods()
+	c.services()
+	c.nodes()
+	return c.in
+}
+
+type completer struct {
+	in     *Input
+	pods   int
+	svcIPs int
+}
+
+func (c *completer) add(o *Object) {
+	if o.Kind != "Namespace" && o.Namespace == "" {
+		o.Namespace = "default"
+		o.Doc["metadata"].(map[string]any)["namespace"] = "default"
+	}
+	switch {
+	case o.IsIstio():
+		c.in.Objects = append(c.in.Objects, o)
+	case kept[o.Group()][o.Kind] && (o.Group() != "" || o.APIVersion == "v1"):
+		if o.Kind == "Pod" {
+			c.pods++
+		}
+		c.in.Objects = append(c.in.Objects, o)
+	case workloads[o.Kind] && strings.HasPrefix(o.APIVersion, "apps/"):
+		c.podFromWorkload(o)
+	default:
+		c.in.Dropped[o.APIVersion+"/"+o.Kind]++
+	}
+}
+
+// podFromWorkload adds the one Pod a workload runs, as injection leaves
+// it: its template's labels plus the sidecar's tlsMode label (unless the
+// template opts out of injection), running and ready.
+func (c *completer) podFromWorkload(o *Object) {
+	spec := o.Spec()
+	tmpl, _ := spec["template"].(map[string]any)
+	tmd, _ := tmpl["metadata"].(map[string]any)
+	labels := stringMap(tmd["labels"])
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	annotations := stringMap(tmd["annotations"])
+	podSpec, _ := tmpl["spec"].(map[string]any)
+	if podSpec == nil {
+		podSpec = map[string]any{}
+	}
+	injected := annotations["sidecar.istio.io/inject"] != "false" && labels["sidecar.istio.io/inject"] != "false"
+	if injected {
+		labels[TLSModeLabel] = "istio"
+	}
+	sa, _ := podSpec["serviceAccountName"].(string)
+	if sa == "" {
+		sa = "default"
+	}
+	c.addPod(o.Namespace, o.Name+"-0", labels, sa, podSpec)
+}
+
+// addPod adds a running, ready Pod with the next free address.
+func (c *completer) addPod(ns, name string, labels map[string]string, sa string, podSpec map[string]any) *Object {
+	ip := fmt.Sprintf("10.240.%d.%d", c.pods/200, c.pods%200+10)
+	c.pods++
+	spec := map[string]any{}
+	for k, v := range podSpec {
+		spec[k] = v
+	}
+	spec["serviceAccountName"] = sa
+	if _, ok := spec["containers"]; !ok {
+		spec["containers"] = []any{map[string]any{"name": "app", "image": "app"}}
+	}
+	doc := map[string]any{
+		"apiVersion": "v1", "kind": "Pod",
+		"metadata": map[string]any{"name": name, "namespace": ns, "labels": anyMap(labels)},
+		"spec":     spec,
+		"status": map[string]any{
+			"phase": "Running", "podIP": ip, "podIPs": []any{map[string]any{"ip": ip}},
+			"conditions": []any{map[string]any{"type": "Ready", "status": "True"}},
+		},
+	}
+	p := &Object{APIVersion: "v1", Kind: "Pod", Namespace: ns, Name: name, Doc: doc}
+	c.in.Objects = append(c.in.Objects, p)
+	return p
+}
+
+// namespaces adds a Namespace for every namespace an object is in, and
+// istio-system.
+func (c *completer) namespaces() {
+	have := map[string]bool{}
+	for _, o := range c.in.Objects {
+		if o.Kind == "Namespace" {
+			have[o.Name] = true
+		}
+	}
+	want := map[string]bool{"istio-system": true}
+	for _, o := range c.in.Objects {
+		if o.Kind != "Namespace" {
+			want[o.Namespace] = true
+		}
+	}
+	for _, ns := range sortedKeys(want) {
+		if have[ns] {
+			continue
+		}
+		c.in.Objects = append(c.in.Objects, &Object{APIVersion: "v1", Kind: "Namespace", Name: ns, Doc: map[string]any{
+			"apiVersion": "v1", "kind": "Namespace",
+			"metadata": map[string]any{"name": ns, "labels": map[string]any{"kubernetes.io/metadata.name": ns}},
+		}})
+	}
+}
+
+// gatewayPorts is the default install's Service port -> container port
+// for the ingress and egress gateways.
+var gatewayPorts = [][3]any{{"status-port", 15021, 15021}, {"http2", 80, 8080}, {"https", 443, 8443}}
+
+// gatewayPods adds, for every Gateway selector no Pod matches, a gateway
+// Pod in istio-system with those labels and a Service in front of it as
+// Istio's default install has (80 -> 8080, 443 -> 8443).
+func (c *completer) gatewayPods() {
+	seen := map[string]bool{}
+	for _, gw := range c.in.Of("Gateway") {
+		if gw.Group() != "networking.istio.io" {
+			continue
+		}
+		sel := stringMap(gw.Spec()["selector"])
+		if len(sel) == 0 {
+			continue
+		}
+		key := labelString(sel)
+		if seen[key] || c.podMatching(sel) != nil {
+			seen[key] = true
+			continue
+		}
+		seen[key] = true
+		name := "gateway-" + strings.ReplaceAll(strings.Join(mapValues(sel), "-"), ".", "-")
+		if sel["istio"] == "ingressgateway" || sel["istio"] == "egressgateway" {
+			name = "istio-" + sel["istio"]
+		}
+		labels := map[string]string{"app": name, "sidecar.istio.io/inject": "false"}
+		for k, v := range sel {
+			labels[k] = v
+		}
+		c.addPod("istio-system", name+"-0", labels, name+"-service-account",
+			map[string]any{"containers": []any{map[string]any{"name": "istio-proxy", "image": "proxyv2"}}})
+		var ports []any
+		for _, p := range gatewayPorts {
+			ports = append(ports, map[string]any{"name": p[0], "port": p[1], "targetPort": p[2], "protocol": "TCP"})
+		}
+		c.in.Objects = append(c.in.Objects, &Object{APIVersion: "v1", Kind: "Service", Namespace: "istio-system", Name: name, Doc: map[string]any{
+			"apiVersion": "v1", "kind": "Service",
+			"metadata": map[string]any{"name": name, "namespace": "istio-system", "labels": anyMap(sel)},
+			"spec":     map[string]any{"selector": anyMap(sel), "ports": ports},
+		}})
+	}
+}
+
+func (c *completer) podMatching(sel map[string]string) *Object {
+	for _, o := range c.in.Objects {
+		if o.Kind == "Pod" && SelectorMatches(sel, o.Labels()) {
+			return o
+		}
+	}
+	return nil
+}
+
+// services gives every Service without an address one, and every Service
+// with a selector and no EndpointSlice the slice the endpoint slice
+// controller would write.
+func (c *completer) services() {
+	sliced := map[string]bool{}
+	for _, o := range c.in.Of("EndpointSlice") {
+		sliced[o.Namespace+"/"+o.Labels()["kubernetes.io/service-name"]] = true
+	}
+	for _, svc := range c.in.Of("Service") {
+		spec := svc.Spec()
+		if spec == nil {
+			spec = map[string]any{}
+			svc.Doc["spec"] = spec
+		}
+		if t, _ := spec["type"].(string); t == "ExternalName" {
+			continue
+		}
+		if ip, _ := spec["clusterIP"].(string); ip == "" {
+			ip = fmt.Sprintf("10.100.%d.%d", c.svcIPs/200, c.svcIPs%200+10)
+			c.svcIPs++
+			spec["clusterIP"] = ip
+			spec["clusterIPs"] = []any{ip}
+		}
+		sel := stringMap(spec["selector"])
+		if len(sel) == 0 || sliced[svc.Namespace+"/"+svc.Name] {
+			continue
+		}
+		if es := c.slice(svc, sel); es != nil {
+			c.in.Objects = append(c.in.Objects, es)
+		}
+	}
+}
+
+func (c *completer) slice(svc *Object, sel map[string]string) *Object {
+	svcPorts, _ := svc.Spec()["ports"].([]any)
+	var pods []*Object
+	for _, o := range c.in.Objects {
+		if o.Kind == "Pod" && o.Namespace == svc.Namespace && SelectorMatches(sel, o.Labels()) {
+			pods = append(pods, o)
+		}
+	}
+	var ports, endpoints []any
+	for _, sp := range svcPorts {
+		p, _ := sp.(map[string]any)
+		target := resolveTarget(p, pods)
+		if target == 0 {
+			continue
+		}
+		ep := map[string]any{"port": target, "protocol": "TCP"}
+		if n, _ := p["name"].(string); n != "" || len(svcPorts) == 1 {
+			ep["name"] = n
+		}
+		if ap, ok := p["appProtocol"]; ok {
+			ep["appProtocol"] = ap
+		}
+		ports = append(ports, ep)
+	}
+	for _, pod := range pods {
+		st, _ := pod.Doc["status"].(map[string]any)
+		ip, _ := st["podIP"].(string)
+		if ip == "" {
+			continue
+		}
+		endpoints = append(endpoints, map[string]any{
+			"addresses":  []any{ip},
+			"conditions": map[string]any{"ready": true, "serving": true, "terminating": false},
+			"targetRef":  map[string]any{"kind": "Pod", "name": pod.Name, "namespace": pod.Namespace},
+		})
+	}
+	name := svc.Name + "-conformance"
+	return &Object{APIVersion: "discovery.k8s.io/v1", Kind: "EndpointSlice", Namespace: svc.Namespace, Name: name, Doc: map[string]any{
+		"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+		"metadata": map[string]any{"name": name, "namespace": svc.Namespace,
+			"labels": map[string]any{"kubernetes.io/service-name": svc.Name, "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io"}},
+		"addressType": "IPv4", "ports": ports, "endpoints": endpoints,
+	}}
+}
+
+// resolveTarget is a Service port's target port number: the number
+// itself, the port when unset, or a named container port of the pods.
+func resolveTarget(p map[string]any, pods []*Object) int {
+	port := toInt(p["port"])
+	switch t := p["targetPort"].(type) {
+	case nil:
+		return port
+	case string:
+		if n := toInt(t); n > 0 {
+			return n
+		}
+		for _, pod := range pods {
+			spec, _ := pod.Doc["spec"].(map[string]any)
+			cs, _ := spec["containers"].([]any)
+			for _, ci := range cs {
+				cm, _ := ci.(map[string]any)
+				cps, _ := cm["ports"].([]any)
+				for _, cp := range cps {
+					m, _ := cp.(map[string]any)
+					if m["name"] == t {
+						return toInt(m["containerPort"])
+					}
+				}
+			}
+		}
+		return 0
+	default:
+		return toInt(t)
+	}
+}
+
+func toInt(v any) int {
+	switch x := v.(type) {
+	case float64:
+		return int(x)
+	case int:
+		return x
+	case int64:
+		return int(x)
+	case string:
+		n := 0
+		for _, r := range x {
+			if r < '0' || r > '9' {
+				return 0
+			}
+			n = n*10 + int(r-'0')
+		}
+		return n
+	}
+	return 0
+}
+
+func labelString(l map[string]string) string {
+	var parts []string
+	for _, k := range sortedKeys(l) {
+		parts = append(parts, k+"="+l[k])
+	}
+	return strings.Join(parts, ",")
+}
+
+func mapValues(l map[string]string) []string {
+	var out []string
+	for _, k := range sortedKeys(l) {
+		out = append(out, l[k])
+	}
+	return out
+}

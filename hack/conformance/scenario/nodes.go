@@ -1,0 +1,147 @@
+package scenario
+
+import (
+	"sort"
+	"strings"
+)
+
+// MaxSidecars bounds the sidecars generated for per input.
+const MaxSidecars = 3
+
+// nodes picks the proxies of the input: gateways for the pods Gateways
+// select, sidecars for the pods policies select and the first pod of each
+// namespace, and a proxyless gRPC client where a service serves gRPC.
+// An input without any pod gets a client pod of its own.
+func (c *completer) nodes() {
+	gwPods := map[*Object]bool{}
+	for _, gw := range c.in.Of("Gateway") {
+		sel := stringMap(gw.Spec()["selector"])
+		if len(sel) == 0 {
+			continue
+		}
+		for _, o := range c.in.Objects {
+			if o.Kind == "Pod" && SelectorMatches(sel, o.Labels()) && !gwPods[o] {
+				gwPods[o] = true
+				c.in.Nodes = append(c.in.Nodes, nodeFor(Gateway, o))
+			}
+		}
+	}
+	var chosen []*Object
+	pick := func(o *Object) {
+		if len(chosen) >= MaxSidecars || gwPods[o] || !injected(o) {
+			return
+		}
+		for _, x := range chosen {
+			if x == o {
+				return
+			}
+		}
+		chosen = append(chosen, o)
+	}
+	for _, o := range c.in.IstioObjects() {
+		sel := workloadSelector(o)
+		if sel == nil {
+			continue
+		}
+		for _, p := range c.in.Of("Pod") {
+			if p.Namespace == o.Namespace && SelectorMatches(sel, p.Labels()) {
+				pick(p)
+				break
+			}
+		}
+	}
+	seenNS := map[string]bool{}
+	for _, p := range c.in.Of("Pod") {
+		if !seenNS[p.Namespace] && injected(p) && !gwPods[p] {
+			seenNS[p.Namespace] = true
+			pick(p)
+		}
+	}
+	if len(chosen) == 0 {
+		chosen = append(chosen, c.addPod("default", "conformance-client-0",
+			map[string]string{"app": "conformance-client", TLSModeLabel: "istio"}, "conformance-client", nil))
+	}
+	for _, p := range chosen {
+		c.in.Nodes = append(c.in.Nodes, nodeFor(Sidecar, p))
+	}
+	if ns := c.grpcNamespace(); ns != "" {
+		p := c.addPod(ns, "grpc-client-0", map[string]string{"app": "grpc-client"}, "grpc-client", nil)
+		c.in.Nodes = append(c.in.Nodes, nodeFor(GRPC, p))
+	}
+}
+
+// workloadSelector is the labels an Istio object selects workloads by
+// (nil when it selects none in particular).
+func workloadSelector(o *Object) map[string]string {
+	spec := o.Spec()
+	switch o.Kind {
+	case "AuthorizationPolicy", "PeerAuthentication", "RequestAuthentication":
+		sel, _ := spec["selector"].(map[string]any)
+		return stringMap(sel["matchLabels"])
+	case "Sidecar", "DestinationRule":
+		sel, _ := spec["workloadSelector"].(map[string]any)
+		return stringMap(sel["labels"])
+	}
+	return nil
+}
+
+func injected(p *Object) bool {
+	return p.Labels()[TLSModeLabel] == "istio"
+}
+
+// grpcNamespace is the namespace of the first Service with a gRPC port
+// ("" when none has one).
+func (c *completer) grpcNamespace() string {
+	for _, svc := range c.in.Of("Service") {
+		ports, _ := svc.Spec()["ports"].([]any)
+		for _, pi := range ports {
+			p, _ := pi.(map[string]any)
+			name, _ := p["name"].(string)
+			ap, _ := p["appProtocol"].(string)
+			if name == "grpc" || strings.HasPrefix(name, "grpc-") || ap == "grpc" {
+				return svc.Namespace
+			}
+		}
+	}
+	return ""
+}
+
+func nodeFor(kind NodeKind, pod *Object) *Node {
+	spec, _ := pod.Doc["spec"].(map[string]any)
+	st, _ := pod.Doc["status"].(map[string]any)
+	sa, _ := spec["serviceAccountName"].(string)
+	if sa == "" {
+		sa = "default"
+	}
+	ip, _ := st["podIP"].(string)
+	labels := pod.Labels()
+	typ := "sidecar"
+	if kind == Gateway {
+		typ = "router"
+	}
+	workload := pod.Name
+	if i := strings.LastIndex(workload, "-"); i > 0 {
+		workload = workload[:i]
+	}
+	meta := map[string]any{
+		"NAMESPACE": pod.Namespace, "LABELS": anyMap(labels), "ISTIO_VERSION": IstioVersion,
+		"CLUSTER_ID": "Kubernetes", "SERVICE_ACCOUNT": sa, "INSTANCE_IPS": ip,
+		"WORKLOAD_NAME": workload, "NAME": pod.Name, "MESH_ID": "cluster.local",
+	}
+	if kind == GRPC {
+		meta["GENERATOR"] = "grpc"
+	} else {
+		meta["INTERCEPTION_MODE"] = "REDIRECT"
+	}
+	return &Node{
+		Kind: kind, ID: typ + "~" + ip + "~" + pod.Name + "." + pod.Namespace + "~" + pod.Namespace + ".svc.cluster.local",
+		Meta: meta, Namespace: pod.Namespace, Pod: pod.Name, IP: ip, Labels: labels, ServiceAccount: sa,
+	}
+}
+
+// SortedNodes returns the nodes in report order.
+func (in *Input) SortedNodes() []*Node {
+	out := append([]*Node(nil), in.Nodes...)
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Name() < out[j].Name() })
+	return out
+}
