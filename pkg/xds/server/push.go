@@ -154,7 +154,7 @@ func changeMatters(k model.Key, p *model.Proxy, w *model.World, old *gen.Scope) 
 			return true
 		}
 		svc := w.Service(k.Namespace, k.Name)
-		return svc != nil && gen.ExportedTo(svc.ExportTo, k.Namespace, p.Namespace)
+		return svc != nil && gen.ServiceExportedTo(w, svc, p.Namespace)
 	case model.KindVirtualService, model.KindDestinationRule:
 		return configVisible(w, k, p.Namespace) || configVisible(old.World, k, p.Namespace)
 	case model.KindGateway:
@@ -162,10 +162,10 @@ func changeMatters(k model.Key, p *model.Proxy, w *model.World, old *gen.Scope) 
 	case model.KindPod:
 		return k.Namespace == p.Namespace && k.Name == p.PodName
 	case model.KindSidecar:
-		return k.Namespace == p.Namespace || k.Namespace == gen.RootNamespace
+		return k.Namespace == p.Namespace || k.Namespace == gen.RootNamespace(w)
 	case model.KindPeerAuthentication, model.KindAuthorizationPolicy:
 		// They shape the proxy's own inbound configuration.
-		return k.Namespace == p.Namespace || k.Namespace == gen.RootNamespace
+		return k.Namespace == p.Namespace || k.Namespace == gen.RootNamespace(w)
 	case model.KindRequestAuthentication:
 		return false // not used by the generators yet
 	}
@@ -199,12 +199,12 @@ func configVisible(w *model.World, k model.Key, ns string) bool {
 			// matters where a root that names it is seen.
 			return gen.DelegatedTo(w, k, ns)
 		}
-		return gen.ExportedTo(o.Spec.GetExportTo(), k.Namespace, ns)
+		return gen.VirtualServiceExportedTo(w, &o.Spec, k.Namespace, ns)
 	case *networkingv1.DestinationRule:
 		// One with a workloadSelector applies in its own namespace only,
 		// whatever its exportTo: there to the proxies it selects, which a
 		// changed selection also moves to another class (ClassKey).
-		return gen.DestinationRuleExportedTo(&o.Spec, k.Namespace, ns)
+		return gen.DestinationRuleExportedTo(w, &o.Spec, k.Namespace, ns)
 	}
 	return true
 }
