@@ -27,7 +27,9 @@ func routeName(port int32, host string) string   { return fmt.Sprintf("%s:%d", h
 
 // ChurnEndpoint replaces the last endpoint of a service (the k-th of the
 // original ones) by a new address: done at a proxy once it has ACKed the
-// service's endpoints on every port with the new address.
+// service's endpoints on every port with the new address, or with one a
+// later change put in its place (addresses only grow, so that is an
+// address at least as high).
 func (w *World) ChurnEndpoint(k int, n *Names) (*Edit, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -40,7 +42,7 @@ func (w *World) ChurnEndpoint(k int, n *Names) (*Edit, error) {
 	e := &Edit{Kind: KindEndpoint}
 	for _, p := range servicePorts[:w.opts.Ports] {
 		e.Expects = append(e.Expects, Expectation{typeURL: typeEDS, name: n.id(clusterName(p.port, s.host(w.opts.DomainSuffix))),
-			match: func(m proto.Message) bool { return hasAddress(m, addr) }})
+			match: func(m proto.Message) bool { return hasAddressFrom(m, addr) }})
 	}
 	content := w.serviceYAML(s)
 	file := w.serviceFile(s)
@@ -50,7 +52,8 @@ func (w *World) ChurnEndpoint(k int, n *Names) (*Edit, error) {
 
 // EditVirtualService changes the weights and the first route's name of the
 // k-th VirtualService: done at a proxy once it has ACKed the service's
-// route configurations on every HTTP port with the new route name.
+// route configurations on every HTTP port with the new route name, or
+// the name of a later edit (a proxy that was away gets only the last).
 func (w *World) EditVirtualService(k int, n *Names) (*Edit, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -59,12 +62,12 @@ func (w *World) EditVirtualService(k int, n *Names) (*Edit, error) {
 	}
 	i := k % w.opts.VirtualServices
 	w.vsEdits[i]++
-	s, route := w.services[i], vsRouteName(w.vsEdits[i])
+	s, edit := w.services[i], w.vsEdits[i]
 	e := &Edit{Kind: KindVirtualSvc}
 	for _, p := range servicePorts[:w.opts.Ports] {
 		if p.http {
 			e.Expects = append(e.Expects, Expectation{typeURL: typeRDS, name: n.id(routeName(p.port, s.host(w.opts.DomainSuffix))),
-				match: func(m proto.Message) bool { return hasRoute(m, route) }})
+				match: func(m proto.Message) bool { return hasEditFrom(m, edit) }})
 		}
 	}
 	content, file := w.vsYAML(i)

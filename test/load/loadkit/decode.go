@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -246,20 +247,35 @@ func edsName(c *clusterv3.Cluster) string {
 	return c.GetName()
 }
 
-// hasAddress reports whether a ClusterLoadAssignment holds addr.
-func hasAddress(m proto.Message, addr string) bool {
+// hasAddressFrom reports whether a ClusterLoadAssignment holds addr or a
+// higher IPv4 address.
+func hasAddressFrom(m proto.Message, addr string) bool {
 	cla, ok := m.(*endpointv3.ClusterLoadAssignment)
+	if !ok {
+		return false
+	}
+	want, ok := ipv4(addr)
 	if !ok {
 		return false
 	}
 	for _, l := range cla.GetEndpoints() {
 		for _, e := range l.GetLbEndpoints() {
-			if e.GetEndpoint().GetAddress().GetSocketAddress().GetAddress() == addr {
+			if got, ok := ipv4(e.GetEndpoint().GetAddress().GetSocketAddress().GetAddress()); ok && got >= want {
 				return true
 			}
 		}
 	}
 	return false
+}
+
+// ipv4 parses a dotted IPv4 address as a number.
+func ipv4(s string) (uint32, bool) {
+	a, err := netip.ParseAddr(s)
+	if err != nil || !a.Is4() {
+		return 0, false
+	}
+	b := a.As4()
+	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3]), true
 }
 
 // hasEndpoints reports whether a ClusterLoadAssignment holds any endpoint.
@@ -276,20 +292,10 @@ func hasEndpoints(m proto.Message) bool {
 	return false
 }
 
-// hasRoute reports whether a RouteConfiguration holds a route named name.
-func hasRoute(m proto.Message, name string) bool {
-	rc, ok := m.(*routev3.RouteConfiguration)
-	if !ok {
-		return false
-	}
-	for _, vh := range rc.GetVirtualHosts() {
-		for _, r := range vh.GetRoutes() {
-			if r.GetName() == name {
-				return true
-			}
-		}
-	}
-	return false
+// hasEditFrom reports whether a RouteConfiguration holds a route named
+// edit-N for N at least edit.
+func hasEditFrom(m proto.Message, edit int) bool {
+	return fingerprint(m) >= uint64(edit)+1
 }
 
 // fingerprint is what Verify compares of a resource: for a

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -35,6 +36,9 @@ type FleetOptions struct {
 	// Verify records what each proxy holds (endpoint addresses, route
 	// names) so that Fleet.Verify can check it against the World.
 	Verify bool
+	// FirstIndex numbers the proxies from this index (pod names, node IDs),
+	// so that two fleets on one World do not share node IDs.
+	FirstIndex int
 	// Backoff is gRPC's connection back-off (how soon a proxy dials again
 	// after a failed connection); zero: gRPC's default (1 s, x1.6, up to
 	// 120 s).
@@ -69,6 +73,9 @@ func (o *FleetOptions) Validate() error {
 	}
 	if o.ConnectRate < 0 {
 		return fmt.Errorf("--connect-rate %g: must not be negative", o.ConnectRate)
+	}
+	if o.FirstIndex < 0 {
+		return fmt.Errorf("first proxy index %d: must not be negative", o.FirstIndex)
 	}
 	if o.Resume && o.SotW {
 		return errors.New("--resume is for delta proxies (state of the world sends whole listener and cluster sets anyway)")
@@ -113,6 +120,7 @@ type Fleet struct {
 	mu    sync.Mutex
 	notes []string // first problems seen (NACKs, dropped streams)
 	more  int
+	ended map[string]int // streams ended without being asked to, by error
 }
 
 // NewFleet makes the proxies: proxy i is a pod of service i mod N, in
@@ -125,7 +133,8 @@ func NewFleet(opts FleetOptions, w *World) (*Fleet, error) {
 	f := &Fleet{opts: opts, names: newNames(), versions: newNames(), tracker: newTracker(), slots: make(chan struct{}, 2*runtime.GOMAXPROCS(0))}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for i := 0; i < opts.Proxies; i++ {
+	for idx := 0; idx < opts.Proxies; idx++ {
+		i := idx + opts.FirstIndex
 		svc := w.services[i%len(w.services)]
 		ip := svc.Endpoints[(i/len(w.services))%(len(svc.Endpoints)-1)]
 		pod := fmt.Sprintf("%s-%d", svc.Name, i)
@@ -139,7 +148,7 @@ func NewFleet(opts FleetOptions, w *World) (*Fleet, error) {
 		if err != nil {
 			return nil, err
 		}
-		f.proxies = append(f.proxies, &proxy{f: f, idx: i, node: &corev3.Node{Id: id, Cluster: svc.Name + "." + svc.Namespace, Metadata: md}, reconnect: make(chan struct{}, 1)})
+		f.proxies = append(f.proxies, &proxy{f: f, idx: idx, node: &corev3.Node{Id: id, Cluster: svc.Name + "." + svc.Namespace, Metadata: md}, reconnect: make(chan struct{}, 1)})
 	}
 	return f, nil
 }
@@ -205,6 +214,37 @@ func (f *Fleet) note(s string) {
 	}
 }
 
+// countEnded counts a stream the proxy did not end, by its error.
+func (f *Fleet) countEnded(err error) {
+	msg := "<nil>"
+	if err != nil {
+		msg = err.Error()
+		if st, ok := status.FromError(err); ok {
+			msg = st.Code().String() + ": " + st.Message()
+		}
+	}
+	if len(msg) > 100 {
+		msg = msg[:100] + "..."
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ended == nil {
+		f.ended = map[string]int{}
+	}
+	f.ended[msg]++
+}
+
+// Ended counts the streams that ended without the proxy asking, by error.
+func (f *Fleet) Ended() map[string]int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make(map[string]int, len(f.ended))
+	for k, v := range f.ended {
+		out[k] = v
+	}
+	return out
+}
+
 // Notes are the first problems the proxies saw (NACKs, streams the server
 // ended), and how many more there were.
 func (f *Fleet) Notes() []string {
@@ -238,6 +278,7 @@ func (f *Fleet) StartDial(ctx context.Context, dial Dial) (wait func(), err erro
 				c, err := dial(ctx, p.idx)
 				if err == nil {
 					p.remote.Store(c.RemoteAddr().String())
+					p.dialed.Store(time.Now().UnixNano())
 				}
 				return c, err
 			})}

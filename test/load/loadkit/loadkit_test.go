@@ -6,7 +6,10 @@ import (
 	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"go.uber.org/goleak"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -218,4 +221,40 @@ func TestResumedSessionPresentsWhatItHolds(t *testing.T) {
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
+}
+
+func TestALaterChangeMeetsAnEarlierOnesExpectation(t *testing.T) {
+	cla := func(addrs ...string) proto.Message {
+		var lbs []*endpointv3.LbEndpoint
+		for _, a := range addrs {
+			lbs = append(lbs, &endpointv3.LbEndpoint{HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
+				Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{Address: a}}}}}})
+		}
+		return &endpointv3.ClusterLoadAssignment{ClusterName: "c", Endpoints: []*endpointv3.LocalityLbEndpoints{{LbEndpoints: lbs}}}
+	}
+	routes := func(names ...string) proto.Message {
+		var rs []*routev3.Route
+		for _, n := range names {
+			rs = append(rs, &routev3.Route{Name: n})
+		}
+		return &routev3.RouteConfiguration{Name: "r", VirtualHosts: []*routev3.VirtualHost{{Name: "h", Routes: rs}}}
+	}
+	for name, tc := range map[string]struct {
+		got  bool
+		want bool
+	}{
+		"the churned address itself":                   {hasAddressFrom(cla("10.128.0.1", "10.128.0.9"), "10.128.0.9"), true},
+		"a later churn's address in its place":         {hasAddressFrom(cla("10.128.0.1", "10.128.1.2"), "10.128.0.9"), true},
+		"only the addresses from before the churn":     {hasAddressFrom(cla("10.128.0.1", "10.128.0.2"), "10.128.0.9"), false},
+		"the edit's own route":                         {hasEditFrom(routes("edit-3", "default"), 3), true},
+		"a later edit's route":                         {hasEditFrom(routes("edit-5", "default"), 3), true},
+		"an earlier edit's route":                      {hasEditFrom(routes("edit-2", "default"), 3), false},
+		"no edit route at all (the service's default)": {hasEditFrom(routes("default"), 0), false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if tc.got != tc.want {
+				t.Fatalf("got %v, want %v", tc.got, tc.want)
+			}
+		})
+	}
 }

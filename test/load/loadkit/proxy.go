@@ -36,6 +36,7 @@ type proxy struct {
 	ready     atomic.Bool  // has held a complete configuration
 	reconnect chan struct{}
 	remote    atomic.Value // string: the address of the last connection dialed
+	dialed    atomic.Int64 // when it was dialed (Unix nanoseconds)
 
 	// mu guards sess, the session of the current (or last) stream, and
 	// the outage bookkeeping: the proxy's goroutine changes them, Verify
@@ -86,6 +87,7 @@ func (p *proxy) run(ctx context.Context, cc *grpc.ClientConn) {
 			backoff = 100 * time.Millisecond
 		}
 		p.drops.Add(1)
+		p.f.countEnded(err)
 		p.f.note(fmt.Sprintf("proxy %d: stream ended: %v", p.idx, err))
 		select {
 		case <-ctx.Done():
@@ -191,19 +193,10 @@ func resourceName(m proto.Message) string {
 	return ""
 }
 
-// settle counts the response, then, once the ACK and any new
-// subscriptions are sent, records the changes the proxy now holds.
+// settle, once the ACK and any new subscriptions are sent, records the
+// changes the proxy now holds and whether its configuration is complete.
 func (p *proxy) settle(s *session, typeURL string, hits []hit, active []*Change) {
-	if typeURL == typeCDS || typeURL == typeLDS {
-		hits = s.checkRemovals(active, p.idx, typeURL, hits)
-	}
-	now := time.Now()
-	for _, h := range hits {
-		h.c.progress[p.idx] |= h.bit
-		if h.c.progress[p.idx]&h.c.full == h.c.full {
-			h.c.finish(p.idx, h.c.start, now)
-		}
-	}
+	now := p.hold(s, typeURL, hits, active)
 	if s.complete || !s.isComplete() {
 		return
 	}
@@ -221,4 +214,22 @@ func (p *proxy) settle(s *session, typeURL string, hits []hit, active []*Change)
 			c.finish(p.idx, s.start, now)
 		}
 	}
+}
+
+// hold records the changes an accepted response brought. It is also
+// called when the stream broke before the ACK left: the proxy holds the
+// resources all the same (Envoy applies, then ACKs), and a resumed stream
+// presents their versions, so nothing would bring them again.
+func (p *proxy) hold(s *session, typeURL string, hits []hit, active []*Change) time.Time {
+	if typeURL == typeCDS || typeURL == typeLDS {
+		hits = s.checkRemovals(active, p.idx, typeURL, hits)
+	}
+	now := time.Now()
+	for _, h := range hits {
+		h.c.progress[p.idx] |= h.bit
+		if h.c.progress[p.idx]&h.c.full == h.c.full {
+			h.c.finish(p.idx, h.c.start, now)
+		}
+	}
+	return now
 }

@@ -94,3 +94,20 @@ func (f *Fleet) WaitComplete(done <-chan struct{}, timeout time.Duration) (time.
 		}
 	}
 }
+
+// Dialed returns, for each well-behaved proxy, when its last connection
+// was dialed and to which address (zero and "" before its first).
+func (f *Fleet) Dialed() (at []time.Time, to []string) {
+	for _, p := range f.proxies {
+		if !p.behavior.normal() {
+			continue
+		}
+		var t time.Time
+		if n := p.dialed.Load(); n != 0 {
+			t = time.Unix(0, n)
+		}
+		r, _ := p.remote.Load().(string)
+		at, to = append(at, t), append(to, r)
+	}
+	return at, to
+}

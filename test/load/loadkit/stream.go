@@ -89,7 +89,17 @@ func (p *proxy) onDelta(st deltaStream, s *session, resp *discovery.DeltaDiscove
 	s.apply(t, ups, false)
 	s.remove(t, removed)
 	p.mu.Unlock()
-	if err := st.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: t, ResponseNonce: resp.GetNonce()}); err != nil {
+	if err := p.ackDelta(st, s, t, resp.GetNonce(), first); err != nil {
+		p.hold(s, t, hits, active)
+		return err
+	}
+	p.settle(s, t, hits, active)
+	return nil
+}
+
+// ackDelta ACKs a response, then asks for what it newly refers to.
+func (p *proxy) ackDelta(st deltaStream, s *session, t, nonce string, first bool) error {
+	if err := st.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: t, ResponseNonce: nonce}); err != nil {
 		return err
 	}
 	if err := p.subscribeDelta(st, s, typeEDS); err != nil {
@@ -104,11 +114,7 @@ func (p *proxy) onDelta(st deltaStream, s *session, resp *discovery.DeltaDiscove
 			return err
 		}
 	}
-	if err := p.subscribeDelta(st, s, typeRDS); err != nil {
-		return err
-	}
-	p.settle(s, t, hits, active)
-	return nil
+	return p.subscribeDelta(st, s, typeRDS)
 }
 
 // subscribeDelta announces the names of a type the session newly refers
@@ -208,6 +214,16 @@ func (p *proxy) onSotw(st sotwStream, s *session, resp *discovery.DiscoveryRespo
 	p.mu.Lock()
 	s.apply(t, ups, t == typeCDS || t == typeLDS)
 	p.mu.Unlock()
+	if err := p.ackSotw(st, s, ack, first); err != nil {
+		p.hold(s, t, hits, active)
+		return err
+	}
+	p.settle(s, t, hits, active)
+	return nil
+}
+
+// ackSotw ACKs a response, then asks for what it newly refers to.
+func (p *proxy) ackSotw(st sotwStream, s *session, ack *discovery.DiscoveryRequest, first bool) error {
 	if err := st.Send(ack); err != nil {
 		return err
 	}
@@ -219,11 +235,7 @@ func (p *proxy) onSotw(st sotwStream, s *session, resp *discovery.DiscoveryRespo
 			return err
 		}
 	}
-	if err := p.subscribeSotw(st, s, typeRDS, s.rds); err != nil {
-		return err
-	}
-	p.settle(s, t, hits, active)
-	return nil
+	return p.subscribeSotw(st, s, typeRDS, s.rds)
 }
 
 func (p *proxy) subscribeSotw(st sotwStream, s *session, typeURL string, set *subSet) error {

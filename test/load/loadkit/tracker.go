@@ -1,6 +1,8 @@
 package loadkit
 
 import (
+	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -216,3 +218,33 @@ func (t *tracker) retire(cs ...*Change) {
 }
 
 func (t *tracker) list() []*Change { return *t.active.Load() }
+
+// Explain says what proxy i lacks of the change: each expectation, met or
+// not, and what the proxy holds of its resource.
+func (f *Fleet) Explain(c *Change, i int) string {
+	p := f.proxies[i]
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var b strings.Builder
+	fmt.Fprintf(&b, "proxy %d, %s change %d (progress %b):", i, c.kind, c.id, c.progress[i]&^doneBit)
+	for j, e := range c.expects {
+		met := c.progress[i]&(1<<j) != 0
+		fmt.Fprintf(&b, " [%s %s met=%v", shortType(e.typeURL), f.names.str(e.name), met)
+		if s := p.sess; s != nil {
+			switch e.typeURL {
+			case typeEDS:
+				fmt.Fprintf(&b, " held=%+v fp=%x", s.eds.m[e.name], s.fp[e.name])
+			case typeRDS:
+				fmt.Fprintf(&b, " held=%+v fp=%x", s.rds.m[e.name], s.fp[e.name])
+			case typeCDS:
+				_, ok := s.clusters[e.name]
+				fmt.Fprintf(&b, " held=%v", ok)
+			}
+			if vs := s.vers[typeIndex[e.typeURL]]; vs != nil {
+				fmt.Fprintf(&b, " version=%s", f.versions.str(vs[e.name]))
+			}
+		}
+		b.WriteString("]")
+	}
+	return b.String()
+}

@@ -1,0 +1,345 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meshplane/discovery/internal/testenv"
+	"github.com/meshplane/discovery/test/load/loadkit"
+)
+
+// cluster is one scenario's world: an API server, the World written into
+// it, discovery replicas behind a balancer, and a fleet of proxies.
+type cluster struct {
+	t        *testing.T
+	ctx      context.Context
+	sc       scale
+	env      *testenv.Env
+	world    *loadkit.World
+	bin      string
+	args     []string
+	replicas []*replica
+	lb       *balancer
+	res      *result
+	dir      string
+	fleets   []*loadkit.Fleet
+	stops    []func()
+}
+
+// options of a cluster.
+type clusterOptions struct {
+	replicas int
+	// args are further flags for every replica.
+	args []string
+}
+
+// newCluster starts the API server, writes the World into it and starts
+// the replicas (ready); proxies come with connect.
+func newCluster(t *testing.T, scenario string, o clusterOptions) *cluster {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("runs etcd, kube-apiserver and discovery serve processes; skipped with -short")
+	}
+	sc := currentScale(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	c := &cluster{t: t, ctx: ctx, sc: sc, bin: serverBinary(t), dir: t.TempDir()}
+	c.res = newResult(scenario, sc)
+	c.env = testenv.Start(t)
+	var err error
+	start := time.Now()
+	if c.world, err = loadkit.NewKubeWorld(ctx, sc.world, c.env.Kubeconfig); err != nil {
+		t.Fatalf("write the world: %v", err)
+	}
+	c.res.figure("world written to the API server", time.Since(start).Seconds(), "s", "")
+	c.args = append([]string{"--kubeconfig", c.env.Kubeconfig, "--log-format", "json", "--log-level", "info",
+		"--leader-lease-duration", sc.lease.String(), "--leader-renew-deadline", sc.renew.String(), "--leader-retry-period", sc.retry.String(),
+		"--drain-period", sc.drain.String()}, o.args...)
+	for i := range max(1, o.replicas) {
+		c.replicas = append(c.replicas, newReplica(t, fmt.Sprintf("r%d", i), c.dir))
+	}
+	c.lb = newBalancer(c.replicas)
+	t.Cleanup(c.cleanup)
+	for _, r := range c.replicas {
+		r.start(ctx, t, c.bin, c.args)
+	}
+	return c
+}
+
+// cleanup stops the fleets and every replica, then writes the report.
+func (c *cluster) cleanup() {
+	for _, stop := range c.stops {
+		stop()
+	}
+	for _, r := range c.replicas {
+		if p := r.current(); p != nil && p.ended.IsZero() {
+			r.stopping.Store(true)
+			p.srv.Kill()
+			p.ended = time.Now()
+			p.stop()
+		}
+	}
+	c.res.finish(c.t, *outFlag)
+}
+
+// logs lists every process's log.
+func (c *cluster) logs() []string {
+	var out []string
+	for _, r := range c.replicas {
+		r.mu.Lock()
+		for _, p := range r.procs {
+			out = append(out, p.log)
+		}
+		r.mu.Unlock()
+	}
+	return out
+}
+
+// fleetOptions are the suite's proxies: delta, Envoy's reconnect back-off,
+// presenting what they hold on reconnect, checked against the World.
+func (c *cluster) fleetOptions(n int) loadkit.FleetOptions {
+	o := loadkit.DefaultFleetOptions()
+	o.Proxies, o.Resume, o.Verify, o.Backoff = n, true, true, loadkit.EnvoyBackoff()
+	return o
+}
+
+// connect starts a fleet through the balancer and waits until every
+// well-behaved proxy holds a complete configuration; it returns the time
+// that took.
+func (c *cluster) connect(o loadkit.FleetOptions, setup func(*loadkit.Fleet)) (*loadkit.Fleet, time.Duration) {
+	c.t.Helper()
+	f, err := loadkit.NewFleet(o, c.world)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if setup != nil {
+		setup(f)
+	}
+	ctx, stop := context.WithCancel(c.ctx)
+	start := time.Now()
+	ch := f.Track(loadkit.KindConnect, -1, nil, true)
+	wait, err := f.StartDial(ctx, c.lb.dial)
+	if err != nil {
+		stop()
+		c.t.Fatal(err)
+	}
+	c.fleets = append(c.fleets, f)
+	c.stops = append(c.stops, func() { stop(); wait() })
+	if err := loadkit.WaitChanges(ctx, c.sc.timeout, ch); err != nil {
+		c.t.Fatalf("connect: %d proxies without a complete configuration after %s: %v; notes %v", len(ch.Missing()), c.sc.timeout, err, f.Notes())
+	}
+	f.Retire(ch)
+	return f, time.Since(start)
+}
+
+// quiesce waits until the fleet has received nothing for a second (at
+// most a minute).
+func quiesce(ctx context.Context, f *loadkit.Fleet) {
+	const quiet, most = time.Second, time.Minute
+	deadline := time.Now().Add(most)
+	last, since := f.Totals().Bytes, time.Now()
+	for time.Since(since) < quiet && time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(100 * time.Millisecond)
+		if n := f.Totals().Bytes; n != last {
+			last, since = n, time.Now()
+		}
+	}
+}
+
+// queued is a change written as soon as the API server takes it.
+type queued struct {
+	edit    *loadkit.Edit
+	change  *loadkit.Change
+	written time.Time
+	tries   int
+}
+
+// queue tracks the changes now and writes them one after another, each
+// retried every 200 ms until the API server accepts it; the returned
+// channel is closed once all are written.
+func (c *cluster) queue(f *loadkit.Fleet, edits []*loadkit.Edit) ([]*queued, <-chan struct{}) {
+	var qs []*queued
+	for _, e := range edits {
+		qs = append(qs, &queued{edit: e, change: f.Track(e.Kind, -1, e.Expects, false)})
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for _, q := range qs {
+			for c.ctx.Err() == nil {
+				q.tries++
+				ctx, cancel := context.WithTimeout(c.ctx, 5*time.Second)
+				err := writeWith(ctx, q.edit)
+				cancel()
+				if err == nil {
+					q.written = time.Now()
+					break
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+		}
+	}()
+	return qs, done
+}
+
+// writeWith writes an edit, giving up when ctx ends (a write to an API
+// server whose etcd is down hangs).
+func writeWith(ctx context.Context, e *loadkit.Edit) error {
+	errc := make(chan error, 1)
+	go func() { errc <- e.Write() }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// edits makes n changes of mixed kinds: endpoint changes and
+// VirtualService edits, one after the other, starting at k.
+func (c *cluster) edits(f *loadkit.Fleet, k, n int) []*loadkit.Edit {
+	c.t.Helper()
+	var out []*loadkit.Edit
+	for i := range n {
+		var e *loadkit.Edit
+		var err error
+		if i%2 == 0 {
+			e, err = c.world.ChurnEndpoint(k+i, f.Names())
+		} else {
+			e, err = c.world.EditVirtualService(k+i, f.Names())
+		}
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// apply writes edits at the scale's rate and waits until they reached
+// every proxy; it returns each (change, proxy) time.
+func (c *cluster) apply(f *loadkit.Fleet, edits []*loadkit.Edit) []time.Duration {
+	c.t.Helper()
+	var cs []*loadkit.Change
+	start := time.Now()
+	for i, e := range edits {
+		time.Sleep(time.Until(start.Add(time.Duration(float64(i) / c.sc.rate * float64(time.Second)))))
+		ch := f.Track(e.Kind, -1, e.Expects, false)
+		if err := e.Write(); err != nil {
+			c.t.Fatalf("write %s change: %v", e.Kind, err)
+		}
+		cs = append(cs, ch)
+	}
+	if err := loadkit.WaitChanges(c.ctx, c.sc.timeout, cs...); err != nil {
+		c.t.Errorf("changes did not reach every proxy within %s: %v", c.sc.timeout, err)
+	}
+	f.Retire(cs...)
+	var all []time.Duration
+	for _, ch := range cs {
+		got, _ := ch.Times()
+		all = append(all, got...)
+	}
+	return all
+}
+
+// verify checks every fleet's proxies against the World and records it.
+func (c *cluster) verify() loadkit.Verification {
+	c.t.Helper()
+	var v loadkit.Verification
+	for _, f := range c.fleets {
+		fv := f.Verify(c.world)
+		if fv.Checked == 0 {
+			continue // a fleet of misbehaving proxies only
+		}
+		v.Checked += fv.Checked
+		v.Correct += fv.Correct
+		v.WrongCount += fv.WrongCount
+		v.Wrong = append(v.Wrong, fv.Wrong...)
+	}
+	c.res.Correct, c.res.Checked = v.Correct, v.Checked
+	if !v.OK() {
+		c.t.Errorf("not every proxy holds the World's configuration: %v", v)
+	}
+	return v
+}
+
+// waitCorrect waits until every proxy's stream is complete and holds the
+// World's configuration; it returns how long that took.
+func (c *cluster) waitCorrect(f *loadkit.Fleet, timeout time.Duration) (time.Duration, bool) {
+	start := time.Now()
+	for time.Since(start) < timeout {
+		if st := f.Status(); st.Complete == st.Proxies && f.Verify(c.world).OK() {
+			return time.Since(start), true
+		}
+		select {
+		case <-c.ctx.Done():
+			return time.Since(start), false
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return time.Since(start), false
+}
+
+// finishFigures records what every scenario reports: NACKs, the logs'
+// errors, the servers' peak RSS.
+func (c *cluster) finishFigures() {
+	var nacks int64
+	for _, f := range c.fleets {
+		nacks += f.Totals().NACKs
+	}
+	c.res.NACKs = nacks
+	ended := map[string]int{}
+	for _, f := range c.fleets {
+		for k, v := range f.Ended() {
+			ended[k] += v
+		}
+	}
+	keys := make([]string, 0, len(ended))
+	for k := range ended {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return ended[keys[i]] > ended[keys[j]] || (ended[keys[i]] == ended[keys[j]] && keys[i] < keys[j]) })
+	for _, k := range keys[:min(6, len(keys))] {
+		c.res.note("streams ended without the proxy asking: %dx %s", ended[k], k)
+	}
+	if nacks != 0 {
+		c.t.Errorf("%d NACKs; notes %v", nacks, c.fleets[0].Notes())
+	}
+	s := summarizeLogs(c.t, c.logs())
+	c.res.ServerErrors, c.res.ServerWarnings, c.res.LogMessages = s.Errors, s.Warnings, s.top(12)
+	for _, r := range c.replicas {
+		c.res.PeakRSSMiB = max(c.res.PeakRSSMiB, r.peakRSS())
+	}
+}
+
+// gapFigures records the time proxies spent without a complete
+// configuration.
+func (c *cluster) gapFigures(f *loadkit.Fleet, what string) loadkit.Percentiles {
+	closed, open := f.Gaps()
+	p := loadkit.PercentilesOf(append(closed, open...))
+	c.res.figure(what+": gaps", float64(p.Count), "", fmt.Sprintf("%d still open", len(open)))
+	c.res.figure(what+": p50", p.P50, "ms", "")
+	c.res.figure(what+": p99", p.P99, "ms", "")
+	c.res.figure(what+": max", p.Max, "ms", "")
+	return p
+}
+
+// byRemote names each replica's share of the fleet.
+func (c *cluster) byRemote(st loadkit.FleetStatus) string {
+	var parts []string
+	for _, r := range c.replicas {
+		parts = append(parts, fmt.Sprintf("%s %d", r.name, st.ByRemote[r.ports.XDS]))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ", ")
+}
+
+// sampleFleetBytes is bytes and resources received since t0.
+func resentSince(t0, t1 loadkit.Totals) (bytes int64, resources int64) {
+	d := t1.Minus(t0)
+	return d.Bytes, d.ResourceCount()
+}

@@ -1,0 +1,80 @@
+package chaos
+
+import (
+	"fmt"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/meshplane/discovery/test/load/loadkit"
+)
+
+// Scenario 4: a reconnect storm. Every proxy is on replica A; a fresh
+// replica B is ready and holds no stream; A is killed, so every proxy
+// reconnects to B within about a second. Once as proxies that start
+// empty (the worst case: a full configuration for each), once as proxies
+// that present what they hold (Envoy). Reported: how fast the proxies came
+// back, the time until all are configured, B's peak memory and CPU,
+// streams B refused or dropped.
+func TestReconnectStorm(t *testing.T) {
+	for name, resume := range map[string]bool{"Cold": false, "Resumed": true} {
+		t.Run(name, func(t *testing.T) {
+			c := newCluster(t, "ReconnectStorm/"+name, clusterOptions{replicas: 2})
+			a, b := c.replicas[0], c.replicas[1]
+			c.lb.setExcluded(b, true)
+			o := c.fleetOptions(c.sc.proxies)
+			o.Resume = resume
+			f, took := c.connect(o, nil)
+			c.res.figure("initial connect to A: every proxy complete", took.Seconds(), "s", c.byRemote(f.Status()))
+			quiesce(c.ctx, f)
+			before := f.Totals()
+			bp := b.current()
+			b0 := bp.sampler.Sample()
+			m0, _ := scrapeRefused(b)
+
+			c.lb.setExcluded(b, false)
+			c.lb.setExcluded(a, true)
+			killed := time.Now()
+			a.kill()
+			storm, ok := f.WaitComplete(c.ctx.Done(), c.sc.timeout)
+			if !ok {
+				t.Fatalf("not every proxy complete on B within %s: %+v; notes %v", c.sc.timeout, f.Status(), f.Notes())
+			}
+			c.res.RecoveryMs, c.res.RecoveryFrom = loadkit.Ms(time.Since(killed)), "from A's kill, every proxy complete on B"
+			c.res.figure("A killed until every proxy complete on B", storm.Seconds(), "s", c.byRemote(f.Status()))
+			at, _ := f.Dialed()
+			var dials []time.Duration
+			for _, d := range at {
+				dials = append(dials, d.Sub(killed))
+			}
+			sort.Slice(dials, func(i, j int) bool { return dials[i] < dials[j] })
+			p := loadkit.PercentilesOf(dials)
+			c.res.figure("A killed until each proxy's connection to B", p.Max, "ms", fmt.Sprintf("p50 %.0f ms, p99 %.0f ms", p.P50, p.P99))
+			c.gapFigures(f, "time without a complete configuration, per proxy")
+			quiesce(c.ctx, f)
+			b1 := bp.sampler.Sample()
+			w := bp.sampler.Window(b0, b1)
+			c.res.figure("B during the storm: CPU", w.CPUSeconds, "s", fmt.Sprintf("%.2f cores", w.CPUCores))
+			c.res.figure("B during the storm: peak RSS", w.PeakRSSMiB, "MiB", fmt.Sprintf("%.0f MiB before, %.0f MiB after", loadkit.MiB(b0.RSS), loadkit.MiB(b1.RSS)))
+			d := f.Totals().Minus(before)
+			c.res.figure("sent by B per proxy", float64(d.Bytes)/float64(f.Len()), "bytes", fmt.Sprintf("%.0f resources", float64(d.ResourceCount())/float64(f.Len())))
+			c.res.figure("streams opened during the storm", float64(d.Streams), "", fmt.Sprintf("%d proxies; %d streams lost (A's kill included)", f.Len(), d.Drops))
+			if m1, err := scrapeRefused(b); err == nil {
+				c.res.figure("streams B refused (discovery_xds_streams_refused_total)", m1-m0, "", "")
+			} else {
+				c.res.note("B's metrics: %v", err)
+			}
+			c.verify()
+			c.finishFigures()
+		})
+	}
+}
+
+// scrapeRefused reads a replica's count of refused xDS streams.
+func scrapeRefused(r *replica) (float64, error) {
+	m, err := loadkit.ScrapeMetrics(r.ports.Monitor)
+	if err != nil {
+		return 0, err
+	}
+	return m["discovery_xds_streams_refused_total"], nil
+}
