@@ -302,7 +302,9 @@ func (c *cluster) finishFigures() {
 	for k := range ended {
 		keys = append(keys, k)
 	}
-	sort.Slice(keys, func(i, j int) bool { return ended[keys[i]] > ended[keys[j]] || (ended[keys[i]] == ended[keys[j]] && keys[i] < keys[j]) })
+	sort.Slice(keys, func(i, j int) bool {
+		return ended[keys[i]] > ended[keys[j]] || (ended[keys[i]] == ended[keys[j]] && keys[i] < keys[j])
+	})
 	for _, k := range keys[:min(6, len(keys))] {
 		c.res.note("streams ended without the proxy asking: %dx %s", ended[k], k)
 	}
