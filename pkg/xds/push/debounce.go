@@ -18,6 +18,8 @@ type Request struct {
 	First time.Time
 	// Updates is the number of merged updates.
 	Updates int
+
+	config bool // a change other than endpoints was merged
 }
 
 // EndpointsOnly reports whether nothing but endpoints changed.
@@ -43,8 +45,20 @@ func (r *Request) Reasons() map[string]int {
 // quiet for Quiet, or Max after the first unhandled update, whichever comes
 // first. The handler runs on Start's goroutine, one Request at a time;
 // updates arriving meanwhile wait for the next Request.
+//
+// A batch of endpoint changes only has its own, shorter quiet period
+// (SetEndpointQuiet), which grows only under a burst: it doubles with each
+// further update that arrives while the batch waits, up to Quiet, and is
+// back to its base for the next batch. A lone endpoint change is pushed
+// after the base period; a burst (a rollout, a node going away) is merged
+// as before. A batch that holds any other change waits Quiet: endpoints
+// are never pushed ahead of a configuration change already merged with
+// them (they share one World, which must reach the proxies whole).
+// istiod's PILOT_ENABLE_EDS_DEBOUNCE=false pushes endpoint changes with no
+// debounce at all; this keeps a floor against per-event pushes.
 type Debouncer struct {
 	quiet, max time.Duration
+	epQuiet    time.Duration // base quiet period of endpoint-only batches; 0: quiet
 	handle     func(context.Context, *Request)
 	now        func() time.Time
 
@@ -58,6 +72,12 @@ func NewDebouncer(quiet, max time.Duration, handle func(context.Context, *Reques
 	return &Debouncer{quiet: quiet, max: max, handle: handle, now: time.Now, kick: make(chan struct{}, 1)}
 }
 
+// SetEndpointQuiet sets the base quiet period of endpoint-only batches (at
+// most Quiet; 0 treats them like any other). Call it before Start.
+func (d *Debouncer) SetEndpointQuiet(base time.Duration) {
+	d.epQuiet = min(base, d.quiet)
+}
+
 // Enqueue adds an update. It never blocks, so it may be called from the
 // Store's subscriber callback.
 func (d *Debouncer) Enqueue(u *model.Update) {
@@ -69,6 +89,9 @@ func (d *Debouncer) Enqueue(u *model.Update) {
 	d.pending.Updates++
 	for _, c := range u.Changes {
 		d.pending.Changes[c.Key] = c.Op
+		if c.Key.Kind != model.KindEndpoints && c.Key.Kind != model.KindEndpointSlice {
+			d.pending.config = true
+		}
 	}
 	d.mu.Unlock()
 	select {
@@ -84,6 +107,8 @@ func (d *Debouncer) Start(ctx context.Context) error {
 	var deadline <-chan time.Time
 	var maxTimer *time.Timer
 	armed := false
+	epQuiet := d.epQuiet // the endpoint-only quiet period of this batch
+	var lastPush time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -93,7 +118,28 @@ func (d *Debouncer) Start(ctx context.Context) error {
 			}
 			return nil
 		case <-d.kick:
-			quiet.Reset(d.quiet)
+			d.mu.Lock()
+			none, config := d.pending == nil, d.pending != nil && d.pending.config
+			d.mu.Unlock()
+			if none {
+				continue // its update went out with the last push
+			}
+			wait := d.quiet
+			if d.epQuiet > 0 {
+				if !config {
+					// A burst: a further change in this batch, or a batch
+					// that starts within Quiet of the last push. Otherwise
+					// the period is back to its base.
+					switch {
+					case armed || d.now().Sub(lastPush) < d.quiet:
+						epQuiet = min(2*epQuiet, d.quiet)
+					default:
+						epQuiet = d.epQuiet
+					}
+					wait = epQuiet
+				}
+			}
+			quiet.Reset(wait)
 			if !armed {
 				armed = true
 				maxTimer = time.NewTimer(d.max)
@@ -115,6 +161,7 @@ func (d *Debouncer) Start(ctx context.Context) error {
 		d.mu.Unlock()
 		if req != nil {
 			d.handle(ctx, req)
+			lastPush = d.now()
 		}
 	}
 }

@@ -139,3 +139,96 @@ func TestQueueMergesAndBoundsConcurrency(t *testing.T) {
 		t.Errorf("%d handler calls for 10 keys pushed twice: pushes did not merge", h)
 	}
 }
+
+// collect runs d and returns a function that reads the Requests so far.
+func collect(t *testing.T, quiet, max, epQuiet time.Duration) (*Debouncer, func() []*Request) {
+	t.Helper()
+	var mu sync.Mutex
+	var got []*Request
+	d := NewDebouncer(quiet, max, func(_ context.Context, r *Request) {
+		mu.Lock()
+		got = append(got, r)
+		mu.Unlock()
+	})
+	d.SetEndpointQuiet(epQuiet)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- d.Start(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return d, func() []*Request {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]*Request(nil), got...)
+	}
+}
+
+// A lone endpoint change does not wait for the configuration quiet period:
+// it is pushed on its own, before a configuration change enqueued after it
+// and well inside the configuration's quiet period.
+func TestEndpointOnlyBatchHasItsOwnQuietPeriod(t *testing.T) {
+	d, got := collect(t, time.Second, 10*time.Second, 5*time.Millisecond)
+	d.Enqueue(update(1, model.KindEndpoints, "a"))
+	time.Sleep(100 * time.Millisecond)
+	d.Enqueue(update(2, model.KindService, "b"))
+	waitFor(t, "both changes to be pushed", func() bool {
+		total := 0
+		for _, r := range got() {
+			total += r.Updates
+		}
+		return total == 2
+	})
+	if rs := got(); len(rs) != 2 || !rs[0].EndpointsOnly() || rs[0].World.Version != 1 {
+		t.Fatalf("%d pushes; want the endpoint change alone first, then the configuration change", len(rs))
+	}
+}
+
+// Endpoints merged with a configuration change wait for the configuration
+// quiet period with it: one push, one World.
+func TestEndpointsWaitWithAConfigurationChange(t *testing.T) {
+	d, got := collect(t, 100*time.Millisecond, 10*time.Second, time.Millisecond)
+	d.Enqueue(update(1, model.KindService, "a"))
+	d.Enqueue(update(2, model.KindEndpoints, "a"))
+	d.Enqueue(update(3, model.KindEndpoints, "b"))
+	waitFor(t, "the push", func() bool { return len(got()) == 1 })
+	time.Sleep(150 * time.Millisecond)
+	if rs := got(); len(rs) != 1 || rs[0].Updates != 3 || rs[0].World.Version != 3 {
+		t.Fatalf("%d pushes, first of %d updates; want one of all three", len(rs), rs[0].Updates)
+	}
+}
+
+// Under a stream of endpoint changes the quiet period grows: changes 3ms
+// apart, each far apart from the 1ms base, are merged into far fewer
+// pushes than changes (the base alone would push each on its own).
+func TestEndpointQuietGrowsUnderABurst(t *testing.T) {
+	d, got := collect(t, 100*time.Millisecond, 10*time.Second, time.Millisecond)
+	const n = 60
+	for i := range n {
+		d.Enqueue(update(uint64(i+1), model.KindEndpoints, "e"))
+		time.Sleep(3 * time.Millisecond)
+	}
+	waitFor(t, "every update to be pushed", func() bool {
+		total := 0
+		for _, r := range got() {
+			total += r.Updates
+		}
+		return total == n
+	})
+	if pushes := len(got()); pushes > n/4 {
+		t.Fatalf("%d pushes for %d endpoint changes 3ms apart: the quiet period did not grow", pushes, n)
+	}
+	// After a quiet spell the base applies again: a lone change is pushed
+	// on its own, not merged with a change 40ms later as the grown period
+	// (100ms) would merge them.
+	time.Sleep(150 * time.Millisecond)
+	before := len(got())
+	d.Enqueue(update(n+1, model.KindEndpoints, "e"))
+	time.Sleep(40 * time.Millisecond)
+	d.Enqueue(update(n+2, model.KindEndpoints, "f"))
+	waitFor(t, "both lone changes", func() bool {
+		rs := got()
+		return len(rs) > before && rs[len(rs)-1].World.Version == n+2
+	})
+	if rs := got(); len(rs) != before+2 {
+		t.Fatalf("%d pushes for two endpoint changes 40ms apart after a quiet spell, want 2", len(rs)-before)
+	}
+}

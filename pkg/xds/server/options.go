@@ -12,6 +12,10 @@ import (
 type Options struct {
 	// DebounceAfter is how long the World must be quiet before a push.
 	DebounceAfter time.Duration
+	// DebounceEndpoints is the base quiet period of a batch of endpoint
+	// changes only; it doubles under a burst, up to DebounceAfter
+	// (push.Debouncer). 0 debounces them like any other change.
+	DebounceEndpoints time.Duration
 	// DebounceMax is the longest a change waits for a push.
 	DebounceMax time.Duration
 	// PushConcurrency is how many proxies are prepared for a push at once.
@@ -77,13 +81,15 @@ type Instance struct {
 // DefaultOptions returns the defaults the flags show.
 func DefaultOptions() Options {
 	return Options{
-		DebounceAfter:    100 * time.Millisecond,
-		DebounceMax:      10 * time.Second,
-		PushConcurrency:  16,
-		SendTimeout:      30 * time.Second,
-		MaxUnackedPushes: 100,
-		PushStatusSize:   100,
-		PushWaveTimeout:  10 * time.Second,
+		DebounceAfter: 100 * time.Millisecond,
+		DebounceMax:   10 * time.Second,
+		// An endpoint change alone is pushed after 10ms; see BENCHMARKS.md.
+		DebounceEndpoints: 10 * time.Millisecond,
+		PushConcurrency:   16,
+		SendTimeout:       30 * time.Second,
+		MaxUnackedPushes:  100,
+		PushStatusSize:    100,
+		PushWaveTimeout:   10 * time.Second,
 		// Twice the 10,000 proxies one replica is built to serve.
 		MaxStreams:              20000,
 		MaxStreamsPerConnection: 16,
@@ -103,6 +109,7 @@ func DefaultOptions() Options {
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	d := DefaultOptions()
 	fs.DurationVar(&o.DebounceAfter, "debounce-after", d.DebounceAfter, "push once the configuration has been quiet for this long")
+	fs.DurationVar(&o.DebounceEndpoints, "debounce-endpoints-after", d.DebounceEndpoints, "push a batch of endpoint changes only once it has been quiet for this long; the period doubles with each further change in the batch, up to --debounce-after (0: as --debounce-after)")
 	fs.DurationVar(&o.DebounceMax, "debounce-max", d.DebounceMax, "push at the latest this long after a change, even if changes keep coming")
 	fs.IntVar(&o.PushConcurrency, "push-concurrency", d.PushConcurrency, "proxies prepared for a push at once")
 	fs.DurationVar(&o.SendTimeout, "xds-send-timeout", d.SendTimeout, "close an xDS stream whose proxy does not read a response within this time (0: never)")
@@ -124,6 +131,9 @@ func (o *Options) Validate() error {
 	var errs []error
 	if o.DebounceAfter <= 0 {
 		errs = append(errs, fmt.Errorf("--debounce-after must be positive, got %s", o.DebounceAfter))
+	}
+	if o.DebounceEndpoints < 0 {
+		errs = append(errs, fmt.Errorf("--debounce-endpoints-after must not be negative, got %s", o.DebounceEndpoints))
 	}
 	if o.DebounceMax < o.DebounceAfter {
 		errs = append(errs, fmt.Errorf("--debounce-max (%s) must be at least --debounce-after (%s)", o.DebounceMax, o.DebounceAfter))

@@ -103,6 +103,7 @@ func New(opts Options, world World, log *slog.Logger, reg prometheus.Registerer)
 		// and Cluster requests may be Envoy's legacy wildcard.
 		sotwv3.DeactivateLegacyWildcardForTypes([]string{gen.RouteType, gen.EndpointType, gen.SecretType}))
 	s.debouncer = push.NewDebouncer(opts.DebounceAfter, opts.DebounceMax, s.onPush)
+	s.debouncer.SetEndpointQuiet(opts.DebounceEndpoints)
 	s.queue = push.NewQueue(opts.PushConcurrency, mergeItems, s.work)
 	world.Subscribe(s.debouncer.Enqueue)
 	s.m.services.Set(float64(world.World().ServiceCount()))
