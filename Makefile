@@ -112,6 +112,21 @@ bench-m1: build
 	  --services 1000 --namespaces 50 --ports 2 --endpoints 10 --virtual-services 100 --proxies 1000 \
 	  --endpoint-changes 20 --vs-changes 20 --service-changes 10 --reconnects 20 --rate 1 --idle 20s --timeout 10m
 
+# The reliability suite at scale (RELIABILITY.md): each fault scenario of
+# test/chaos on a real etcd + kube-apiserver with 1,000 services and 1,000
+# proxies, discovery serve run from bin/discovery. Reports land in
+# test/chaos/results/<commit>/<scenario>/ (committed, like the
+# benchmarks'); the log of the run in out/chaos.log. `make test` runs the
+# small versions. About 30-40 minutes on this machine.
+CHAOS_OUT ?= test/chaos/results/$(shell git rev-parse --short HEAD 2>/dev/null || echo dev)
+CHAOS_RUN ?= .
+.PHONY: chaos
+chaos: build
+	mkdir -p out
+	set -euo pipefail; eval "$$(hack/testenv.sh)"; \
+	TESTENV_REQUIRED=1 $(GO) test -count=1 -timeout 150m -v -run '$(CHAOS_RUN)' ./test/chaos/ \
+	  -chaos.scale=big -chaos.server-binary=$(CURDIR)/$(BIN)/discovery -chaos.out=$(CURDIR)/$(CHAOS_OUT) 2>&1 | tee out/chaos.log
+
 # The container image, without a container engine: a static binary on an
 # empty base, written as a tarball for `docker load` (bin/discovery-image.tar).
 # The same commit gives the same digest.

@@ -3,7 +3,9 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,7 +57,11 @@ func TestAPIServerAndEtcdFaults(t *testing.T) {
 	c.env.StartAPIServer(t)
 	up := time.Now()
 	c.res.figure("API server down", up.Sub(down).Seconds(), "s", fmt.Sprintf("%d changes queued; etcd compacted at revision %d", len(edits), rev))
+	inWorld := c.waitRegistry(r, addedAgain.Host, removed.Host)
 	recovered := c.waitQueued(t, f, qs, written, up)
+	if at := <-inWorld; !at.IsZero() {
+		c.res.figure("  API server back until the server's World has the service added and lacks the one removed (/debug/registryz)", at.Sub(up).Seconds(), "s", "")
+	}
 	c.res.RecoveryMs, c.res.RecoveryFrom = loadkit.Ms(recovered), "from the API server's return, every queued change at every proxy"
 	c.res.figure("API server back until every change at every proxy", recovered.Seconds(), "s", "")
 	c.expired(t, seen)
@@ -163,4 +169,28 @@ func (c *cluster) pushedFigures(f *loadkit.Fleet, before loadkit.Totals, n int, 
 	c.res.figure("resources pushed per proxy "+when, float64(d.ResourceCount())/p, "",
 		fmt.Sprintf("for %d changes; cds %d, eds %d, lds %d, rds %d in all; %.0f bytes per proxy", n,
 			d.Resources["cds"], d.Resources["eds"], d.Resources["lds"], d.Resources["rds"], float64(d.Bytes)/p))
+}
+
+// waitRegistry polls the replica's /debug/registryz until it lists
+// present and not absent; the channel yields when (zero: never, within
+// the scale's timeout).
+func (c *cluster) waitRegistry(r *replica, present, absent string) <-chan time.Time {
+	out := make(chan time.Time, 1)
+	go func() {
+		deadline := time.Now().Add(c.sc.timeout)
+		for time.Now().Before(deadline) && c.ctx.Err() == nil {
+			res, err := loadkit.PlainHTTP.Get("http://" + r.ports.Monitor + "/debug/registryz")
+			if err == nil {
+				b, _ := io.ReadAll(res.Body)
+				_ = res.Body.Close()
+				if strings.Contains(string(b), `"`+present+`"`) && !strings.Contains(string(b), `"`+absent+`"`) {
+					out <- time.Now()
+					return
+				}
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		out <- time.Time{}
+	}()
+	return out
 }

@@ -3,6 +3,8 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -84,6 +86,23 @@ func (c *cluster) cleanup() {
 		}
 	}
 	c.res.finish(c.t, *outFlag)
+	if *logsFlag != "" {
+		c.keepLogs(filepath.Join(*logsFlag, c.res.Scenario))
+	}
+}
+
+// keepLogs copies every process's log and the API server's into dir.
+func (c *cluster) keepLogs(dir string) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		c.t.Error(err)
+		return
+	}
+	for _, l := range c.logs() {
+		if b, err := os.ReadFile(l); err == nil {
+			_ = os.WriteFile(filepath.Join(dir, filepath.Base(l)), b, 0o644)
+		}
+	}
+	_ = os.WriteFile(filepath.Join(dir, "kube-apiserver.log"), []byte(c.env.APIServerLog()), 0o644)
 }
 
 // logs lists every process's log.

@@ -20,6 +20,8 @@ type Edit struct {
 	// Write makes the change (a file replaced, or objects applied to the
 	// API server); it may be called again after it failed.
 	Write func() error
+	// Host is the changed service's host name.
+	Host string
 }
 
 func clusterName(port int32, host string) string { return fmt.Sprintf("outbound|%d||%s", port, host) }
@@ -39,7 +41,7 @@ func (w *World) ChurnEndpoint(k int, n *Names) (*Edit, error) {
 	}
 	addr := w.newEndpoint()
 	s.Endpoints[len(s.Endpoints)-1] = addr
-	e := &Edit{Kind: KindEndpoint}
+	e := &Edit{Kind: KindEndpoint, Host: s.host(w.opts.DomainSuffix)}
 	for _, p := range servicePorts[:w.opts.Ports] {
 		e.Expects = append(e.Expects, Expectation{typeURL: typeEDS, name: n.id(clusterName(p.port, s.host(w.opts.DomainSuffix))),
 			match: func(m proto.Message) bool { return hasAddressFrom(m, addr) }})
@@ -63,7 +65,7 @@ func (w *World) EditVirtualService(k int, n *Names) (*Edit, error) {
 	i := k % w.opts.VirtualServices
 	w.vsEdits[i]++
 	s, edit := w.services[i], w.vsEdits[i]
-	e := &Edit{Kind: KindVirtualSvc}
+	e := &Edit{Kind: KindVirtualSvc, Host: s.host(w.opts.DomainSuffix)}
 	for _, p := range servicePorts[:w.opts.Ports] {
 		if p.http {
 			e.Expects = append(e.Expects, Expectation{typeURL: typeRDS, name: n.id(routeName(p.port, s.host(w.opts.DomainSuffix))),
@@ -82,7 +84,7 @@ func (w *World) AddService(_ int, n *Names) (*Edit, error) {
 	defer w.mu.Unlock()
 	s := w.newService()
 	host := s.host(w.opts.DomainSuffix)
-	e := &Edit{Kind: KindServiceAdd}
+	e := &Edit{Kind: KindServiceAdd, Host: host}
 	for _, p := range servicePorts[:w.opts.Ports] {
 		cn := n.id(clusterName(p.port, host))
 		e.Expects = append(e.Expects, Expectation{typeURL: typeCDS, name: cn}, Expectation{typeURL: typeEDS, name: cn, match: hasEndpoints})
@@ -110,7 +112,7 @@ func (w *World) removeLast(n *Names) (*Edit, error) {
 	}
 	s := w.services[i]
 	w.services = w.services[:i]
-	e := &Edit{Kind: KindServiceRemove}
+	e := &Edit{Kind: KindServiceRemove, Host: s.host(w.opts.DomainSuffix)}
 	for _, p := range servicePorts[:w.opts.Ports] {
 		e.Expects = append(e.Expects, Expectation{typeURL: typeCDS, name: n.id(clusterName(p.port, s.host(w.opts.DomainSuffix))), removed: true})
 	}
