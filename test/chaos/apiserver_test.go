@@ -39,6 +39,7 @@ func TestAPIServerAndEtcdFaults(t *testing.T) {
 
 	// The API server away, changes queued, history compacted.
 	before := f.Totals()
+	m := c.mark()
 	c.env.StopAPIServer(t)
 	down := time.Now()
 	removed, err := c.world.RemoveService(0, f.Names())
@@ -67,12 +68,14 @@ func TestAPIServerAndEtcdFaults(t *testing.T) {
 	c.expired(t, seen)
 	quiesce(c.ctx, f)
 	c.pushedFigures(f, before, len(edits), "after the API server outage")
+	c.cpuFigures("API server outage and catch-up", m)
 	if v := f.Verify(c.world); !v.OK() {
 		t.Errorf("after the API server outage: %v", v)
 	}
 
 	// etcd restarted, changes queued.
 	before = f.Totals()
+	m = c.mark()
 	c.env.StopEtcd(t)
 	down = time.Now()
 	edits = c.edits(f, c.sc.changes, c.sc.changes)
@@ -85,6 +88,7 @@ func TestAPIServerAndEtcdFaults(t *testing.T) {
 	c.res.figure("etcd back until every change at every proxy", recovered.Seconds(), "s", "")
 	quiesce(c.ctx, f)
 	c.pushedFigures(f, before, len(edits), "after the etcd restart")
+	c.cpuFigures("etcd restart and catch-up", m)
 
 	c.res.figure("readiness polls that failed (every 100 ms, whole run)", float64(r.notReady.Load()), "", "")
 	if n := r.notReady.Load(); n != 0 {

@@ -370,3 +370,78 @@ func resentSince(t0, t1 loadkit.Totals) (bytes int64, resources int64) {
 	d := t1.Minus(t0)
 	return d.Bytes, d.ResourceCount()
 }
+
+// mark is a moment's CPU readings: every server process, this process
+// (the proxies) and the machine.
+type mark struct {
+	at    time.Time
+	procs map[*process]float64
+	self  float64
+	busy  float64
+}
+
+func (c *cluster) mark() mark {
+	m := mark{at: time.Now(), procs: map[*process]float64{}}
+	for _, r := range c.replicas {
+		r.mu.Lock()
+		for _, p := range r.procs {
+			m.procs[p] = p.sampler.Sample().CPU
+		}
+		r.mu.Unlock()
+	}
+	if s, err := loadkit.ReadProc(os.Getpid()); err == nil {
+		m.self = s.CPU
+	}
+	m.busy, _ = loadkit.MachineCPU()
+	return m
+}
+
+// cpuFigures records the CPU the servers, the proxies and the whole
+// machine used since m.
+func (c *cluster) cpuFigures(name string, m mark) {
+	var srv float64
+	for _, r := range c.replicas {
+		r.mu.Lock()
+		procs := append([]*process(nil), r.procs...)
+		r.mu.Unlock()
+		for _, p := range procs {
+			now := p.sampler.Sample().CPU
+			if !p.ended.IsZero() { // exited: its last reading
+				now = p.sampler.All().CPUSeconds + p.sampler.FirstCPU()
+			}
+			srv += now - m.procs[p]
+		}
+	}
+	secs := time.Since(m.at).Seconds()
+	var self float64
+	if s, err := loadkit.ReadProc(os.Getpid()); err == nil {
+		self = s.CPU - m.self
+	}
+	busy, _ := loadkit.MachineCPU()
+	c.res.figure(name+": CPU", srv, "s servers", fmt.Sprintf("proxies (the test process) %.1f s; machine busy %.2f of %d cores over %.0f s",
+		self, (busy-m.busy)/max(secs, 1e-9), c.res.Machine.CPUs, secs))
+}
+
+// profile saves a CPU profile of r's current process over the next d
+// into the logs directory, when the server has pprof (-chaos.server-pprof
+// and -chaos.logs); wait for it with the returned function.
+func (c *cluster) profile(r *replica, name string, d time.Duration) func() {
+	if !*pprofFlag || *logsFlag == "" {
+		return func() {}
+	}
+	dir := filepath.Join(*logsFlag, c.res.Scenario)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		c.t.Error(err)
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		path := filepath.Join(dir, name+".pprof")
+		what := fmt.Sprintf("profile?seconds=%d", int(d.Seconds()))
+		if err := loadkit.FetchProfile(c.ctx, r.ports.Pprof, what, path); err != nil {
+			c.res.note("CPU profile %s: %v", name, err)
+		}
+	}()
+	return func() { <-done }
+}

@@ -25,11 +25,13 @@ func TestSlowAndHostileClients(t *testing.T) {
 	p := r.current()
 
 	s0 := p.sampler.Sample()
+	m := c.mark()
 	base := loadkit.PercentilesOf(c.apply(good, c.edits(good, 0, c.sc.changes)))
 	quiesce(c.ctx, good)
 	s1 := p.sampler.Sample()
 	wb := p.sampler.Window(s0, s1)
 	c.res.figure("baseline: changes at every well-behaved proxy", base.P99, "ms p99", fmt.Sprintf("%d changes, p50 %.0f ms, max %.0f ms", c.sc.changes, base.P50, base.Max))
+	c.cpuFigures("baseline changes", m)
 	c.res.figure("baseline: server RSS", wb.PeakRSSMiB, "MiB peak", fmt.Sprintf("%.0f MiB at the end", wb.EndRSSMiB))
 
 	o := c.fleetOptions(bad)
@@ -49,11 +51,13 @@ func TestSlowAndHostileClients(t *testing.T) {
 	time.Sleep(4 * c.sc.slowRead)
 	h0 := hostile.Totals()
 	s2 := p.sampler.Sample()
+	m = c.mark()
 	with := loadkit.PercentilesOf(c.apply(good, c.edits(good, c.sc.changes, c.sc.changes)))
 	quiesce(c.ctx, good)
 	s3 := p.sampler.Sample()
 	ww := p.sampler.Window(s2, s3)
 	c.res.figure("with hostile proxies: changes at every well-behaved proxy", with.P99, "ms p99", fmt.Sprintf("%d changes, p50 %.0f ms, max %.0f ms", c.sc.changes, with.P50, with.Max))
+	c.cpuFigures("changes with hostile proxies", m)
 	c.res.figure("with hostile proxies: server RSS", ww.PeakRSSMiB, "MiB peak", fmt.Sprintf("%.0f MiB at the end", ww.EndRSSMiB))
 	c.res.RecoveryMs, c.res.RecoveryFrom = with.Max, "the slowest change at a well-behaved proxy with the hostile ones connected"
 	h := hostile.Totals()

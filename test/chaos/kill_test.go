@@ -16,8 +16,10 @@ import (
 func TestKillNineOfTheOnlyReplica(t *testing.T) {
 	c := newCluster(t, "KillNineOfTheOnlyReplica", clusterOptions{replicas: 1})
 	r := c.replicas[0]
+	m := c.mark()
 	f, took := c.connect(c.fleetOptions(c.sc.proxies), nil)
 	c.res.figure("initial connect: every proxy complete", took.Seconds(), "s", "")
+	c.cpuFigures("initial connect", m)
 	quiesce(c.ctx, f)
 	full := f.Totals()
 	n := float64(f.Len())
@@ -26,6 +28,7 @@ func TestKillNineOfTheOnlyReplica(t *testing.T) {
 		t.Fatalf("before the kill: %v", v)
 	}
 
+	m = c.mark()
 	killed := time.Now()
 	r.kill()
 	if !waitLost(f, 10*time.Second) {
@@ -33,6 +36,7 @@ func TestKillNineOfTheOnlyReplica(t *testing.T) {
 	}
 	r.start(c.ctx, t, c.bin, c.args)
 	ready := time.Since(killed)
+	profiled := c.profile(r, "recovery-cpu", 30*time.Second)
 	c.res.figure("kill until the new process is ready", ready.Seconds(), "s", "")
 	after, ok := c.waitCorrect(f, c.sc.timeout)
 	recovery := time.Since(killed)
@@ -41,6 +45,8 @@ func TestKillNineOfTheOnlyReplica(t *testing.T) {
 	}
 	c.res.RecoveryMs, c.res.RecoveryFrom = loadkit.Ms(recovery), "from the kill"
 	c.res.figure("ready until every proxy complete and correct", after.Seconds(), "s", "")
+	c.cpuFigures("kill until every proxy complete and correct", m)
+	profiled()
 
 	quiesce(c.ctx, f)
 	d := f.Totals().Minus(full)

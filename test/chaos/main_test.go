@@ -14,6 +14,7 @@ var (
 	scaleFlag = flag.String("chaos.scale", envOr("CHAOS_SCALE", "small"), "scenario size: small (make test) or big (make chaos: 1,000 services, 1,000 proxies)")
 	outFlag   = flag.String("chaos.out", os.Getenv("CHAOS_OUT"), "directory for each scenario's report.json and report.txt (default: the test log only)")
 	logsFlag  = flag.String("chaos.logs", os.Getenv("CHAOS_LOGS"), "directory to copy every server's log into, by scenario (default: not kept)")
+	pprofFlag = flag.Bool("chaos.server-pprof", false, "the server binary has the pprof overlay (test/load/serverpprof): scenarios save CPU profiles of their recovery into -chaos.logs")
 	binFlag   = flag.String("chaos.server-binary", os.Getenv("CHAOS_SERVER_BINARY"), "discovery binary to run (default: built from ./cmd/discovery)")
 )
 

@@ -78,7 +78,7 @@ func (r *replica) start(ctx context.Context, t *testing.T, bin string, args []st
 	r.mu.Unlock()
 	log := filepath.Join(r.dir, fmt.Sprintf("%s-%d.log", r.name, n))
 	o := loadkit.DefaultServerOptions()
-	o.Binary = bin
+	o.Binary, o.Pprof = bin, *pprofFlag
 	r.stopping.Store(false)
 	srv, err := loadkit.Launch(ctx, o, loadkit.LaunchOptions{Ports: r.ports, Log: log, Extra: args, Wait: 3 * time.Minute})
 	if err != nil {

@@ -32,6 +32,7 @@ func TestRollingRestartOfThreeReplicas(t *testing.T) {
 	f, took := c.connect(c.fleetOptions(c.sc.proxies), nil)
 	c.res.figure("initial connect: every proxy complete", took.Seconds(), "s", c.byRemote(f.Status()))
 	f.ResetGaps()
+	m := c.mark()
 	ns := c.createNamespaces()
 	changes := c.changeInBackground(f)
 
@@ -82,6 +83,7 @@ func TestRollingRestartOfThreeReplicas(t *testing.T) {
 		t.Fatalf("after the leader's death: not every proxy complete within %s", c.sc.timeout)
 	}
 
+	c.cpuFigures("rolling restart and leader kill", m)
 	cs := changes()
 	if err := loadkit.WaitChanges(c.ctx, c.sc.timeout, cs...); err != nil {
 		t.Errorf("changes made during the restarts did not reach every proxy: %v", err)

@@ -34,14 +34,18 @@ func TestReconnectStorm(t *testing.T) {
 
 			c.lb.setExcluded(b, false)
 			c.lb.setExcluded(a, true)
+			m := c.mark()
 			killed := time.Now()
 			a.kill()
+			profiled := c.profile(b, "storm-cpu", 30*time.Second)
 			storm, ok := f.WaitComplete(c.ctx.Done(), c.sc.timeout)
 			if !ok {
 				t.Fatalf("not every proxy complete on B within %s: %+v; notes %v", c.sc.timeout, f.Status(), f.Notes())
 			}
 			c.res.RecoveryMs, c.res.RecoveryFrom = loadkit.Ms(time.Since(killed)), "from A's kill, every proxy complete on B"
 			c.res.figure("A killed until every proxy complete on B", storm.Seconds(), "s", c.byRemote(f.Status()))
+			c.cpuFigures("storm", m)
+			profiled()
 			at, _ := f.Dialed()
 			var dials []time.Duration
 			for _, d := range at {

@@ -162,3 +162,13 @@ func (s *Sampler) All() ProcWindow {
 	s.mu.Unlock()
 	return s.Window(first, last)
 }
+
+// FirstCPU is the CPU time of the first sample (0 before any).
+func (s *Sampler) FirstCPU() float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.samples) == 0 {
+		return 0
+	}
+	return s.samples[0].CPU
+}
