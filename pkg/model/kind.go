@@ -25,6 +25,7 @@ const (
 	KindPeerAuthentication    Kind = "PeerAuthentication"
 	KindAuthorizationPolicy   Kind = "AuthorizationPolicy"
 	KindRequestAuthentication Kind = "RequestAuthentication"
+	KindTelemetry             Kind = "Telemetry"
 )
 
 // KindConfigMap is read for one object only, the mesh's MeshConfig (the
@@ -49,6 +50,7 @@ const KindEndpoints Kind = "Endpoints"
 const (
 	GroupNetworking = "networking.istio.io"
 	GroupSecurity   = "security.istio.io"
+	GroupTelemetry  = "telemetry.istio.io"
 )
 
 // kindInfo describes where a Kind lives in the Kubernetes API.
@@ -74,13 +76,14 @@ var kindInfos = map[Kind]kindInfo{
 	KindPeerAuthentication:    {GroupSecurity, "v1", "peerauthentications", []string{"v1beta1"}},
 	KindAuthorizationPolicy:   {GroupSecurity, "v1", "authorizationpolicies", []string{"v1beta1"}},
 	KindRequestAuthentication: {GroupSecurity, "v1", "requestauthentications", []string{"v1beta1"}},
+	KindTelemetry:             {GroupTelemetry, "v1", "telemetries", []string{"v1alpha1"}},
 	KindConfigMap:             {"", "v1", "configmaps", nil},
 }
 
 // IstioKinds lists the Istio configuration kinds, in a fixed order.
 var IstioKinds = []Kind{
 	KindVirtualService, KindDestinationRule, KindGateway, KindServiceEntry, KindSidecar,
-	KindWorkloadEntry, KindPeerAuthentication, KindAuthorizationPolicy, KindRequestAuthentication,
+	KindWorkloadEntry, KindPeerAuthentication, KindAuthorizationPolicy, KindRequestAuthentication, KindTelemetry,
 }
 
 // KubeKinds lists the core Kubernetes kinds, in a fixed order.
@@ -89,7 +92,7 @@ var KubeKinds = []Kind{KindService, KindEndpointSlice, KindPod, KindNamespace}
 // IsIstio reports whether k is one of Istio's configuration kinds.
 func (k Kind) IsIstio() bool {
 	info, ok := kindInfos[k]
-	return ok && (info.group == GroupNetworking || info.group == GroupSecurity)
+	return ok && (info.group == GroupNetworking || info.group == GroupSecurity || info.group == GroupTelemetry)
 }
 
 // GroupVersionKind is the version of k that discovery watches.

@@ -1,8 +1,10 @@
 package kube
 
 import (
+	authorizationv1 "k8s.io/api/authorization/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextinformers "k8s.io/apiextensions-apiserver/pkg/client/informers/externalversions/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/meshplane/discovery/pkg/model"
@@ -111,6 +113,29 @@ func (s *Source) onCRDDelete(obj any) {
 	}
 }
 
+// optionalKinds are the Istio kinds whose RBAC an older chart does not
+// grant: their watch starts only when the API server says it may
+// (SelfSubjectAccessReview), so that a missing rule leaves the kind unread
+// instead of keeping the source from ever syncing.
+var optionalKinds = map[model.Kind]bool{model.KindTelemetry: true}
+
+// mayWatch asks whether the source may list and watch kind in every
+// namespace.
+func (s *Source) mayWatch(kind model.Kind) bool {
+	gvr := kind.GroupVersionResource()
+	for _, verb := range []string{"list", "watch"} {
+		r, err := s.clients.Kube.AuthorizationV1().SelfSubjectAccessReviews().Create(s.ctx, &authorizationv1.SelfSubjectAccessReview{
+			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Verb: verb, Group: gvr.Group, Resource: gvr.Resource,
+			}},
+		}, metav1.CreateOptions{})
+		if err != nil || !r.Status.Allowed {
+			return false
+		}
+	}
+	return true
+}
+
 // setWatched starts or stops the watcher of an Istio kind as its CRD
 // comes and goes.
 func (s *Source) setWatched(kind model.Kind, crd string, want bool, reason string) {
@@ -120,6 +145,11 @@ func (s *Source) setWatched(kind model.Kind, crd string, want bool, reason strin
 	switch {
 	case want && w == nil:
 		if s.ctx.Err() != nil {
+			return
+		}
+		if optionalKinds[kind] && !s.mayWatch(kind) {
+			s.log.Warn("CRD found, but this service account may not list and watch its objects everywhere: the kind is not read (grant get, list, watch on it to read it)",
+				"crd", crd, "kind", string(kind))
 			return
 		}
 		s.log.Info("CRD found", "crd", crd, "kind", string(kind))

@@ -11,6 +11,7 @@ import (
 
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	securityv1 "istio.io/client-go/pkg/apis/security/v1"
+	telemetryv1 "istio.io/client-go/pkg/apis/telemetry/v1"
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -76,6 +77,9 @@ var informers = map[model.Kind]newInformerFunc{
 	},
 	model.KindAuthorizationPolicy: func(c Clients, r time.Duration) cache.SharedIndexInformer {
 		return istioInformer[*securityv1.AuthorizationPolicyList](c.Istio, c.Istio.SecurityV1().AuthorizationPolicies(all), &securityv1.AuthorizationPolicy{}, r)
+	},
+	model.KindTelemetry: func(c Clients, r time.Duration) cache.SharedIndexInformer {
+		return istioInformer[*telemetryv1.TelemetryList](c.Istio, c.Istio.TelemetryV1().Telemetries(all), &telemetryv1.Telemetry{}, r)
 	},
 	model.KindRequestAuthentication: func(c Clients, r time.Duration) cache.SharedIndexInformer {
 		return istioInformer[*securityv1.RequestAuthenticationList](c.Istio, c.Istio.SecurityV1().RequestAuthentications(all), &securityv1.RequestAuthentication{}, r)

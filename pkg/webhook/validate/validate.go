@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	networking "istio.io/api/networking/v1alpha3"
 	security "istio.io/api/security/v1beta1"
+	telemetry "istio.io/api/telemetry/v1alpha1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
@@ -15,6 +16,7 @@ import (
 const (
 	GroupNetworking = "networking.istio.io"
 	GroupSecurity   = "security.istio.io"
+	GroupTelemetry  = "telemetry.istio.io"
 )
 
 // InvalidError lists what is wrong with an object, each problem prefixed
@@ -61,6 +63,7 @@ var kinds = map[schema.GroupKind]kind{
 	{Group: GroupSecurity, Kind: "AuthorizationPolicy"}:   {func() proto.Message { return &security.AuthorizationPolicy{} }, checkAuthorizationPolicy},
 	{Group: GroupSecurity, Kind: "PeerAuthentication"}:    {func() proto.Message { return &security.PeerAuthentication{} }, checkPeerAuthentication},
 	{Group: GroupSecurity, Kind: "RequestAuthentication"}: {func() proto.Message { return &security.RequestAuthentication{} }, checkRequestAuthentication},
+	{Group: GroupTelemetry, Kind: "Telemetry"}:            {func() proto.Message { return &telemetry.Telemetry{} }, checkTelemetry},
 }
 
 // namespace is the object's namespace, "default" when it has none (as the

@@ -95,6 +95,7 @@ func (g *Generator) Class(w *model.World, p *model.Proxy, prev *ClassConfig) (ou
 		}
 	}()
 	sc := NewScope(w, p)
+	sc.tel = g.classTelemetry(w, p)
 	// A class's resources are reused only from a configuration made for
 	// the same MeshConfig: nearly everything reads it, and it changes
 	// rarely (meshconfig.go). prev is still the last good configuration.
@@ -207,14 +208,16 @@ func (g *Generator) fixed(w *model.World, bs map[string]*builder) {
 // hosts without an address; it returns the route names the listeners use.
 // A port's listener is reused from prev when its services are unchanged.
 func (g *Generator) sidecarOutbound(sc *Scope, bs map[string]*builder, cc, prev *ClassConfig) []string {
-	bs[ListenerType].add(VirtualOutbound, sc.applyOutboundPolicy(virtualOutbound()))
+	bs[ListenerType].add(VirtualOutbound, sc.applyOutboundPolicy(virtualOutbound(sc.outTel())))
 	g.warnSidecar(sc)
 	ports, byPort := servicesByPort(sc)
 	cc.ports = map[int32]*portUnit{}
 	var refs []string
 	for _, port := range ports {
 		var kb strings.Builder
-		fmt.Fprintf(&kb, "%v|", sc.RegistryOnly())
+		// The listener's telemetry: its key names the Telemetry resources
+		// (and versions) it was built from.
+		fmt.Fprintf(&kb, "%v|%s|", sc.RegistryOnly(), sc.tel.keyOf())
 		for _, svc := range byPort[port] {
 			fmt.Fprintf(&kb, "%p,", svc)
 			if EndpointsShapeListeners(svc) {

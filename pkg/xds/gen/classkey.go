@@ -29,6 +29,8 @@ import (
 //	               none does
 //	|dr=A,B        the DestinationRules of p's namespace whose
 //	               workloadSelector selects p, oldest first (drselect.go)
+//	|tel=A,B       the Telemetry resources of p's namespace whose selector
+//	               or targetRefs select p, by name (telemetryclass.go)
 //
 // Without such configuration the key is p.Class(). Gateways' classes
 // already carry their labels (DestinationRule selectors, which do apply to
@@ -49,6 +51,9 @@ func ClassKey(w *model.World, p *model.Proxy) string {
 	if r := ix.rules.selected(p); r != "" {
 		key += "|dr=" + r
 	}
+	if t := ix.telemetrySelecting(p); t != "" {
+		key += "|tel=" + t
+	}
 	return key
 }
 
@@ -63,6 +68,9 @@ type worldIndex struct {
 	root       string
 	vsExportTo []string
 	rules      *ruleIndex
+	// telemetry holds, per namespace, the Telemetry resources that
+	// select workloads, by name (telemetryclass.go).
+	telemetry map[string][]*model.Config
 	// selected holds, per namespace, the Sidecars with a workloadSelector,
 	// defaults those without; both oldest first, as Istio orders them.
 	selected, defaults map[string][]*model.Config
@@ -191,7 +199,7 @@ func evictIndexes() {
 func newWorldIndex(w *model.World, prev *worldIndex) *worldIndex {
 	ix := &worldIndex{
 		version: w.Version, root: RootNamespace(w), vsExportTo: w.Mesh().VirtualServiceExportTo(), selected: map[string][]*model.Config{}, defaults: map[string][]*model.Config{},
-		rules: newRuleIndex(w),
+		rules: newRuleIndex(w), telemetry: selectingTelemetries(w),
 	}
 	for _, c := range w.Configs(model.KindSidecar) {
 		if _, ok := c.Object.(*networkingv1.Sidecar); !ok {

@@ -85,6 +85,10 @@ func fixedClusters(timeout *durationpb.Duration) []*clusterv3.Cluster {
 			ConnectTimeout:       timeout,
 		}
 	}
+	passthrough := origDst(PassthroughCluster)
+	// Istio's metadata exchange on the passthrough, for peers in the mesh
+	// reached by address.
+	passthrough.Filters = []*clusterv3.Filter{tcpClusterMX}
 	inbound := origDst(InboundPassthroughCluster)
 	// Istio sends inbound passthrough traffic from 127.0.0.6 so that the
 	// application sees it as coming from outside the pod's own sidecar.
@@ -95,7 +99,7 @@ func fixedClusters(timeout *durationpb.Duration) []*clusterv3.Cluster {
 			ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC},
 			ConnectTimeout:       timeout,
 		},
-		origDst(PassthroughCluster),
+		passthrough,
 		inbound,
 	}
 }

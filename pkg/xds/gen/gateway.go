@@ -149,7 +149,7 @@ func (g *Generator) httpPort(sc *Scope, bs map[string]*builder, port uint32, ser
 			Filters: []*listenerv3.Filter{hcmFilter(gatewayManager(name, name, az))},
 		}},
 	}
-	bs[ListenerType].add(l.Name, l)
+	bs[ListenerType].add(l.Name, az.tel.listener(l))
 	return name
 }
 

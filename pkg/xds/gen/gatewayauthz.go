@@ -49,6 +49,8 @@ type gatewayAuthz struct {
 	inboundAuthz
 	// trustedHops is xff_num_trusted_hops (Istio's numTrustedProxies).
 	trustedHops uint32
+	// tel is the gateway class's telemetry.
+	tel *listenerTelemetry
 }
 
 // gatewayRBACNames are Istio's names: one HTTP filter name for every
@@ -64,6 +66,7 @@ func (g *Generator) gatewayAuthorization(sc *Scope) gatewayAuthz {
 	return gatewayAuthz{
 		inboundAuthz: g.rbacFilters(g.trustIn(sc.World), g.authzPolicies(sc.World, sc.Proxy), gatewayRBACNames),
 		trustedHops:  gatewayTrustedHops(sc.Proxy),
+		tel:          sc.outTel(),
 	}
 }
 
@@ -86,17 +89,18 @@ func gatewayTrustedHops(*model.Proxy) uint32 { return 0 }
 // sets them on gateways (paths are normalized by rdsManager, as
 // everywhere).
 func gatewayManager(statPrefix, route string, a gatewayAuthz) *hcmv3.HttpConnectionManager {
-	m := rdsManager(statPrefix, route)
+	m := rdsManager(nil, statPrefix, route)
 	m.UseRemoteAddress = wrapperspb.Bool(true)
 	m.XffNumTrustedHops = a.trustedHops
-	if len(a.http) > 0 {
-		m.HttpFilters = append(append(make([]*hcmv3.HttpFilter, 0, len(a.http)+len(m.HttpFilters)), a.http...), m.HttpFilters...)
-	}
-	return m
+	return a.tel.manager(m, a.http, faultFilter(), corsFilter())
 }
 
 // tcpChain is the filters of a policed TCP chain: the network RBAC
-// filters, then f (a tcp_proxy).
+// filters, istio.stats, then f (a tcp_proxy). Istio adds the TCP metadata
+// exchange first on ISTIO_MUTUAL TCP servers; discovery does not (its
+// gateways terminate ISTIO_MUTUAL with the mesh certificate, and the peer
+// exchange runs on the sidecars behind them).
 func (a gatewayAuthz) tcpChain(f *listenerv3.Filter) []*listenerv3.Filter {
-	return append(append(make([]*listenerv3.Filter, 0, len(a.tcp)+1), a.tcp...), f)
+	out := append(make([]*listenerv3.Filter, 0, len(a.tcp)+2), a.tcp...)
+	return append(out, a.tel.stack(f)...)
 }

@@ -61,7 +61,8 @@ func autoPassthroughChains(sc *Scope, servers []gatewayServer, claims chainClaim
 				if !claims.claim(match) {
 					continue
 				}
-				out = append(out, &listenerv3.FilterChain{Name: name, FilterChainMatch: match, Filters: []*listenerv3.Filter{tcpFilter(name, name)}})
+				t := sc.outTel()
+				out = append(out, &listenerv3.FilterChain{Name: name, FilterChainMatch: match, Filters: t.stack(t.tcpProxy(name, name))})
 			}
 		}
 	}

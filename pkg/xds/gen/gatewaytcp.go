@@ -34,7 +34,7 @@ func (g *Generator) tcpPort(sc *Scope, bs map[string]*builder, port uint32, srv 
 		TrafficDirection: corev3.TrafficDirection_OUTBOUND,
 		FilterChains:     []*listenerv3.FilterChain{{Name: srv.name, Filters: az.tcpChain(f)}},
 	}
-	bs[ListenerType].add(l.Name, l)
+	bs[ListenerType].add(l.Name, az.tel.listener(l))
 }
 
 // terminatedTCPChains builds a chain per TLS server that terminates TLS

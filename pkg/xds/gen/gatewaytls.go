@@ -177,7 +177,7 @@ func tlsListener(port uint32, servers []*tlsServer, az gatewayAuthz) *listenerv3
 			TransportSocket:  downstreamTLS(s.context),
 		})
 	}
-	return l
+	return az.tel.listener(l)
 }
 
 // sniMatch matches a server's hosts (namespace parts dropped) by SNI; a *

@@ -67,7 +67,7 @@ func (g *Generator) endpointChains(sc *Scope, svc *model.Service, p model.Port, 
 		out = append(out, &listenerv3.FilterChain{
 			Name:             RouteName(svc.Hostname, p.Port) + "|" + a,
 			FilterChainMatch: match,
-			Filters:          []*listenerv3.Filter{g.meshTCPFilter(sc, &one, p.Port)},
+			Filters:          g.meshTCPFilters(sc, &one, p.Port),
 		})
 	}
 	return out

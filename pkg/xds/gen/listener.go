@@ -43,20 +43,23 @@ func routerFilter() *hcmv3.HttpFilter {
 }
 
 // rdsManager is an HttpConnectionManager that fetches routeName over ADS and
-// ends its filters with the router, as grpc-go requires. Like every
+// ends its filters with the router, as grpc-go requires; t is the
+// telemetry of its listener's traffic class (nil: none). Like every
 // connection manager here it normalizes paths (RFC 3986: dot segments,
 // percent-encoded unreserved characters) before RBAC and routing see
 // them, which is Istio's default path normalization (BASE): a path rule
 // cannot be sidestepped with /x/../admin. grpc-go ignores the setting.
-func rdsManager(statPrefix, routeName string) *hcmv3.HttpConnectionManager {
-	return &hcmv3.HttpConnectionManager{
+func rdsManager(t *listenerTelemetry, statPrefix, routeName string) *hcmv3.HttpConnectionManager {
+	m := &hcmv3.HttpConnectionManager{
 		StatPrefix:    statPrefix,
 		NormalizePath: wrapperspb.Bool(true),
 		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{
 			ConfigSource: adsSource(), RouteConfigName: routeName,
 		}},
-		HttpFilters: []*hcmv3.HttpFilter{corsFilter(), faultFilter(), routerFilter()},
 	}
+	// Fault before CORS, as istiod orders them; the telemetry filters
+	// around them (telemetryfilters.go).
+	return t.manager(m, nil, faultFilter(), corsFilter())
 }
 
 func inlineManager(statPrefix string, rc *routev3.RouteConfiguration) *hcmv3.HttpConnectionManager {
@@ -87,17 +90,17 @@ func tcpFilter(statPrefix, cluster string) *listenerv3.Filter {
 // virtualOutbound captures outbound traffic on 15001 and hands each
 // connection to the listener of its original destination port; what no
 // listener claims passes through.
-func virtualOutbound() *listenerv3.Listener {
-	return &listenerv3.Listener{
+func virtualOutbound(t *listenerTelemetry) *listenerv3.Listener {
+	return t.listener(&listenerv3.Listener{
 		Name:             VirtualOutbound,
 		Address:          socketAddress("0.0.0.0", VirtualOutboundPort),
 		UseOriginalDst:   wrapperspb.Bool(true),
 		TrafficDirection: corev3.TrafficDirection_OUTBOUND,
 		FilterChains: []*listenerv3.FilterChain{{
 			Name:    "PassthroughFilterChain",
-			Filters: []*listenerv3.Filter{tcpFilter(PassthroughCluster, PassthroughCluster)},
+			Filters: t.stack(t.tcpProxy(PassthroughCluster, PassthroughCluster)),
 		}},
-	}
+	})
 }
 
 // servicesByPort groups the visible services by port number (UDP ports
@@ -158,7 +161,7 @@ func (g *Generator) outboundListener(sc *Scope, port int32, svcs []*model.Servic
 		TrafficDirection: corev3.TrafficDirection_OUTBOUND,
 	}
 	var out portRefs
-	var sniff sniffedOutbound
+	sniff := sniffedOutbound{tel: sc.outTel()}
 	for _, svc := range svcs {
 		if p, _ := svc.PortByNumber(port); isTLS(p.Protocol) {
 			sniff.mayInspectTLS = true
@@ -211,24 +214,24 @@ func (g *Generator) outboundListener(sc *Scope, port int32, svcs []*model.Servic
 		out.refs = append(out.refs, itoa(port))
 	}
 	if l.DefaultFilterChain == nil {
-		l.DefaultFilterChain = defaultOutboundChain(port, len(out.addressless) > 0)
+		l.DefaultFilterChain = defaultOutboundChain(sc.outTel(), port, len(out.addressless) > 0)
 	}
-	return l, out
+	return sc.outTel().listener(l), out
 }
 
 // defaultOutboundChain is the default chain of a port's outbound listener
 // that does not sniff services without address: the port's route for
 // HTTP ones (addressless), else passthrough.
-func defaultOutboundChain(port int32, addressless bool) *listenerv3.FilterChain {
+func defaultOutboundChain(t *listenerTelemetry, port int32, addressless bool) *listenerv3.FilterChain {
 	if addressless {
 		return &listenerv3.FilterChain{
 			Name:    "addressless",
-			Filters: []*listenerv3.Filter{hcmFilter(rdsManager("outbound_0.0.0.0_"+itoa(port), itoa(port)))},
+			Filters: []*listenerv3.Filter{hcmFilter(rdsManager(t, "outbound_0.0.0.0_"+itoa(port), itoa(port)))},
 		}
 	}
 	return &listenerv3.FilterChain{
 		Name:    "PassthroughFilterChain",
-		Filters: []*listenerv3.Filter{tcpFilter(PassthroughCluster, PassthroughCluster)},
+		Filters: t.stack(t.tcpProxy(PassthroughCluster, PassthroughCluster)),
 	}
 }
 
@@ -262,9 +265,9 @@ func (g *Generator) serviceChain(sc *Scope, svc *model.Service, p model.Port, cl
 	name := RouteName(svc.Hostname, p.Port)
 	fc := &listenerv3.FilterChain{Name: name, FilterChainMatch: match}
 	if p.Protocol.IsHTTP() {
-		fc.Filters = []*listenerv3.Filter{hcmFilter(rdsManager("outbound_"+name, name))}
+		fc.Filters = []*listenerv3.Filter{hcmFilter(rdsManager(sc.outTel(), "outbound_"+name, name))}
 	} else {
-		fc.Filters = []*listenerv3.Filter{g.meshTCPFilter(sc, svc, p.Port)}
+		fc.Filters = g.meshTCPFilters(sc, svc, p.Port)
 	}
 	return fc
 }
@@ -276,10 +279,12 @@ type InboundPort struct {
 }
 
 // inboundSecurity is what Istio's security APIs add to a sidecar's inbound
-// listener: RBAC filters and the mTLS mode of each port.
+// listener, RBAC filters and the mTLS mode of each port, and what its
+// telemetry adds (nil: nothing).
 type inboundSecurity struct {
 	authz inboundAuthz
 	mtls  inboundMTLS
+	tel   *listenerTelemetry
 }
 
 // virtualInbound accepts inbound traffic on 15006 with filter chains per
@@ -292,7 +297,7 @@ type inboundSecurity struct {
 func virtualInbound(ports []InboundPort, sec inboundSecurity, terminated bool) *listenerv3.Listener {
 	passthrough := &listenerv3.FilterChain{
 		Name:    "InboundPassthroughFilterChain",
-		Filters: append(append([]*listenerv3.Filter{}, sec.authz.tcp...), tcpFilter(InboundPassthroughCluster, InboundPassthroughCluster)),
+		Filters: sec.tel.tcpChain(true, sec.authz.tcp, InboundPassthroughCluster, InboundPassthroughCluster),
 	}
 	if sec.mtls.mode == MTLSStrict {
 		passthrough.TransportSocket = downstreamMTLS(false)
@@ -316,13 +321,13 @@ func virtualInbound(ports []InboundPort, sec inboundSecurity, terminated bool) *
 	for _, p := range ports {
 		mode := sec.mtls.forPort(p.Port)
 		if p.Protocol.IsSniffed() {
-			l.FilterChains = append(l.FilterChains, sniffedInboundChains(p, mode, sec.authz, inspect)...)
+			l.FilterChains = append(l.FilterChains, sniffedInboundChains(p, mode, sec, inspect)...)
 			if mode != MTLSStrict {
 				plaintextSniffed = append(plaintextSniffed, p.Port)
 			}
 			continue
 		}
-		l.FilterChains = append(l.FilterChains, securedChains(inboundChain(p, sec.authz), p, mode, sec.authz)...)
+		l.FilterChains = append(l.FilterChains, securedChains(inboundChain(p, sec), p, mode, sec)...)
 	}
 	if inspect {
 		l.ListenerFilters = append(l.ListenerFilters, tlsInspector())
@@ -330,20 +335,21 @@ func virtualInbound(ports []InboundPort, sec inboundSecurity, terminated bool) *
 	if len(plaintextSniffed) > 0 {
 		l.ListenerFilters = append(l.ListenerFilters, httpInspectorOn(plaintextSniffed))
 	}
-	return l
+	return sec.tel.listener(l)
 }
 
 // inboundChain is the plaintext chain of one pod port: an
 // HttpConnectionManager with the RBAC filters before the router, or the
-// network RBAC filters before a TCP proxy.
-func inboundChain(p InboundPort, authz inboundAuthz) *listenerv3.FilterChain {
+// network RBAC filters before a TCP proxy; with telemetry, Istio's filters
+// around them (telemetryfilters.go).
+func inboundChain(p InboundPort, sec inboundSecurity) *listenerv3.FilterChain {
 	cluster := InboundClusterName(p.Port)
 	fc := &listenerv3.FilterChain{
 		Name:             cluster,
 		FilterChainMatch: &listenerv3.FilterChainMatch{DestinationPort: wrapperspb.UInt32(uint32(p.Port))},
 	}
 	if !p.Protocol.IsHTTP() {
-		fc.Filters = append(append([]*listenerv3.Filter{}, authz.tcp...), tcpFilter(cluster, cluster))
+		fc.Filters = sec.tel.tcpChain(true, sec.authz.tcp, cluster, cluster)
 		return fc
 	}
 	rc := &routev3.RouteConfiguration{
@@ -353,9 +359,17 @@ func inboundChain(p InboundPort, authz inboundAuthz) *listenerv3.FilterChain {
 			Routes: []*routev3.Route{defaultRoute(cluster)},
 		}},
 	}
-	m := inlineManager(cluster, rc)
-	m.HttpFilters = append(append([]*hcmv3.HttpFilter{}, authz.http...), m.HttpFilters...)
-	fc.Filters = []*listenerv3.Filter{hcmFilter(m)}
+	m := &hcmv3.HttpConnectionManager{
+		StatPrefix:     cluster,
+		NormalizePath:  wrapperspb.Bool(true),
+		RouteSpecifier: &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: rc},
+	}
+	if sec.tel == nil {
+		m.HttpFilters = append(append([]*hcmv3.HttpFilter{}, sec.authz.http...), routerFilter())
+	} else {
+		sec.tel.manager(m, sec.authz.http, faultFilter(), corsFilter())
+	}
+	fc.Filters = sec.tel.httpChainFilters(m)
 	return fc
 }
 
@@ -372,7 +386,7 @@ func apiListener(name string) *listenerv3.Listener {
 // grpcManager is the HttpConnectionManager of a proxyless gRPC API
 // listener: only filters grpc-go implements (fault injection, router).
 func grpcManager(name string) *hcmv3.HttpConnectionManager {
-	m := rdsManager("outbound_"+name, name)
+	m := rdsManager(nil, "outbound_"+name, name)
 	m.HttpFilters = []*hcmv3.HttpFilter{faultFilter(), routerFilter()}
 	return m
 }

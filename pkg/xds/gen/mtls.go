@@ -149,7 +149,7 @@ func tlsInspector() *listenerv3.ListenerFilter {
 // handshake); PERMISSIVE has an mTLS chain for Istio's ALPN, a chain that
 // passes the application's own TLS through to the port's cluster, and the
 // plaintext chain for the rest.
-func securedChains(plain *listenerv3.FilterChain, p InboundPort, mode MTLSMode, authz inboundAuthz) []*listenerv3.FilterChain {
+func securedChains(plain *listenerv3.FilterChain, p InboundPort, mode MTLSMode, sec inboundSecurity) []*listenerv3.FilterChain {
 	switch mode {
 	case MTLSDisable:
 		return []*listenerv3.FilterChain{plain}
@@ -168,7 +168,7 @@ func securedChains(plain *listenerv3.FilterChain, p InboundPort, mode MTLSMode, 
 	appTLS := &listenerv3.FilterChain{
 		Name:             plain.Name + "-tls",
 		FilterChainMatch: &listenerv3.FilterChainMatch{DestinationPort: port, TransportProtocol: "tls"},
-		Filters:          append(append([]*listenerv3.Filter{}, authz.tcp...), tcpFilter(cluster, cluster)),
+		Filters:          sec.tel.tcpChain(true, sec.authz.tcp, cluster, cluster),
 	}
 	plain.FilterChainMatch = &listenerv3.FilterChainMatch{DestinationPort: port, TransportProtocol: "raw_buffer"}
 	return []*listenerv3.FilterChain{mtls, appTLS, plain}

@@ -92,6 +92,7 @@ func (g *Generator) outboundCluster(sc *Scope, svc *model.Service, eps *model.Se
 		return c
 	}
 	envoyClusterTLS(c, tp.GetTls(), svc, eps, port, ids, sc.World.Mesh().AutoMTLS())
+	clusterTelemetry(c, svc, ss.Name)
 	return c
 }
 

@@ -1,6 +1,7 @@
 package gen
 
 import (
+	"slices"
 	"sort"
 	"strconv"
 
@@ -71,12 +72,14 @@ func (g *Generator) Proxy(w *model.World, p *model.Proxy, cls *ClassConfig) (out
 	if p.Type != model.ProxySidecar {
 		return pc
 	}
-	sec := inboundSecurity{authz: g.authorization(w, p), mtls: g.peerAuthentication(w, p)}
+	sec := inboundSecurity{authz: g.authorization(w, p), mtls: g.peerAuthentication(w, p), tel: cls.Scope().inTel()}
 	ports := g.inbound(w, p, sec.mtls)
 	clusters, listeners := newBuilder(ClusterType), newBuilder(ListenerType)
 	timeout := connectTimeout(w)
+	byPort := inboundServices(w, p)
 	for _, ip := range ports {
 		ip.cluster.ConnectTimeout = timeout
+		setServicesMetadata(ip.cluster, byPort[ip.Port])
 		pc.InboundPorts = append(pc.InboundPorts, ip.InboundPort)
 		if ip.Protocol.IsSniffed() {
 			// Istio's setUpstreamProtocol, for inbound clusters too.
@@ -93,6 +96,32 @@ func (g *Generator) Proxy(w *model.World, p *model.Proxy, cls *ClassConfig) (out
 	pc.Own[ClusterType] = clusters.set()
 	pc.Own[ListenerType] = listeners.set()
 	return pc
+}
+
+// inboundServices maps each target port of p's pod to the services of p's
+// namespace that select it there (the istio metadata of its inbound
+// cluster, which istio.stats reads for destination_service on inbound).
+func inboundServices(w *model.World, p *model.Proxy) map[int32][]*model.Service {
+	if len(p.Labels()) == 0 {
+		return nil
+	}
+	pod := w.Pod(p.Namespace, p.PodName)
+	out := map[int32][]*model.Service{}
+	for _, svc := range w.ServicesSelecting(p.Namespace, p.Labels()) {
+		for _, sp := range svc.Ports {
+			port, err := strconv.Atoi(sp.TargetPort)
+			if err != nil {
+				if pod == nil || pod.ContainerPorts[sp.TargetPort] == 0 {
+					continue
+				}
+				port = int(pod.ContainerPorts[sp.TargetPort])
+			}
+			if n := int32(port); n > 0 && !slices.Contains(out[n], svc) {
+				out[n] = append(out[n], svc)
+			}
+		}
+	}
+	return out
 }
 
 // inboundPorts are the target ports of the services in p's namespace that

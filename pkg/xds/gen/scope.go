@@ -35,6 +35,28 @@ type Scope struct {
 	drShadowed map[string][]*model.Config
 	// sidecar is the Sidecar that applies to the class, or nil.
 	sidecar *egressScope
+	// tel is the class's telemetry (Class sets it; nil: none).
+	tel *classTelemetry
+}
+
+// outTel is the telemetry of the class's client-side listeners: a
+// sidecar's outbound ones, a gateway's.
+func (sc *Scope) outTel() *listenerTelemetry {
+	if sc == nil {
+		return nil
+	}
+	if sc.Proxy.Type == model.ProxyRouter {
+		return sc.tel.of(classGateway)
+	}
+	return sc.tel.of(classOutbound)
+}
+
+// inTel is the telemetry of a sidecar's inbound listener.
+func (sc *Scope) inTel() *listenerTelemetry {
+	if sc == nil {
+		return nil
+	}
+	return sc.tel.of(classInbound)
 }
 
 // NewScope computes what proxies of p's class see of w.

@@ -264,7 +264,7 @@ func inboundListener(ports []ingressPort, sec inboundSecurity) *listenerv3.Liste
 		}
 		// A sniffed port is served as TCP after termination
 		// (sidecarIngress reports it).
-		fc := inboundChain(ip.InboundPort, sec.authz)
+		fc := inboundChain(ip.InboundPort, sec)
 		fc.FilterChainMatch.TransportProtocol = tlsTransport
 		fc.TransportSocket = ip.tls
 		l.FilterChains = append(l.FilterChains, fc)

@@ -82,9 +82,10 @@ func (sc *Scope) applyOutboundPolicy(l *listenerv3.Listener) *listenerv3.Listene
 	if !sc.RegistryOnly() {
 		return l
 	}
+	t := sc.outTel()
 	block := func(fc *listenerv3.FilterChain) {
 		if fc != nil && fc.Name == "PassthroughFilterChain" {
-			fc.Filters = []*listenerv3.Filter{tcpFilter(BlackHoleCluster, BlackHoleCluster)}
+			fc.Filters = t.stack(t.tcpProxy(BlackHoleCluster, BlackHoleCluster))
 		}
 	}
 	for _, fc := range l.FilterChains {

@@ -88,13 +88,13 @@ func sniffingTimeouts(l *listenerv3.Listener, w *model.World) {
 // tcp matched on raw_buffer, the HTTP chain to route and, with withTLS,
 // the TLS chain (tcp's filters for tcp's addresses on TLS), which
 // outboundListener keeps only when the listener inspects TLS.
-func sniffedChains(tcp *listenerv3.FilterChain, route string, withTLS bool) (plain, http, tls *listenerv3.FilterChain) {
+func sniffedChains(t *listenerTelemetry, tcp *listenerv3.FilterChain, route string, withTLS bool) (plain, http, tls *listenerv3.FilterChain) {
 	http = &listenerv3.FilterChain{
 		Name: tcp.Name + "|http",
 		FilterChainMatch: &listenerv3.FilterChainMatch{
 			PrefixRanges: tcp.FilterChainMatch.PrefixRanges, TransportProtocol: rawBufferTransport, ApplicationProtocols: plaintextHTTPALPNs,
 		},
-		Filters: []*listenerv3.Filter{hcmFilter(rdsManager("outbound_"+route, route))},
+		Filters: []*listenerv3.Filter{hcmFilter(rdsManager(t, "outbound_"+route, route))},
 	}
 	if withTLS {
 		tls = &listenerv3.FilterChain{
@@ -109,6 +109,8 @@ func sniffedChains(tcp *listenerv3.FilterChain, route string, withTLS bool) (pla
 
 // sniffedOutbound collects the chains of one port's listener that sniff.
 type sniffedOutbound struct {
+	// tel is the telemetry of the listener's traffic class.
+	tel *listenerTelemetry
 	any bool
 	// mayInspectTLS is set when a service on the port is TLS, whose chains
 	// may match on SNI: only then can the listener inspect TLS.
@@ -125,7 +127,7 @@ type sniffedOutbound struct {
 func (s *sniffedOutbound) add(chains []*listenerv3.FilterChain, route string) []*listenerv3.FilterChain {
 	out := make([]*listenerv3.FilterChain, 0, 3*len(chains))
 	for _, fc := range chains {
-		plain, http, tls := sniffedChains(fc, route, s.mayInspectTLS)
+		plain, http, tls := sniffedChains(s.tel, fc, route, s.mayInspectTLS)
 		out = append(out, plain, http)
 		if tls != nil {
 			if s.tls == nil {
@@ -161,11 +163,11 @@ func (s *sniffedOutbound) finish(g *Generator, sc *Scope, l *listenerv3.Listener
 			FilterChainMatch: &listenerv3.FilterChainMatch{
 				TransportProtocol: rawBufferTransport, ApplicationProtocols: plaintextHTTPALPNs,
 			},
-			Filters: []*listenerv3.Filter{hcmFilter(rdsManager("outbound_0.0.0.0_"+itoa(port), itoa(port)))},
+			Filters: []*listenerv3.Filter{hcmFilter(rdsManager(s.tel, "outbound_0.0.0.0_"+itoa(port), itoa(port)))},
 		})
 		l.DefaultFilterChain = &listenerv3.FilterChain{
 			Name:    RouteName(s.dflt.Hostname, port),
-			Filters: []*listenerv3.Filter{g.meshTCPFilter(sc, s.dflt, port)},
+			Filters: g.meshTCPFilters(sc, s.dflt, port),
 		}
 	}
 	if s.any || s.dflt != nil {
@@ -212,9 +214,9 @@ var (
 
 // sniffedInboundChains are the virtualInbound chains of sniffed port p in
 // mode; inspectTLS says whether the listener runs the TLS inspector.
-func sniffedInboundChains(p InboundPort, mode MTLSMode, authz inboundAuthz, inspectTLS bool) []*listenerv3.FilterChain {
-	http := inboundChain(InboundPort{Port: p.Port, Protocol: model.ProtocolHTTP}, authz)
-	tcp := inboundChain(InboundPort{Port: p.Port, Protocol: model.ProtocolTCP}, authz)
+func sniffedInboundChains(p InboundPort, mode MTLSMode, sec inboundSecurity, inspectTLS bool) []*listenerv3.FilterChain {
+	http := inboundChain(InboundPort{Port: p.Port, Protocol: model.ProtocolHTTP}, sec)
+	tcp := inboundChain(InboundPort{Port: p.Port, Protocol: model.ProtocolTCP}, sec)
 	chain := func(base *listenerv3.FilterChain, suffix, transport string, alpn []string, mtls bool) *listenerv3.FilterChain {
 		fc := &listenerv3.FilterChain{
 			Name: base.Name + suffix,

@@ -121,7 +121,7 @@ func tcpRouteFilter(sc *Scope, ns string, rds []*networking.RouteDestination, ho
 	case 0:
 		return nil
 	case 1:
-		return tcpFilter(wcs[0].Name, wcs[0].Name)
+		return sc.outTel().tcpProxy(wcs[0].Name, wcs[0].Name)
 	}
 	return &listenerv3.Filter{
 		Name: "envoy.filters.network.tcp_proxy",
@@ -130,6 +130,7 @@ func tcpRouteFilter(sc *Scope, ns string, rds []*networking.RouteDestination, ho
 			ClusterSpecifier: &tcpv3.TcpProxy_WeightedClusters{WeightedClusters: &tcpv3.TcpProxy_WeightedCluster{
 				Clusters: wcs,
 			}},
+			AccessLog: sc.outTel().logs(),
 		})},
 	}
 }
@@ -145,10 +146,11 @@ func (g *Generator) meshL4VirtualServices(sc *Scope, host string) []*model.Confi
 	return vss
 }
 
-// meshTCPFilter is the tcp_proxy of a sidecar's chain for a TCP service
-// port: the first tcp route of the host's VirtualServices that holds, else
-// the port's default cluster.
-func (g *Generator) meshTCPFilter(sc *Scope, svc *model.Service, port int32) *listenerv3.Filter {
+// meshTCPFilters are the filters of a sidecar's chain for a TCP service
+// port: istio.stats, then the tcp_proxy of the first tcp route of the
+// host's VirtualServices that holds, else to the port's default cluster.
+func (g *Generator) meshTCPFilters(sc *Scope, svc *model.Service, port int32) []*listenerv3.Filter {
+	t := sc.outTel()
 	for _, c := range g.meshL4VirtualServices(sc, svc.Hostname) {
 		vs := c.Object.(*networkingv1.VirtualService)
 		for _, r := range vs.Spec.GetTcp() {
@@ -156,12 +158,12 @@ func (g *Generator) meshTCPFilter(sc *Scope, svc *model.Service, port int32) *li
 				continue
 			}
 			if f := tcpRouteFilter(sc, c.Key.Namespace, r.GetRoute(), svc.Hostname, port); f != nil {
-				return f
+				return t.stack(f)
 			}
 		}
 	}
 	cluster := ClusterName(port, "", svc.Hostname)
-	return tcpFilter(cluster, cluster)
+	return t.stack(t.tcpProxy(cluster, cluster))
 }
 
 func tcpRouteHolds(r *networking.TCPRoute, ns string, port int32, addrs []string, p *model.Proxy) bool {
@@ -262,7 +264,8 @@ func (g *Generator) meshTLSChains(sc *Scope, svc *model.Service, port int32, cla
 		return nil
 	}
 	cluster := ClusterName(port, "", svc.Hostname)
-	return []*listenerv3.FilterChain{{Name: base, FilterChainMatch: match, Filters: []*listenerv3.Filter{tcpFilter(cluster, cluster)}}}
+	t := sc.outTel()
+	return []*listenerv3.FilterChain{{Name: base, FilterChainMatch: match, Filters: t.stack(t.tcpProxy(cluster, cluster))}}
 }
 
 // meshTLSRouteChains are the filter chains of one VirtualService's tls

@@ -185,6 +185,7 @@ var supportedFields = map[model.Kind]fieldSet{
 	model.KindServiceEntry:        entryFields,
 	model.KindWorkloadEntry:       workloadEntryFields,
 	model.KindSidecar:             sidecarFields,
+	model.KindTelemetry:           telemetryFields,
 }
 
 // valueChecks are, per kind, the supported fields whose value may still

@@ -168,6 +168,13 @@ func changeMatters(k model.Key, p *model.Proxy, w *model.World, old *gen.Scope) 
 		return k.Namespace == p.Namespace || k.Namespace == gen.RootNamespace(w)
 	case model.KindRequestAuthentication:
 		return false // not used by the generators yet
+	case model.KindTelemetry:
+		// Root and namespace Telemetry shape every listener of the
+		// proxies they apply to; a selecting one also moves the proxies
+		// it selects to another class (ClassKey).
+		return k.Namespace == p.Namespace || k.Namespace == gen.RootNamespace(w)
+	case model.KindMeshConfig:
+		return true // mesh-wide, as istiod's full push on a mesh change
 	}
 	return true
 }

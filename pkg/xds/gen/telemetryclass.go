@@ -1,0 +1,133 @@
+package gen
+
+import (
+	"fmt"
+	"strings"
+
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
+	tpb "istio.io/api/telemetry/v1alpha1"
+	telemetryv1 "istio.io/client-go/pkg/apis/telemetry/v1"
+
+	"github.com/meshplane/discovery/pkg/mesh"
+	"github.com/meshplane/discovery/pkg/model"
+)
+
+// classTelemetry decides and builds the telemetry of p's class in w: the
+// traffic classes of a sidecar (outbound, inbound) or of a gateway. It
+// reports, once per Telemetry version, the providers it cannot configure
+// and tracing, which discovery does not configure. Proxyless gRPC gets
+// none (nil).
+func (g *Generator) classTelemetry(w *model.World, p *model.Proxy) *classTelemetry {
+	if p.IsGRPC() {
+		return nil
+	}
+	cfgs, key := applicableTelemetries(w, p)
+	specs := make([]*tpb.Telemetry, 0, len(cfgs))
+	for _, c := range cfgs {
+		t := c.Object.(*telemetryv1.Telemetry)
+		specs = append(specs, &t.Spec)
+		g.warn(c, t.ResourceVersion, &t.Spec, telemetryFields)
+	}
+	mc := w.Mesh().Proto()
+	d := decideTelemetry(mc, specs)
+	g.reportProviders(cfgs, mc)
+	ct := &classTelemetry{key: w.Mesh().Hash() + "|" + key}
+	look := meshLookup{w: w, mesh: mc}
+	classes := []trafficClass{classOutbound, classInbound}
+	if p.Type == model.ProxyRouter {
+		classes = []trafficClass{classGateway}
+	}
+	for _, c := range classes {
+		ct.byClass[c] = buildListenerTelemetry(look, d, c)
+	}
+	return ct
+}
+
+// reportProviders warns, once per Telemetry version, of the providers a
+// Telemetry names that the MeshConfig does not define or that discovery
+// cannot configure for what the Telemetry asks.
+func (g *Generator) reportProviders(cfgs []*model.Config, mc *meshv1alpha1.MeshConfig) {
+	for _, c := range cfgs {
+		t := c.Object.(*telemetryv1.Telemetry)
+		check := func(what string, refs []*tpb.ProviderRef, needMetrics, needLogs bool) {
+			for _, name := range providerNames(refs) {
+				p := findProvider(mc, name)
+				switch {
+				case p == nil:
+					g.warnOnce(c, t.ResourceVersion, "provider:"+what+":"+name,
+						"Telemetry names a provider the MeshConfig's extensionProviders do not define; it is ignored, as istiod ignores it",
+						"provider", name, "for", what)
+				default:
+					m, l := mesh.SupportedProvider(p)
+					if (needMetrics && !m) || (needLogs && !l && !isALS(p)) {
+						g.warnOnce(c, t.ResourceVersion, "provider:"+what+":"+name,
+							"Telemetry names a provider discovery does not configure for "+what+"; it is ignored",
+							"provider", name, "type", providerType(p))
+					}
+				}
+			}
+		}
+		for _, m := range t.Spec.GetMetrics() {
+			check("metrics", m.GetProviders(), true, false)
+		}
+		for _, l := range t.Spec.GetAccessLogging() {
+			check("accessLogging", l.GetProviders(), false, true)
+		}
+	}
+}
+
+func findProvider(mc *meshv1alpha1.MeshConfig, name string) *meshv1alpha1.MeshConfig_ExtensionProvider {
+	for _, p := range mc.GetExtensionProviders() {
+		if strings.EqualFold(p.GetName(), name) {
+			return p
+		}
+	}
+	return nil
+}
+
+// isALS reports whether p is one of the gRPC access log services
+// (envoyHttpAls, envoyTcpAls, envoyOtelAls), which discovery configures.
+func isALS(p *meshv1alpha1.MeshConfig_ExtensionProvider) bool {
+	switch p.GetProvider().(type) {
+	case *meshv1alpha1.MeshConfig_ExtensionProvider_EnvoyHttpAls,
+		*meshv1alpha1.MeshConfig_ExtensionProvider_EnvoyTcpAls,
+		*meshv1alpha1.MeshConfig_ExtensionProvider_EnvoyOtelAls:
+		return true
+	}
+	return false
+}
+
+func providerType(p *meshv1alpha1.MeshConfig_ExtensionProvider) string {
+	if p.GetProvider() == nil {
+		return "none"
+	}
+	return strings.TrimPrefix(fmt.Sprintf("%T", p.GetProvider()), "*v1alpha1.MeshConfig_ExtensionProvider_")
+}
+
+// selectingTelemetries indexes, per namespace, the Telemetry resources
+// with a selector or targetRefs (worldIndex), sorted by name.
+func selectingTelemetries(w *model.World) map[string][]*model.Config {
+	out := map[string][]*model.Config{}
+	for _, c := range w.Configs(model.KindTelemetry) {
+		if t, ok := c.Object.(*telemetryv1.Telemetry); ok && !namespaceWide(&t.Spec) {
+			out[c.Key.Namespace] = append(out[c.Key.Namespace], c)
+		}
+	}
+	return out
+}
+
+// telemetrySelecting names, for ClassKey, the Telemetry resources of p's
+// namespace whose selector (or targetRefs) selects p; "" for none. A
+// namespace-wide or root Telemetry is implied by the namespace.
+func (ix *worldIndex) telemetrySelecting(p *model.Proxy) string {
+	out := ""
+	for _, c := range ix.telemetry[p.Namespace] {
+		if telemetrySelects(&c.Object.(*telemetryv1.Telemetry).Spec, p) {
+			if out != "" {
+				out += ","
+			}
+			out += c.Key.Name
+		}
+	}
+	return out
+}
