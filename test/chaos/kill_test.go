@@ -27,6 +27,7 @@ func TestKillNineOfTheOnlyReplica(t *testing.T) {
 	if v := f.Verify(c.world); !v.OK() {
 		t.Fatalf("before the kill: %v", v)
 	}
+	f.ResetGaps()
 
 	m = c.mark()
 	killed := time.Now()

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/meshplane/discovery/internal/testenv"
 	"github.com/meshplane/discovery/test/load/loadkit"
 )
@@ -82,6 +84,5 @@ func serverBinary(t *testing.T) string {
 }
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }

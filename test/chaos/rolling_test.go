@@ -74,8 +74,8 @@ func TestRollingRestartOfThreeReplicas(t *testing.T) {
 	c.res.figure("leader killed until another replica holds the Lease", moved.Sub(killed).Seconds(), "s", fmt.Sprintf("lease duration %s", c.sc.lease))
 	// A standby sees the Lease expire a lease duration after the dead
 	// leader's last renewal, and tries every retry period with client-go's
-	// jitter (up to 2.2 periods apart).
-	if bound := c.sc.lease + 3*c.sc.retry; moved.Sub(killed) > bound {
+	// jitter (up to 2.2 periods apart); 2 s more for a loaded machine.
+	if bound := c.sc.lease + 3*c.sc.retry + 2*time.Second; moved.Sub(killed) > bound {
 		t.Errorf("leadership moved %s after the leader died; want within the lease duration %s and the retries (%s)", moved.Sub(killed), c.sc.lease, bound)
 	}
 	leader.start(c.ctx, t, c.bin, c.args)

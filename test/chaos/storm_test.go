@@ -27,6 +27,7 @@ func TestReconnectStorm(t *testing.T) {
 			f, took := c.connect(o, nil)
 			c.res.figure("initial connect to A: every proxy complete", took.Seconds(), "s", c.byRemote(f.Status()))
 			quiesce(c.ctx, f)
+			f.ResetGaps()
 			before := f.Totals()
 			bp := b.current()
 			b0 := bp.sampler.Sample()
