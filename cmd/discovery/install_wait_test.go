@@ -22,11 +22,21 @@ func TestBootstrapAfterATimedOutWait(t *testing.T) {
 
 	out, errOut, err := runRoot(ctx, "bootstrap", "-y", "--readiness-timeout=1s", kubeconfig)
 	t.Logf("bootstrap, no kubelet:\n%s%s", errOut, out)
-	if err == nil || !strings.Contains(err.Error(), "discovery is not ready: Deployments: timed out after 1s waiting for Deployment/istio-system/discovery (the controller has not seen the latest spec)") ||
-		!strings.Contains(err.Error(), "not waited for: gateway-istio-ingressgateway") {
+	// Which component times out first depends on how fast the API server
+	// establishes the CRDs (within 1s, or not, on a loaded machine); the
+	// Deployments never become ready without a kubelet. Either way every
+	// component is applied and pruned, and the error says so.
+	switch {
+	case err == nil:
+		t.Fatal("bootstrap succeeded with no kubelet")
+	case !strings.Contains(err.Error(), "Every component was applied and pruned") ||
+		!strings.Contains(err.Error(), "gateway-istio-ingressgateway"):
 		t.Errorf("err = %v", err)
+	case strings.Contains(err.Error(), "discovery is not ready") &&
+		!strings.Contains(err.Error(), "discovery is not ready: Deployments: timed out after 1s waiting for Deployment/istio-system/discovery (the controller has not seen the latest spec)"):
+		t.Errorf("err = %v; want the Deployment's reason", err)
 	}
-	if !strings.Contains(out, "31 created, 0 changed, 0 unchanged, 0 pruned") || !strings.Contains(out, "not ready: discovery: ") {
+	if !strings.Contains(out, "31 created, 0 changed, 0 unchanged, 0 pruned") || !strings.Contains(out, "not ready: ") {
 		t.Errorf("output after the timeout:\n%s", out)
 	}
 
