@@ -62,7 +62,9 @@ func (e *evaluator) location(rd *routev3.RedirectAction, m *routev3.RouteMatch) 
 			scheme = "https"
 		}
 	case *routev3.RedirectAction_SchemeRedirect:
-		scheme = s.SchemeRedirect
+		if s.SchemeRedirect != "" {
+			scheme = s.SchemeRedirect
+		}
 	}
 	host, port, err := net.SplitHostPort(e.req.Authority)
 	if err != nil {
@@ -84,14 +86,19 @@ func (e *evaluator) location(rd *routev3.RedirectAction, m *routev3.RouteMatch) 
 		authority = net.JoinHostPort(host, port)
 	}
 	path, query, _ := strings.Cut(e.req.Path, "?")
+	// Envoy reads an empty path_redirect or prefix_rewrite as unset.
 	switch p := rd.GetPathRewriteSpecifier().(type) {
 	case *routev3.RedirectAction_PathRedirect:
-		path = p.PathRedirect
-		if before, q, ok := strings.Cut(path, "?"); ok {
-			path, query = before, q
+		if p.PathRedirect != "" {
+			path = p.PathRedirect
+			if before, q, ok := strings.Cut(path, "?"); ok {
+				path, query = before, q
+			}
 		}
 	case *routev3.RedirectAction_PrefixRewrite:
-		path = rewritePrefix(path, m, p.PrefixRewrite)
+		if p.PrefixRewrite != "" {
+			path = rewritePrefix(path, m, p.PrefixRewrite)
+		}
 	case *routev3.RedirectAction_RegexRewrite:
 		path = rewriteRegex(path, p.RegexRewrite)
 	}
@@ -181,8 +188,14 @@ func (e *evaluator) forward(a *routev3.RouteAction, r *routev3.Route, vh *routev
 	}
 	for _, t := range targets {
 		c := e.describeCluster(t.name)
-		u := Upstream{Weight: uint32(uint64(t.weight) * 1000000 / total), Path: path, Cluster: c}
-		u.Authority = e.upstreamAuthority(a, t.literal, c)
+		u := Upstream{Weight: uint32(uint64(t.weight) * 1000000 / total), Cluster: c}
+		// What arrives upstream is stated only when a rewrite changed it.
+		if path != e.req.Path {
+			u.Path = path
+		}
+		if auth := e.upstreamAuthority(a, t.literal, c); auth != e.req.Authority {
+			u.Authority = auth
+		}
 		lv := base
 		lv.wc = t.wc
 		u.RequestHeaders, u.ResponseHeaders = lv.mutations(e.req)
@@ -191,7 +204,42 @@ func (e *evaluator) forward(a *routev3.RouteAction, r *routev3.Route, vh *routev
 	if len(d.Upstreams) == 0 {
 		return Decision{Outcome: Local, Status: 503, Reason: "no cluster with weight", Policy: d.Policy}
 	}
+	if reason := unreachable(d.Upstreams); reason != "" {
+		return Decision{Outcome: Local, Status: 503, Reason: reason, Policy: d.Policy}
+	}
 	return d
+}
+
+// unreachable says why no upstream can take a request ("" when one
+// can): every cluster is missing (Envoy answers 503 NC) or has no host
+// to send to (503 UH).
+func unreachable(ups []Upstream) string {
+	missing, empty := 0, 0
+	for _, u := range ups {
+		switch {
+		case u.Cluster.Missing:
+			missing++
+		case u.Cluster.Discovery != "original_dst" && healthyHosts(u.Cluster) == 0:
+			empty++
+		}
+	}
+	switch {
+	case missing == len(ups):
+		return "cluster not found"
+	case missing+empty == len(ups):
+		return "no healthy upstream"
+	}
+	return ""
+}
+
+func healthyHosts(c Cluster) int {
+	n := 0
+	for _, e := range c.Endpoints {
+		if e.Health == "healthy" {
+			n++
+		}
+	}
+	return n
 }
 
 func (e *evaluator) upstreamPath(a *routev3.RouteAction, m *routev3.RouteMatch) string {

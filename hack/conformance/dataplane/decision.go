@@ -98,7 +98,7 @@ func (e Endpoint) String() string {
 	if e.Health != "" && e.Health != "healthy" {
 		s += " health=" + e.Health
 	}
-	return s + " " + e.TLS
+	return s
 }
 
 // Facts renders the decision as sorted lines, resource names left out:
@@ -116,7 +116,22 @@ func (d Decision) Facts() []string {
 	if d.Location != "" {
 		add("location: %s", d.Location)
 	}
-	if d.Reason != "" {
+	switch {
+	case d.Outcome == Local:
+		// A local reply is its status, body and location: why Envoy
+		// made it is not seen by the client (a route's direct response
+		// of 404 and Envoy's own 404 for no route are the same answer).
+		if d.Body == "" {
+			add("body: %q", envoyBody(d.Reason))
+		}
+	case d.Outcome == Reset && d.Reason == "no listener":
+		// Nothing listens: the client's connection is refused.
+		add("reset: refused")
+	case d.Outcome == Reset:
+		// Accepted, then closed: why is the proxy's business (no chain,
+		// a failed handshake, a protocol error, an RBAC denial).
+		add("reset: closed")
+	case d.Reason != "":
 		add("reason: %s", d.Reason)
 	}
 	if d.Downstream != "" {
@@ -162,22 +177,94 @@ func (u Upstream) facts() string {
 		add("cluster: missing")
 		return strings.Join(lines, "\n")
 	}
-	add("cluster: %s lb=%s", c.Discovery, c.LB)
+	add("cluster: %s", c.Discovery)
+	add("cluster lb: %s", c.LB)
 	for _, s := range c.Settings {
 		add("cluster setting: %s", s)
 	}
-	eps := make([]string, 0, len(c.Endpoints))
+	var eps, tls []string
 	for _, e := range c.Endpoints {
 		eps = append(eps, e.String())
+		tls = append(tls, e.Address+" "+e.TLS)
 	}
 	sort.Strings(eps)
+	sort.Strings(tls)
 	if len(eps) == 0 {
 		add("endpoints: none")
 	}
 	for _, e := range eps {
 		add("endpoint: %s", e)
 	}
+	for _, t := range tls {
+		add("endpoint tls: %s", t)
+	}
 	return strings.Join(lines, "\n")
+}
+
+// envoyBody is the body of the local replies Envoy makes of its own
+// accord.
+func envoyBody(reason string) string {
+	switch reason {
+	case "rbac: denied":
+		return "RBAC: access denied"
+	case "no healthy upstream":
+		return "no healthy upstream"
+	}
+	return ""
+}
+
+// Aspects of a decision, most important first.
+const (
+	// Routing: where the request goes (outcome, local replies, upstream
+	// hosts and weights, rewrites, header changes).
+	Routing = "routing"
+	// Security: TLS towards the client and the upstream, authentication
+	// filters. (An RBAC denial is a routing outcome.)
+	Security = "security"
+	// RoutePolicy: timeouts, retries, faults, mirrors, CORS, hashing,
+	// upgrades.
+	RoutePolicy = "route policy"
+	// ClusterPolicy: load balancing and connection settings of the
+	// upstream cluster.
+	ClusterPolicy = "cluster policy"
+	// Connection: how the connection manager or TCP proxy reads the
+	// connection.
+	Connection = "connection"
+)
+
+// Aspects lists the aspects in report order.
+var Aspects = []string{Routing, Security, RoutePolicy, ClusterPolicy, Connection}
+
+// AspectOf says which aspect a fact of Facts is about.
+func AspectOf(fact string) string {
+	f := fact
+	if strings.HasPrefix(f, "upstream[") {
+		if i := strings.Index(f, "] "); i > 0 {
+			f = f[i+2:]
+		}
+	}
+	switch {
+	case strings.HasPrefix(f, "downstream tls:"), strings.HasPrefix(f, "endpoint tls:"),
+		strings.HasPrefix(f, "policy: jwt"), strings.HasPrefix(f, "policy: ext_authz"):
+		return Security
+	case strings.HasPrefix(f, "policy:"):
+		return RoutePolicy
+	case strings.HasPrefix(f, "cluster setting:"), strings.HasPrefix(f, "cluster lb:"):
+		return ClusterPolicy
+	case strings.HasPrefix(f, "connection:"):
+		return Connection
+	}
+	return Routing
+}
+
+// DiffByAspect groups Diff's lines by aspect.
+func DiffByAspect(a, b Decision) map[string][]string {
+	out := map[string][]string{}
+	for _, d := range Diff(a, b) {
+		asp := AspectOf(strings.TrimPrefix(strings.TrimPrefix(d, "- "), "+ "))
+		out[asp] = append(out[asp], d)
+	}
+	return out
 }
 
 // Equal reports whether two decisions are the same behaviour.

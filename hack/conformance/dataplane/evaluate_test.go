@@ -473,9 +473,16 @@ func TestRouteActions(t *testing.T) {
 			t.Errorf("policy %v", d.Policy)
 		}
 	})
-	t.Run("a route naming a missing cluster", func(t *testing.T) {
+	t.Run("a route naming a missing cluster is Envoy's 503", func(t *testing.T) {
 		d := Evaluate(base(prefixRoute("r", "/", "nope")), req)
-		if len(d.Upstreams) != 1 || !d.Upstreams[0].Cluster.Missing {
+		if d.Status != 503 || d.Reason != "cluster not found" {
+			t.Errorf("got %s", d.Summary())
+		}
+	})
+	t.Run("a cluster without endpoints is Envoy's 503", func(t *testing.T) {
+		c := base(prefixRoute("r", "/", "c-v2"))
+		c.Endpoints[0] = cla("eds-v2")
+		if d := Evaluate(c, req); d.Status != 503 || d.Reason != "no healthy upstream" {
 			t.Errorf("got %s", d.Summary())
 		}
 	})

@@ -96,16 +96,6 @@ func hcmFacts(h *hcmv3.HttpConnectionManager) []string {
 	out := []string{fmt.Sprintf("http codec=%s normalize_path=%v merge_slashes=%v escaped_slashes=%s use_remote_address=%v xff_trusted_hops=%d",
 		strings.ToLower(h.GetCodecType().String()), normalize, h.GetMergeSlashes(), escaped,
 		h.GetUseRemoteAddress().GetValue(), h.GetXffNumTrustedHops())}
-	var ups []string
-	for _, u := range h.GetUpgradeConfigs() {
-		if u.GetEnabled() == nil || u.GetEnabled().GetValue() {
-			ups = append(ups, strings.ToLower(u.GetUpgradeType()))
-		}
-	}
-	sort.Strings(ups)
-	if len(ups) > 0 {
-		out = append(out, "http upgrades=["+strings.Join(ups, ",")+"]")
-	}
 	return out
 }
 

@@ -202,10 +202,14 @@ func (r Request) String() string {
 		}
 		return b.String()
 	}
-	if r.Protocol == HTTP2 && r.Mode != GRPC {
-		b.WriteString(" h2")
+	if r.Mode == GRPC {
+		b.WriteString(" " + r.Path)
+	} else {
+		if r.Protocol == HTTP2 {
+			b.WriteString(" h2")
+		}
+		fmt.Fprintf(&b, " %s %s%s", r.Method, r.Authority, r.Path)
 	}
-	fmt.Fprintf(&b, " %s %s%s", r.Method, r.Authority, r.Path)
 	keys := make([]string, 0, len(r.Headers))
 	for k := range r.Headers {
 		keys = append(keys, k)

@@ -45,5 +45,10 @@ func (e *evaluator) tcp(t *tcpv3.TcpProxy) Decision {
 	if len(d.Upstreams) == 0 {
 		return e.reset("tcp_proxy without cluster")
 	}
+	if reason := unreachable(d.Upstreams); reason != "" {
+		r := e.reset(reason)
+		r.Connection = d.Connection
+		return r
+	}
 	return e.done(d)
 }

@@ -37,9 +37,9 @@ func (e *evaluator) downstreamTLS(fc *listenerv3.FilterChain) (summary, failure 
 	cc := ctx.GetCommonTlsContext()
 	ca := validationName(cc)
 	require := ctx.GetRequireClientCertificate().GetValue()
-	summary = fmt.Sprintf("cert=%s client_cert=%s ca=%s alpn=[%s]%s",
+	summary = fmt.Sprintf("cert=%s client_cert=%s ca=%s alpn=%s%s",
 		certNames(cc), map[bool]string{true: "required", false: "optional"}[require], ca,
-		strings.Join(cc.GetAlpnProtocols(), ","), tlsParams(cc.GetTlsParams(), true))
+		alpn(cc.GetAlpnProtocols()), tlsParams(cc.GetTlsParams(), true))
 	if sans := validationSANs(cc); sans != "" {
 		summary += " client_sans=" + sans
 	}
@@ -74,8 +74,15 @@ func certNames(cc *tlsv3.CommonTlsContext) string {
 	if p := cc.GetTlsCertificateCertificateProviderInstance(); p != nil && len(names) == 0 {
 		names = append(names, "provider:"+p.GetInstanceName())
 	}
-	if len(cc.GetTlsCertificates()) > 0 {
-		names = append(names, "inline")
+	for _, c := range cc.GetTlsCertificates() {
+		// Istio's agent serves a certificate from files as the SDS
+		// secret file-cert:CHAIN~KEY: the same files either way.
+		chain, key := c.GetCertificateChain().GetFilename(), c.GetPrivateKey().GetFilename()
+		if chain != "" && key != "" {
+			names = append(names, "file-cert:"+chain+"~"+key)
+		} else {
+			names = append(names, "inline")
+		}
 	}
 	sort.Strings(names)
 	return "[" + strings.Join(names, ",") + "]"
@@ -115,7 +122,8 @@ func inlineCA(v *tlsv3.CertificateValidationContext) string {
 	}
 	switch s := v.GetTrustedCa().GetSpecifier().(type) {
 	case *corev3.DataSource_Filename:
-		return "file:" + s.Filename
+		// As the agent's SDS secret file-root:PATH names the same file.
+		return "file-root:" + s.Filename
 	default:
 		return "inline"
 	}
@@ -135,11 +143,30 @@ func defaultValidation(cc *tlsv3.CommonTlsContext) *tlsv3.CertificateValidationC
 func validationSANs(cc *tlsv3.CommonTlsContext) string {
 	v := defaultValidation(cc)
 	var out []string
+	// A SPIFFE ID can only be a URI SAN: an untyped matcher and a URI
+	// one check the same certificates for it.
+	// Likewise a host name can only be a DNS SAN.
+	san := func(kind string, m *matcherv3.StringMatcher) string {
+		s := stringMatcher(m)
+		if _, v, _ := strings.Cut(s, ":"); kind == "any" {
+			switch {
+			case strings.HasPrefix(v, "spiffe://"):
+				kind = "uri"
+			case dnsName(v):
+				kind = "dns"
+			}
+		}
+		return kind + ":" + s
+	}
 	for _, m := range v.GetMatchSubjectAltNames() {
-		out = append(out, "any:"+stringMatcher(m))
+		out = append(out, san("any", m))
 	}
 	for _, m := range v.GetMatchTypedSubjectAltNames() {
-		out = append(out, strings.ToLower(m.GetSanType().String())+":"+stringMatcher(m.GetMatcher()))
+		kind := strings.ToLower(m.GetSanType().String())
+		if m.GetSanType() == tlsv3.SubjectAltNameMatcher_SAN_TYPE_UNSPECIFIED {
+			kind = "any"
+		}
+		out = append(out, san(kind, m.GetMatcher()))
 	}
 	sort.Strings(out)
 	if len(out) == 0 {
@@ -171,6 +198,40 @@ func sansAllow(cc *tlsv3.CommonTlsContext, peer string) bool {
 // tlsParams renders TLS versions and ciphers with Envoy's defaults
 // filled in: TLS 1.2 minimum for both sides, 1.2 maximum for clients
 // and 1.3 for servers.
+// dnsName reports whether s can only be a DNS name: labels of letters,
+// digits, hyphens (and a leading wildcard), at least one dot, not an IP.
+func dnsName(s string) bool {
+	if !strings.Contains(s, ".") || validIP(s) {
+		return false
+	}
+	for i, l := range strings.Split(s, ".") {
+		if l == "*" && i == 0 {
+			continue
+		}
+		if l == "" {
+			return false
+		}
+		for _, r := range l {
+			if !(r == '-' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// alpn lists ALPN protocols without istio-peer-exchange: that token only
+// negotiates Istio's metadata exchange, which is telemetry.
+func alpn(protos []string) string {
+	var out []string
+	for _, p := range protos {
+		if p != "istio-peer-exchange" {
+			out = append(out, p)
+		}
+	}
+	return "[" + strings.Join(out, ",") + "]"
+}
+
 func tlsParams(p *tlsv3.TlsParameters, server bool) string {
 	minV, maxV := tlsv3.TlsParameters_TLSv1_2, tlsv3.TlsParameters_TLSv1_2
 	if server {
@@ -217,8 +278,8 @@ func upstreamTLS(ts *corev3.TransportSocket) string {
 	if sans := validationSANs(cc); sans != "" {
 		s += " sans=" + sans
 	}
-	if alpn := cc.GetAlpnProtocols(); len(alpn) > 0 {
-		s += " alpn=[" + strings.Join(alpn, ",") + "]"
+	if len(cc.GetAlpnProtocols()) > 0 {
+		s += " alpn=" + alpn(cc.GetAlpnProtocols())
 	}
 	return s + tlsParams(cc.GetTlsParams(), false)
 }

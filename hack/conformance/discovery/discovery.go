@@ -58,7 +58,11 @@ func Generate(in *scenario.Input) (*Result, error) {
 		}
 		kind, err := model.KindFor(*gvk)
 		if err != nil {
-			res.Unsupported[o.Key()] = append(res.Unsupported[o.Key()], "kind not read by discovery")
+			if o.IsIstio() {
+				res.Unsupported[o.Key()] = append(res.Unsupported[o.Key()], "kind not read by discovery")
+			}
+			// Kubernetes kinds discovery does not watch (Nodes) carry
+			// nothing it needs.
 			continue
 		}
 		if kind.IsIstio() {

@@ -68,6 +68,11 @@ func Admit(objs []*scenario.Object) (kept []*scenario.Object, rejected map[strin
 func Generate(in *scenario.Input, grpcTargets []string) (map[string]*dataplane.Config, error) {
 	out := map[string]*dataplane.Config{}
 	err := test.Wrap(func(t test.Failer) {
+		defer func() {
+			if r := recover(); r != nil {
+				t.Fatal(fmt.Sprint("panic: ", r))
+			}
+		}()
 		kube, cfgs, err := objects(in)
 		if err != nil {
 			t.Fatal(err)

@@ -13,7 +13,7 @@ const TLSModeLabel = "security.istio.io/tlsMode"
 
 // kept are the Kubernetes kinds both control planes are given, by group.
 var kept = map[string]map[string]bool{
-	"":                 {"Namespace": true, "Service": true, "Pod": true},
+	"":                 {"Namespace": true, "Service": true, "Pod": true, "Node": true},
 	"discovery.k8s.io": {"EndpointSlice": true},
 }
 
@@ -21,17 +21,49 @@ var kept = map[string]map[string]bool{
 var workloads = map[string]bool{"Deployment": true, "StatefulSet": true, "DaemonSet": true, "ReplicaSet": true}
 
 // Complete turns objects as written into an Input: what a cluster would
-// hold once they are applied, and the proxies to generate for.
-func Complete(name, source string, objs []*Object) *Input {
+// hold once they are applied, and the proxies to generate for: nodes
+// when given, else those the input's workloads and Gateways call for.
+func Complete(name, source string, objs []*Object, nodes []*Node) *Input {
 	c := &completer{in: &Input{Name: name, Source: source, Dropped: map[string]int{}}}
-	for _, o := range objs {
+	for _, o := range latest(objs) {
 		c.add(o)
 	}
 	c.namespaces()
-	c.gatewayPods()
+	if nodes == nil {
+		c.gatewayPods()
+	}
 	c.services()
-	c.nodes()
+	c.zones()
+	if nodes == nil {
+		c.nodes()
+	} else {
+		c.in.Nodes = nodes
+	}
 	return c.in
+}
+
+// latest keeps the last of objects with the same key, as applying the
+// files in order would.
+func latest(objs []*Object) []*Object {
+	last := map[string]int{}
+	for i, o := range objs {
+		ns := o.Namespace
+		if ns == "" && o.Kind != "Namespace" {
+			ns = "default"
+		}
+		last[o.APIVersion+"/"+o.Kind+"/"+ns+"/"+o.Name] = i
+	}
+	var out []*Object
+	for i, o := range objs {
+		ns := o.Namespace
+		if ns == "" && o.Kind != "Namespace" {
+			ns = "default"
+		}
+		if last[o.APIVersion+"/"+o.Kind+"/"+ns+"/"+o.Name] == i {
+			out = append(out, o)
+		}
+	}
+	return out
 }
 
 type completer struct {
@@ -41,7 +73,7 @@ type completer struct {
 }
 
 func (c *completer) add(o *Object) {
-	if o.Kind != "Namespace" && o.Namespace == "" {
+	if o.Kind != "Namespace" && o.Kind != "Node" && o.Namespace == "" {
 		o.Namespace = "default"
 		o.Doc["metadata"].(map[string]any)["namespace"] = "default"
 	}
@@ -124,7 +156,7 @@ func (c *completer) namespaces() {
 	}
 	want := map[string]bool{"istio-system": true}
 	for _, o := range c.in.Objects {
-		if o.Kind != "Namespace" {
+		if o.Kind != "Namespace" && o.Kind != "Node" {
 			want[o.Namespace] = true
 		}
 	}
@@ -139,9 +171,13 @@ func (c *completer) namespaces() {
 	}
 }
 
-// gatewayPorts is the default install's Service port -> container port
-// for the ingress and egress gateways.
-var gatewayPorts = [][3]any{{"status-port", 15021, 15021}, {"http2", 80, 8080}, {"https", 443, 8443}}
+// gatewayPorts is istioctl's default install's Service port -> container
+// port for the ingress and egress gateways; helmPorts is Istio's gateway
+// chart's (the same port), used for gateways of other selectors.
+var (
+	gatewayPorts = [][3]any{{"status-port", 15021, 15021}, {"http2", 80, 8080}, {"https", 443, 8443}}
+	helmPorts    = [][3]any{{"status-port", 15021, 15021}, {"http2", 80, 80}, {"https", 443, 443}}
+)
 
 // gatewayPods adds, for every Gateway selector no Pod matches, a gateway
 // Pod in istio-system with those labels and a Service in front of it as
@@ -163,8 +199,12 @@ func (c *completer) gatewayPods() {
 		}
 		seen[key] = true
 		name := "gateway-" + strings.ReplaceAll(strings.Join(mapValues(sel), "-"), ".", "-")
+		portMap := helmPorts
 		if sel["istio"] == "ingressgateway" || sel["istio"] == "egressgateway" {
-			name = "istio-" + sel["istio"]
+			name, portMap = "istio-"+sel["istio"], gatewayPorts
+		}
+		for c.has("Service", "istio-system", name) || c.entryHost(name+".istio-system.svc.cluster.local") {
+			name += "-x"
 		}
 		labels := map[string]string{"app": name, "sidecar.istio.io/inject": "false"}
 		for k, v := range sel {
@@ -173,7 +213,7 @@ func (c *completer) gatewayPods() {
 		c.addPod("istio-system", name+"-0", labels, name+"-service-account",
 			map[string]any{"containers": []any{map[string]any{"name": "istio-proxy", "image": "proxyv2"}}})
 		var ports []any
-		for _, p := range gatewayPorts {
+		for _, p := range portMap {
 			ports = append(ports, map[string]any{"name": p[0], "port": p[1], "targetPort": p[2], "protocol": "TCP"})
 		}
 		c.in.Objects = append(c.in.Objects, &Object{APIVersion: "v1", Kind: "Service", Namespace: "istio-system", Name: name, Doc: map[string]any{
@@ -182,6 +222,31 @@ func (c *completer) gatewayPods() {
 			"spec":     map[string]any{"selector": anyMap(sel), "ports": ports},
 		}})
 	}
+}
+
+func (c *completer) has(kind, ns, name string) bool {
+	for _, o := range c.in.Objects {
+		if o.Kind == kind && o.Namespace == ns && o.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// entryHost reports whether a ServiceEntry of the input declares host.
+func (c *completer) entryHost(host string) bool {
+	for _, o := range c.in.Objects {
+		if o.Kind != "ServiceEntry" {
+			continue
+		}
+		hosts, _ := o.Spec()["hosts"].([]any)
+		for _, h := range hosts {
+			if h == host {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (c *completer) podMatching(sel map[string]string) *Object {
@@ -273,6 +338,45 @@ func (c *completer) slice(svc *Object, sel map[string]string) *Object {
 
 // resolveTarget is a Service port's target port number: the number
 // itself, the port when unset, or a named container port of the pods.
+// zones gives the pods behind EndpointSlice endpoints with a zone the
+// Node the slice controller read that zone from: istiod reads a pod's
+// locality from its Node, discovery from the slice.
+func (c *completer) zones() {
+	nodes := map[string]bool{}
+	for _, o := range c.in.Of("Node") {
+		nodes[o.Name] = true
+	}
+	for _, es := range c.in.Of("EndpointSlice") {
+		eps, _ := es.Doc["endpoints"].([]any)
+		for _, e := range eps {
+			em, _ := e.(map[string]any)
+			zone, _ := em["zone"].(string)
+			ref, _ := em["targetRef"].(map[string]any)
+			if zone == "" || ref == nil {
+				continue
+			}
+			node := "node-" + zone
+			if nodes[node] == false {
+				nodes[node] = true
+				c.in.Objects = append(c.in.Objects, &Object{APIVersion: "v1", Kind: "Node", Name: node, Doc: map[string]any{
+					"apiVersion": "v1", "kind": "Node",
+					"metadata": map[string]any{"name": node, "labels": map[string]any{
+						"topology.kubernetes.io/zone": zone, "kubernetes.io/hostname": node}},
+				}})
+			}
+			if _, ok := em["nodeName"]; !ok {
+				em["nodeName"] = node
+			}
+			for _, p := range c.in.Of("Pod") {
+				spec, _ := p.Doc["spec"].(map[string]any)
+				if p.Name == ref["name"] && p.Namespace == es.Namespace && spec != nil && spec["nodeName"] == nil {
+					spec["nodeName"] = node
+				}
+			}
+		}
+	}
+}
+
 func resolveTarget(p map[string]any, pods []*Object) int {
 	port := toInt(p["port"])
 	switch t := p["targetPort"].(type) {

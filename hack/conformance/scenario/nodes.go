@@ -1,6 +1,7 @@
 package scenario
 
 import (
+	"fmt"
 	"sort"
 	"strings"
 )
@@ -137,6 +138,37 @@ func nodeFor(kind NodeKind, pod *Object) *Node {
 		Kind: kind, ID: typ + "~" + ip + "~" + pod.Name + "." + pod.Namespace + "~" + pod.Namespace + ".svc.cluster.local",
 		Meta: meta, Namespace: pod.Namespace, Pod: pod.Name, IP: ip, Labels: labels, ServiceAccount: sa,
 	}
+}
+
+// NodeFromID describes a proxy by its xDS node ID and metadata, as a
+// golden case's node.yaml gives them; metadata the ID implies (namespace,
+// Istio version, cluster) is filled in when missing.
+func NodeFromID(id string, meta map[string]any) (*Node, error) {
+	parts := strings.Split(id, "~")
+	if len(parts) != 4 {
+		return nil, fmt.Errorf("node ID %q: want TYPE~IP~POD.NAMESPACE~DOMAIN", id)
+	}
+	pod, ns, ok := strings.Cut(parts[2], ".")
+	if !ok {
+		return nil, fmt.Errorf("node ID %q: %q is not POD.NAMESPACE", id, parts[2])
+	}
+	m := map[string]any{"NAMESPACE": ns, "ISTIO_VERSION": IstioVersion, "CLUSTER_ID": "Kubernetes"}
+	for k, v := range meta {
+		m[k] = v
+	}
+	n := &Node{Kind: Sidecar, ID: id, Meta: m, Namespace: ns, Pod: pod, IP: parts[1], Labels: stringMap(m["LABELS"])}
+	if sa, _ := m["SERVICE_ACCOUNT"].(string); sa != "" {
+		n.ServiceAccount = sa
+	} else {
+		n.ServiceAccount = "default"
+	}
+	switch {
+	case parts[0] == "router":
+		n.Kind = Gateway
+	case m["GENERATOR"] == "grpc":
+		n.Kind = GRPC
+	}
+	return n, nil
 }
 
 // SortedNodes returns the nodes in report order.
