@@ -158,7 +158,8 @@ func inputUnsupported(in *scenario.Input, ours *discovery.Result) []string {
 	var out []string
 	for key, reasons := range ours.Unsupported {
 		for _, r := range reasons {
-			if r == "kind not read by discovery" {
+			// A MeshConfig field it does not apply concerns every proxy.
+			if r == "kind not read by discovery" || key == "MeshConfig" {
 				out = append(out, key+": "+r)
 			}
 		}

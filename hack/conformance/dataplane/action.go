@@ -287,10 +287,7 @@ func (e *evaluator) routePolicies(a *routev3.RouteAction, vh *routev3.VirtualHos
 	if t := a.GetIdleTimeout(); t != nil {
 		out = append(out, "idle_timeout="+t.AsDuration().String())
 	}
-	if m := a.GetMaxStreamDuration(); m != nil {
-		out = append(out, fmt.Sprintf("max_stream_duration=%s grpc_timeout_header_max=%s",
-			dur(m.GetMaxStreamDuration(), 0), dur(m.GetGrpcTimeoutHeaderMax(), -1)))
-	}
+	out = append(out, streamDuration(a.GetMaxStreamDuration()))
 	rp := a.GetRetryPolicy()
 	if rp == nil {
 		rp = vh.GetRetryPolicy()
@@ -327,6 +324,24 @@ func (e *evaluator) routePolicies(a *routev3.RouteAction, vh *routev3.VirtualHos
 	out = append(out, "upgrades=["+strings.Join(on, ",")+"]")
 	_ = r
 	return out
+}
+
+// streamDuration says how long a stream may last and whether the
+// client's grpc-timeout header is honoured: Envoy ignores the header
+// unless grpc_timeout_header_max is set (0 is no cap).
+func streamDuration(m *routev3.RouteAction_MaxStreamDuration) string {
+	max := "none"
+	if d := m.GetMaxStreamDuration(); d != nil && d.AsDuration() > 0 {
+		max = d.AsDuration().String()
+	}
+	header := "ignored"
+	if h := m.GetGrpcTimeoutHeaderMax(); h != nil {
+		header = "honoured"
+		if h.AsDuration() > 0 {
+			header += " up to " + h.AsDuration().String()
+		}
+	}
+	return "max_stream_duration=" + max + " grpc-timeout header " + header
 }
 
 func retrySummary(rp *routev3.RetryPolicy) string {

@@ -31,7 +31,7 @@ func (e *evaluator) describeCluster(name string) Cluster {
 	}
 	e.note("cluster %s", name)
 	out := Cluster{Discovery: discoveryType(c), LB: lbPolicy(c)}
-	out.Settings = clusterSettings(c, e.req.Mode == GRPC)
+	out.Settings = clusterSettings(c, e.req.Mode == GRPC, e.tcpProxy)
 	out.Endpoints = e.endpoints(c, out.Discovery)
 	return out
 }
@@ -95,8 +95,9 @@ func dur(d *durationpb.Duration, def time.Duration) string {
 }
 
 // clusterSettings lists the connection settings that change behaviour,
-// Envoy's defaults filled in. A proxyless gRPC client reads few of them.
-func clusterSettings(c *clusterv3.Cluster, grpc bool) []string {
+// Envoy's defaults filled in. A proxyless gRPC client reads few of them;
+// a TCP proxy none of the HTTP ones.
+func clusterSettings(c *clusterv3.Cluster, grpc, tcp bool) []string {
 	var out []string
 	if grpc {
 		if v := c.GetCircuitBreakers().GetThresholds(); len(v) > 0 && v[0].GetMaxRequests() != nil {
@@ -105,7 +106,9 @@ func clusterSettings(c *clusterv3.Cluster, grpc bool) []string {
 		return out
 	}
 	out = append(out, "connect_timeout="+dur(c.GetConnectTimeout(), 5*time.Second))
-	out = append(out, upstreamProtocol(c)...)
+	if !tcp {
+		out = append(out, upstreamProtocol(c)...)
+	}
 	th := struct{ conns, pending, reqs, retries uint32 }{1024, 1024, 1024, 3}
 	for _, t := range c.GetCircuitBreakers().GetThresholds() {
 		if t.GetPriority() != corev3.RoutingPriority_DEFAULT {

@@ -50,6 +50,9 @@ type evaluator struct {
 	// chain terminated TLS with a client certificate.
 	sniCluster        bool
 	peerAuthenticated bool
+	// tcpProxy: the connection is proxied as bytes (HTTP settings of
+	// the upstream cluster do not apply).
+	tcpProxy bool
 }
 
 func (e *evaluator) note(format string, args ...any) {

@@ -131,13 +131,16 @@ func (e *evaluator) grpc() Decision {
 
 // grpcPolicies are the route settings grpc-go reads.
 func grpcPolicies(a *routev3.RouteAction, vh *routev3.VirtualHost) []string {
+	// grpc-go caps an RPC at grpc_timeout_header_max if set, else at
+	// max_stream_duration; zero is no cap.
 	timeout := "none"
 	if m := a.GetMaxStreamDuration(); m != nil {
-		switch {
-		case m.GetGrpcTimeoutHeaderMax() != nil:
-			timeout = m.GetGrpcTimeoutHeaderMax().AsDuration().String()
-		case m.GetMaxStreamDuration() != nil:
-			timeout = m.GetMaxStreamDuration().AsDuration().String()
+		d := m.GetMaxStreamDuration()
+		if m.GetGrpcTimeoutHeaderMax() != nil {
+			d = m.GetGrpcTimeoutHeaderMax()
+		}
+		if d.AsDuration() > 0 {
+			timeout = d.AsDuration().String()
 		}
 	}
 	out := []string{"grpc timeout=" + timeout}

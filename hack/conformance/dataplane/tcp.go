@@ -12,6 +12,7 @@ import (
 // SNI names.
 func (e *evaluator) tcp(t *tcpv3.TcpProxy) Decision {
 	d := Decision{Outcome: Forward}
+	e.tcpProxy = true
 	conn := fmt.Sprintf("tcp idle_timeout=%s max_connect_attempts=%d", dur(t.GetIdleTimeout(), time.Hour), u32(t.GetMaxConnectAttempts(), 1))
 	if tc := t.GetTunnelingConfig(); tc != nil {
 		conn += " tunnel=" + tc.GetHostname()

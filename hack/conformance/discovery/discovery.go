@@ -24,6 +24,7 @@ import (
 
 	"github.com/meshplane/discovery/hack/conformance/dataplane"
 	"github.com/meshplane/discovery/hack/conformance/scenario"
+	"github.com/meshplane/discovery/pkg/mesh"
 	"github.com/meshplane/discovery/pkg/model"
 	"github.com/meshplane/discovery/pkg/xds/gen"
 )
@@ -69,6 +70,17 @@ func Generate(in *scenario.Input) (*Result, error) {
 			res.Unsupported[o.Key()] = append(res.Unsupported[o.Key()], unsupported(kind, obj)...)
 		}
 		events = append(events, model.Event{Op: model.OpUpsert, Key: model.Key{Kind: kind, Namespace: o.Namespace, Name: o.Name}, Object: obj})
+	}
+	if in.Mesh != "" {
+		// As the MeshConfig watcher hands the istio ConfigMap over.
+		cfg, err := mesh.Parse(in.Mesh)
+		if err != nil {
+			return nil, fmt.Errorf("MeshConfig: %w", err)
+		}
+		for _, f := range cfg.Ignored() {
+			res.Unsupported["MeshConfig"] = append(res.Unsupported["MeshConfig"], "not applied: "+f.Path)
+		}
+		events = append(events, model.Event{Op: model.OpUpsert, Key: model.MeshKey, Object: &model.MeshObject{Config: cfg, Source: "conformance"}})
 	}
 	store := model.NewStore(model.StoreOptions{})
 	if _, err := store.Apply(events...); err != nil {

@@ -28,6 +28,7 @@ import (
 	"istio.io/istio/pilot/pkg/xds/endpoints"
 	xdsfake "istio.io/istio/pilot/test/xds"
 	"istio.io/istio/pkg/config"
+	istiomesh "istio.io/istio/pkg/config/mesh"
 	kubelib "istio.io/istio/pkg/kube"
 	istiolog "istio.io/istio/pkg/log"
 	"istio.io/istio/pkg/test"
@@ -77,7 +78,15 @@ func Generate(in *scenario.Input, grpcTargets []string) (map[string]*dataplane.C
 		if err != nil {
 			t.Fatal(err)
 		}
-		fake := xdsfake.NewFakeDiscoveryServer(t, xdsfake.FakeOptions{KubernetesObjects: kube, Configs: cfgs})
+		opts := xdsfake.FakeOptions{KubernetesObjects: kube, Configs: cfgs}
+		if in.Mesh != "" {
+			m, err := istiomesh.ApplyMeshConfigDefaults(in.Mesh)
+			if err != nil {
+				t.Fatal(fmt.Errorf("MeshConfig: %w", err))
+			}
+			opts.MeshConfig = m
+		}
+		fake := xdsfake.NewFakeDiscoveryServer(t, opts)
 		for _, n := range in.Nodes {
 			p, err := proxy(fake, n)
 			if err != nil {

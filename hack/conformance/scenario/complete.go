@@ -78,6 +78,9 @@ func (c *completer) add(o *Object) {
 		o.Doc["metadata"].(map[string]any)["namespace"] = "default"
 	}
 	switch {
+	case o.Kind == "ConfigMap" && o.APIVersion == "v1" && o.Namespace == "istio-system" && o.Name == "istio":
+		data, _ := o.Doc["data"].(map[string]any)
+		c.in.Mesh, _ = data["mesh"].(string)
 	case o.IsIstio():
 		c.in.Objects = append(c.in.Objects, o)
 	case kept[o.Group()][o.Kind] && (o.Group() != "" || o.APIVersion == "v1"):

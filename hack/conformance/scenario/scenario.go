@@ -120,6 +120,9 @@ type Input struct {
 	// Dropped lists kinds in the input that neither side is given (kinds
 	// of other APIs), with counts, for the report.
 	Dropped map[string]int
+	// Mesh is the MeshConfig text of the input's istio ConfigMap in
+	// istio-system ("" for Istio's defaults).
+	Mesh string
 }
 
 // Of returns the input's objects of a kind.
