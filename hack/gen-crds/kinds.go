@@ -22,6 +22,7 @@ var messages = []protoreflect.FullName{
 	"istio.security.v1beta1.PeerAuthentication",
 	"istio.security.v1beta1.AuthorizationPolicy",
 	"istio.security.v1beta1.RequestAuthentication",
+	"istio.telemetry.v1alpha1.Telemetry",
 }
 
 // defaultStatus is the status message of a kind whose tag is just

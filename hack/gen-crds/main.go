@@ -30,6 +30,7 @@ import (
 	_ "istio.io/api/meta/v1alpha1"       // registers the status descriptors
 	_ "istio.io/api/networking/v1alpha3" // registers the networking descriptors
 	_ "istio.io/api/security/v1beta1"    // registers the security descriptors
+	_ "istio.io/api/telemetry/v1alpha1"  // registers the telemetry descriptors
 
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
