@@ -18,10 +18,16 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
+	tpb "istio.io/api/telemetry/v1alpha1"
+	telemetryv1 "istio.io/client-go/pkg/apis/telemetry/v1"
+	istioclient "istio.io/client-go/pkg/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
+	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/meshplane/discovery/internal/testenv"
+	"github.com/meshplane/discovery/pkg/config/kube/kubetest"
+	"github.com/meshplane/discovery/pkg/model"
 )
 
 // ldsWatch is a proxy's listener stream: it ACKs every response, as Envoy
@@ -244,4 +250,48 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// The Telemetry API on a real API server: a root-namespace Telemetry
+// naming prometheus gives a connected proxy istio.stats, and removing it
+// takes it away, without a restart.
+func TestTelemetryResourceReachesAConnectedProxy(t *testing.T) {
+	env := testenv.Start(t)
+	ctx := context.Background()
+	for _, ns := range []string{"istio-system", "shop"} {
+		if _, err := env.Client.CoreV1().Namespaces().Create(ctx, nsObject(ns), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "reviews", Namespace: "shop"},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 9080}}}}
+	if _, err := env.Client.CoreV1().Services("shop").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ext, err := apiextclient.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubetest.InstallCRDs(ctx, t, ext, model.KindTelemetry)
+	plain := freePort(t)
+	p := startServe(t, "--kubeconfig", env.Kubeconfig, "--grpc-address", plain)
+	p.waitReady(t)
+	w := watchListeners(t, plain, "sidecar~10.1.0.5~productpage.shop~shop.svc.cluster.local", map[string]any{"NAMESPACE": "shop"})
+	w.next(t, 20*time.Second, "the first listeners, without istio.stats", func(js string) bool {
+		return strings.Contains(js, `"istio.metadata_exchange"`) && !strings.Contains(js, `"istio.stats"`)
+	})
+	istio, err := istioclient.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tel := &telemetryv1.Telemetry{ObjectMeta: metav1.ObjectMeta{Name: "mesh-default", Namespace: "istio-system"}}
+	tel.Spec.Metrics = []*tpb.Metrics{{Providers: []*tpb.ProviderRef{{Name: "prometheus"}}}}
+	if _, err := istio.TelemetryV1().Telemetries("istio-system").Create(ctx, tel, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w.next(t, 10*time.Second, "istio.stats from the Telemetry", func(js string) bool { return strings.Contains(js, `"istio.stats"`) })
+	if err := istio.TelemetryV1().Telemetries("istio-system").Delete(ctx, "mesh-default", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w.next(t, 10*time.Second, "istio.stats gone with the Telemetry", func(js string) bool { return !strings.Contains(js, `"istio.stats"`) })
 }
