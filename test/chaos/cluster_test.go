@@ -30,6 +30,7 @@ type cluster struct {
 	dir      string
 	fleets   []*loadkit.Fleet
 	stops    []func()
+	finished bool // finishFigures ran
 }
 
 // options of a cluster.
@@ -74,6 +75,9 @@ func newCluster(t *testing.T, scenario string, o clusterOptions) *cluster {
 
 // cleanup stops the fleets and every replica, then writes the report.
 func (c *cluster) cleanup() {
+	if !c.finished && len(c.fleets) > 0 { // the scenario stopped early
+		c.finishFigures()
+	}
 	for _, stop := range c.stops {
 		stop()
 	}
@@ -312,6 +316,7 @@ func (c *cluster) waitCorrect(f *loadkit.Fleet, timeout time.Duration) (time.Dur
 // finishFigures records what every scenario reports: NACKs, the logs'
 // errors, the servers' peak RSS.
 func (c *cluster) finishFigures() {
+	c.finished = true
 	var nacks int64
 	for _, f := range c.fleets {
 		nacks += f.Totals().NACKs
