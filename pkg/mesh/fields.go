@@ -25,7 +25,7 @@ var Applied = map[string]string{
 	"accessLogFile":                  "the proxies' access log file (used when no Telemetry or default provider configures access logging)",
 	"accessLogFormat":                "the access log format",
 	"accessLogEncoding":              "TEXT or JSON access logs",
-	"extensionProviders":             "providers the Telemetry API and defaultProviders name (prometheus, envoyFileAccessLog)",
+	"extensionProviders":             "providers the Telemetry API and defaultProviders name (prometheus; envoyFileAccessLog, envoyHttpAls, envoyTcpAls, envoyOtelAls)",
 	"defaultProviders":               "the metrics and access log providers where no Telemetry names one",
 	"defaultServiceExportTo":         "the exportTo of Services and ServiceEntries that set none",
 	"defaultVirtualServiceExportTo":  "the exportTo of VirtualServices that set none",
@@ -109,7 +109,10 @@ func SupportedProvider(p *meshv1alpha1.MeshConfig_ExtensionProvider) (metrics, l
 	switch p.GetProvider().(type) {
 	case *meshv1alpha1.MeshConfig_ExtensionProvider_Prometheus:
 		return true, false
-	case *meshv1alpha1.MeshConfig_ExtensionProvider_EnvoyFileAccessLog:
+	case *meshv1alpha1.MeshConfig_ExtensionProvider_EnvoyFileAccessLog,
+		*meshv1alpha1.MeshConfig_ExtensionProvider_EnvoyHttpAls,
+		*meshv1alpha1.MeshConfig_ExtensionProvider_EnvoyTcpAls,
+		*meshv1alpha1.MeshConfig_ExtensionProvider_EnvoyOtelAls:
 		return false, true
 	}
 	return false, false

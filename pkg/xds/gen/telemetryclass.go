@@ -59,7 +59,7 @@ func (g *Generator) reportProviders(cfgs []*model.Config, mc *meshv1alpha1.MeshC
 						"provider", name, "for", what)
 				default:
 					m, l := mesh.SupportedProvider(p)
-					if (needMetrics && !m) || (needLogs && !l && !isALS(p)) {
+					if (needMetrics && !m) || (needLogs && !l) {
 						g.warnOnce(c, t.ResourceVersion, "provider:"+what+":"+name,
 							"Telemetry names a provider discovery does not configure for "+what+"; it is ignored",
 							"provider", name, "type", providerType(p))
@@ -83,18 +83,6 @@ func findProvider(mc *meshv1alpha1.MeshConfig, name string) *meshv1alpha1.MeshCo
 		}
 	}
 	return nil
-}
-
-// isALS reports whether p is one of the gRPC access log services
-// (envoyHttpAls, envoyTcpAls, envoyOtelAls), which discovery configures.
-func isALS(p *meshv1alpha1.MeshConfig_ExtensionProvider) bool {
-	switch p.GetProvider().(type) {
-	case *meshv1alpha1.MeshConfig_ExtensionProvider_EnvoyHttpAls,
-		*meshv1alpha1.MeshConfig_ExtensionProvider_EnvoyTcpAls,
-		*meshv1alpha1.MeshConfig_ExtensionProvider_EnvoyOtelAls:
-		return true
-	}
-	return false
 }
 
 func providerType(p *meshv1alpha1.MeshConfig_ExtensionProvider) string {
