@@ -29,4 +29,13 @@
 // without a protocol Istio knows is sniffed on sidecars, as istiod does
 // (sniff.go): its addresses have an HTTP chain, with the route HOST:PORT,
 // beside the TCP one.
+//
+// MeshConfig and telemetry: generation reads the World's MeshConfig
+// (meshconfig.go: root namespace, exportTo defaults, connect timeout,
+// traffic policies, auto mTLS, trust domain aliases) and builds Istio's
+// telemetry filters and access logs per proxy class and traffic class
+// (telemetry.go decides with the Telemetry API's rules,
+// telemetryfilters.go and telemetrylogs.go build). A class's listeners are
+// reused only for the same telemetry key, so an unrelated change does not
+// rebuild them; a MeshConfig change rebuilds every class.
 package gen
