@@ -84,11 +84,25 @@ func TestConformance(t *testing.T) {
 		t.Errorf("regression: %s", r)
 	}
 	if string(old) != ratchet {
-		t.Errorf("%s is stale: the verdicts changed (run %s and review the diff)", ratchetPath, command)
+		t.Errorf("%s is stale: the verdicts changed (run %s and review the diff; this run's is %s)", ratchetPath, command, keep(t, "cases.txt", ratchet))
 	}
 	if committed, err := os.ReadFile(reportPath); err != nil || string(committed) != report {
-		t.Errorf("%s is stale (run %s and review the diff)", reportPath, command)
+		t.Errorf("%s is stale (run %s and review the diff; this run's is %s)", reportPath, command, keep(t, "CONFORMANCE.md", report))
 	}
+}
+
+// keep writes what this run generated where it can be compared with the
+// committed file, and says where.
+func keep(t *testing.T, name, text string) string {
+	dir := filepath.Join(os.TempDir(), "conformance")
+	path := filepath.Join(dir, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err.Error()
+	}
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		return err.Error()
+	}
+	return path
 }
 
 // checkCoverage holds the corpus to its promise: enough cases, every

@@ -364,7 +364,9 @@ var Normalisations = []string{
 	"Upstream weights are compared as shares (parts per million of the total), not as written.",
 	"Envoy's defaults are filled in where a field is unset: route timeout 15s, one retry when a retry policy sets none, circuit breaker thresholds 1024/1024/1024/3, connect timeout 5s, idle timeout 1h, TLS 1.2-1.2 for clients and 1.2-1.3 for servers, healthy panic threshold 50%, escaped slashes kept.",
 	"A SAN matcher for a spiffe:// ID checks the same certificates typed as URI or untyped (a SPIFFE ID cannot be another kind of SAN).",
-	"Endpoint health UNKNOWN and HEALTHY are the same (Envoy sends to both).",
+	"Endpoint health UNKNOWN and HEALTHY are the same (Envoy sends to both); an unhealthy endpoint of a cluster whose healthy panic threshold is 0 is left out (Envoy never sends to it, so it is as good as absent; istiod's EDS has such endpoints or not depending on the order its informers see a not-ready pod).",
+	"Connection resets compare as refused (nothing listens) or closed (accepted, then closed), whatever the proxy's reason; local replies compare by status, body and location.",
+	"Requests to a service's address carry a Host header that names that service, as a client that resolved the name sends (discovery selects routes by destination address, istiod by Host header; for such requests they agree). Inputs are completed as a cluster would hold them: a running Pod per workload (with the sidecar's tlsMode label unless injection is off), EndpointSlices, cluster IPs, the Node a zone comes from, gateway Pods and Services (istioctl's 80->8080 and 443->8443 for istio=ingressgateway/egressgateway, the gateway chart's same-port mapping for other selectors).",
 	"What discovery reports it does not support counts as not supported (see above), not as a difference.",
 	"Telemetry (stats, access logs, tracing, metadata exchange filters) is not part of a decision.",
 }

@@ -69,14 +69,19 @@ func lbPolicy(c *clusterv3.Cluster) string {
 	if c.GetCommonLbConfig().GetLocalityWeightedLbConfig() != nil {
 		s += "+locality_weighted"
 	}
-	panic := 50.0
-	if v := c.GetCommonLbConfig().GetHealthyPanicThreshold(); v != nil {
-		panic = v.GetValue()
-	}
-	if panic != 50 {
-		s += fmt.Sprintf("+panic=%g", panic)
+	if p := panicThreshold(c); p != 50 {
+		s += fmt.Sprintf("+panic=%g", p)
 	}
 	return s
+}
+
+// panicThreshold is the healthy percentage under which Envoy sends to
+// every host, healthy or not (50 unless set).
+func panicThreshold(c *clusterv3.Cluster) float64 {
+	if v := c.GetCommonLbConfig().GetHealthyPanicThreshold(); v != nil {
+		return v.GetValue()
+	}
+	return 50
 }
 
 func shortType(u string) string {
@@ -224,6 +229,11 @@ func (e *evaluator) endpoints(c *clusterv3.Cluster, discovery string) []Endpoint
 				ep.Locality += fmt.Sprintf("(weight=%d)", lw)
 			}
 			ep.TLS = upstreamTLS(socketFor(c, lbe))
+			if ep.Health == "unhealthy" && panicThreshold(c) == 0 {
+				// With the panic threshold at 0 Envoy never sends to an
+				// unhealthy host: it is as good as absent.
+				continue
+			}
 			out = append(out, ep)
 		}
 	}

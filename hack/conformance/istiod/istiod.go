@@ -87,22 +87,33 @@ func Generate(in *scenario.Input, grpcTargets []string) (map[string]*dataplane.C
 			opts.MeshConfig = m
 		}
 		fake := xdsfake.NewFakeDiscoveryServer(t, opts)
-		for _, n := range in.Nodes {
-			p, err := proxy(fake, n)
-			if err != nil {
-				t.Fatal(fmt.Errorf("node %s: %w", n.Name(), err))
-			}
-			if n.Kind == scenario.GRPC {
-				out[n.ID] = grpcConfig(fake, p, grpcTargets)
-				continue
-			}
-			cfg := &dataplane.Config{Listeners: fake.Listeners(p), Clusters: fake.Clusters(p)}
-			cfg.Routes = fake.RoutesFromListeners(p, cfg.Listeners)
-			cfg.Endpoints = fake.Endpoints(p)
-			out[n.ID] = cfg
+		generated, err := generateAll(fake, in, grpcTargets)
+		if err != nil {
+			t.Fatal(err)
 		}
+		out = generated
 	})
 	return out, err
+}
+
+// generateAll builds every node's configuration.
+func generateAll(fake *xdsfake.FakeDiscoveryServer, in *scenario.Input, grpcTargets []string) (map[string]*dataplane.Config, error) {
+	out := map[string]*dataplane.Config{}
+	for _, n := range in.Nodes {
+		p, err := proxy(fake, n)
+		if err != nil {
+			return nil, fmt.Errorf("node %s: %w", n.Name(), err)
+		}
+		if n.Kind == scenario.GRPC {
+			out[n.ID] = grpcConfig(fake, p, grpcTargets)
+			continue
+		}
+		cfg := &dataplane.Config{Listeners: fake.Listeners(p), Clusters: fake.Clusters(p)}
+		cfg.Routes = fake.RoutesFromListeners(p, cfg.Listeners)
+		cfg.Endpoints = fake.Endpoints(p)
+		out[n.ID] = cfg
+	}
+	return out, nil
 }
 
 // objects turns the input into the fake Kubernetes client's objects and

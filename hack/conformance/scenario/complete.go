@@ -34,6 +34,7 @@ func Complete(name, source string, objs []*Object, nodes []*Node) *Input {
 	}
 	c.services()
 	c.zones()
+	c.podStatus()
 	if nodes == nil {
 		c.nodes()
 	} else {
@@ -376,6 +377,45 @@ func (c *completer) zones() {
 					spec["nodeName"] = node
 				}
 			}
+		}
+	}
+}
+
+// podStatus completes the status of a Pod given with an address but no
+// phase or readiness as the kubelet reports it: Running, Ready as its
+// EndpointSlice endpoint says (true when no slice names it). istiod's
+// view of a Pod without them depends on the order its informers see
+// things.
+func (c *completer) podStatus() {
+	ready := map[string]bool{}
+	for _, es := range c.in.Of("EndpointSlice") {
+		eps, _ := es.Doc["endpoints"].([]any)
+		for _, e := range eps {
+			em, _ := e.(map[string]any)
+			ref, _ := em["targetRef"].(map[string]any)
+			cond, _ := em["conditions"].(map[string]any)
+			if ref == nil {
+				continue
+			}
+			r, ok := cond["ready"].(bool)
+			ready[es.Namespace+"/"+fmt.Sprint(ref["name"])] = !ok || r
+		}
+	}
+	for _, p := range c.in.Of("Pod") {
+		st, _ := p.Doc["status"].(map[string]any)
+		if st == nil || st["podIP"] == nil {
+			continue
+		}
+		if st["phase"] == nil {
+			st["phase"] = "Running"
+		}
+		if st["conditions"] == nil {
+			r, ok := ready[p.Namespace+"/"+p.Name]
+			status := "True"
+			if ok && !r {
+				status = "False"
+			}
+			st["conditions"] = []any{map[string]any{"type": "Ready", "status": status}}
 		}
 	}
 }
