@@ -47,7 +47,7 @@ func newCluster(t *testing.T, scenario string, o clusterOptions) *cluster {
 	if testing.Short() {
 		t.Skip("runs etcd, kube-apiserver and discovery serve processes; skipped with -short")
 	}
-	sc := currentScale(t)
+	sc := currentScale(t).withOverrides()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	c := &cluster{t: t, ctx: ctx, sc: sc, bin: serverBinary(t), dir: t.TempDir()}
@@ -259,6 +259,11 @@ func (c *cluster) apply(f *loadkit.Fleet, edits []*loadkit.Edit) []time.Duration
 	}
 	if err := loadkit.WaitChanges(c.ctx, c.sc.timeout, cs...); err != nil {
 		c.t.Errorf("changes did not reach every proxy within %s: %v", c.sc.timeout, err)
+		for _, ch := range cs {
+			if m := ch.Missing(); len(m) > 0 {
+				c.t.Errorf("%d proxies lack it: %s", len(m), f.Explain(ch, m[0]))
+			}
+		}
 	}
 	f.Retire(cs...)
 	var all []time.Duration

@@ -18,7 +18,7 @@ import (
 func TestSlowAndHostileClients(t *testing.T) {
 	c := newCluster(t, "SlowAndHostileClients", clusterOptions{replicas: 1})
 	r := c.replicas[0]
-	bad := max(2, c.sc.proxies/10)
+	bad := max(2, int(float64(c.sc.proxies)**hostileFlag))
 	good, took := c.connect(c.fleetOptions(c.sc.proxies-bad), nil)
 	c.res.figure("initial connect of the well-behaved proxies", took.Seconds(), "s", fmt.Sprintf("%d proxies", good.Len()))
 	quiesce(c.ctx, good)
@@ -36,6 +36,7 @@ func TestSlowAndHostileClients(t *testing.T) {
 
 	o := c.fleetOptions(bad)
 	o.FirstIndex = c.sc.proxies - bad
+	c.res.Proxies = c.sc.proxies
 	o.Resume = false
 	hostile, _ := c.connect(o, func(f *loadkit.Fleet) {
 		for i := range f.Len() {

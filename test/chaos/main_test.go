@@ -13,11 +13,14 @@ import (
 )
 
 var (
-	scaleFlag = flag.String("chaos.scale", envOr("CHAOS_SCALE", "small"), "scenario size: small (make test) or big (make chaos: 1,000 services, 1,000 proxies)")
-	outFlag   = flag.String("chaos.out", os.Getenv("CHAOS_OUT"), "directory for each scenario's report.json and report.txt (default: the test log only)")
-	logsFlag  = flag.String("chaos.logs", os.Getenv("CHAOS_LOGS"), "directory to copy every server's log into, by scenario (default: not kept)")
-	pprofFlag = flag.Bool("chaos.server-pprof", false, "the server binary has the pprof overlay (test/load/serverpprof): scenarios save CPU profiles of their recovery into -chaos.logs")
-	binFlag   = flag.String("chaos.server-binary", os.Getenv("CHAOS_SERVER_BINARY"), "discovery binary to run (default: built from ./cmd/discovery)")
+	scaleFlag    = flag.String("chaos.scale", envOr("CHAOS_SCALE", "small"), "scenario size: small (make test) or big (make chaos: 1,000 services, 1,000 proxies)")
+	outFlag      = flag.String("chaos.out", os.Getenv("CHAOS_OUT"), "directory for each scenario's report.json and report.txt (default: the test log only)")
+	logsFlag     = flag.String("chaos.logs", os.Getenv("CHAOS_LOGS"), "directory to copy every server's log into, by scenario (default: not kept)")
+	pprofFlag    = flag.Bool("chaos.server-pprof", false, "the server binary has the pprof overlay (test/load/serverpprof): scenarios save CPU profiles of their recovery into -chaos.logs")
+	hostileFlag  = flag.Float64("chaos.hostile", 0.1, "SlowAndHostileClients: the fraction of proxies that misbehave (half never ACK, half read slowly)")
+	slowReadFlag = flag.Duration("chaos.slow-read", 0, "SlowAndHostileClients: how long a slow proxy waits before reading each response (default: the scale's)")
+	proxiesFlag  = flag.Int("chaos.proxies", 0, "proxies per scenario instead of the scale's (to push a scenario beyond)")
+	binFlag      = flag.String("chaos.server-binary", os.Getenv("CHAOS_SERVER_BINARY"), "discovery binary to run (default: built from ./cmd/discovery)")
 )
 
 func envOr(k, def string) string {
@@ -72,6 +75,17 @@ func currentScale(t *testing.T) scale {
 	}
 	t.Fatalf("-chaos.scale=%q: want small or big", *scaleFlag)
 	return scale{}
+}
+
+// withOverrides applies the command line's overrides to a scale.
+func (s scale) withOverrides() scale {
+	if *proxiesFlag > 0 {
+		s.proxies = *proxiesFlag
+	}
+	if *slowReadFlag > 0 {
+		s.slowRead = *slowReadFlag
+	}
+	return s
 }
 
 // serverBinary is the discovery binary the scenarios run.

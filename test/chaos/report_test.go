@@ -53,7 +53,7 @@ type figure struct {
 }
 
 func newResult(scenario string, sc scale) *result {
-	return &result{Scenario: scenario, Scale: sc.name, Started: time.Now(), Machine: loadkit.MachineInfo(), World: sc.world, Proxies: sc.proxies,
+	return &result{Scenario: scenario, Scale: sc.name + overridesNote(), Started: time.Now(), Machine: loadkit.MachineInfo(), World: sc.world, Proxies: sc.proxies,
 		Commit:  loadkit.GitCommit(),
 		Command: fmt.Sprintf("go test ./test/chaos -run '%s' -chaos.scale=%s", testNameOf(scenario), sc.name)}
 }
@@ -138,4 +138,22 @@ func formatValue(v float64) string {
 		return fmt.Sprintf("%d", int64(v))
 	}
 	return fmt.Sprintf("%.2f", v)
+}
+
+// overridesNote names the command line's overrides of the scale.
+func overridesNote() string {
+	var parts []string
+	if *proxiesFlag > 0 {
+		parts = append(parts, fmt.Sprintf("-chaos.proxies=%d", *proxiesFlag))
+	}
+	if *slowReadFlag > 0 {
+		parts = append(parts, "-chaos.slow-read="+slowReadFlag.String())
+	}
+	if *hostileFlag != 0.1 {
+		parts = append(parts, fmt.Sprintf("-chaos.hostile=%g", *hostileFlag))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " " + strings.Join(parts, " ")
 }
