@@ -3,65 +3,67 @@ package install
 import (
 	"encoding/json"
 	"fmt"
-	"sort"
 	"strconv"
 
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
+
+	"github.com/meshplane/discovery/pkg/mesh"
 )
 
 // meshConfig (spec.meshConfig over values.meshConfig) is Istio's
-// MeshConfig: checked with protojson, written to the istio ConfigMap for
-// Istio's tools, and read in discovery only where meshEffects says.
+// MeshConfig: written to the istio ConfigMap, which the server reads.
+// The installer checks it with the server's own parser (pkg/mesh: Istio's
+// decoding, Go durations included, and Istio's validation), so that an
+// install never writes a MeshConfig the server would refuse, and warns
+// about the fields the server reports as not applied.
 
-// meshEffects are the MeshConfig fields discovery acts on; the others
-// are accepted with a warning.
-var meshEffects = map[string]string{
-	"defaultConfig": "the proxies' ProxyConfig (the injector)",
-	"trustDomain":   "--trust-domain",
-	"rootNamespace": "istio-system only",
+// parseMeshConfig reads a meshConfig subtree as the server will.
+func parseMeshConfig(v any) (*mesh.Config, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return mesh.Parse(string(b))
 }
 
-// rootNamespace is where discovery looks for mesh-wide configuration.
-const rootNamespace = "istio-system"
-
-// checkMeshConfig parses the meshConfig subtree as Istio's MeshConfig:
-// unknown fields and wrong types are refused with protojson's message.
+// checkMeshConfig refuses a meshConfig subtree the server would refuse
+// (wrong types, invalid values) and, stricter than istiod, fields
+// MeshConfig does not have: at install time an unknown field is a typo.
 func checkMeshConfig(v any, path Path) []error {
 	if _, ok := v.(map[string]any); !ok {
 		return []error{typeError(path, "an object", v)}
 	}
-	b, err := json.Marshal(v)
+	mc, err := parseMeshConfig(v)
 	if err != nil {
-		return []error{&FieldError{Path: path, Msg: err.Error()}}
-	}
-	if err := protojson.Unmarshal(b, &meshv1alpha1.MeshConfig{}); err != nil {
 		return []error{&FieldError{Path: path, Msg: "not a valid Istio MeshConfig: " + err.Error()}}
 	}
-	return nil
-}
-
-// meshWarnings names the fields of a meshConfig subtree that change
-// nothing in discovery.
-func meshWarnings(v any, path Path) []string {
-	m, ok := v.(map[string]any)
-	if !ok {
-		return nil
-	}
-	var out []string
-	for _, k := range sortedKeys(m) {
-		p := path.child(keyStep(k))
-		switch {
-		case k == "rootNamespace":
-			if s, _ := m[k].(string); s != rootNamespace {
-				out = append(out, noEffect(p, "discovery's root namespace is "+rootNamespace))
-			}
-		case meshEffects[k] == "":
-			out = append(out, noEffect(p, "written to the istio ConfigMap for Istio's tools; discovery does not read it"))
+	var out []error
+	for _, f := range mc.Ignored() {
+		if f.Unknown {
+			out = append(out, &FieldError{Path: path, Msg: fmt.Sprintf("not a valid Istio MeshConfig: unknown field %q", f.Path)})
 		}
 	}
 	return out
+}
+
+// meshWarnings names the fields of a meshConfig subtree the server
+// accepts but does not apply (mesh.Config.Ignored), with its reasons.
+func meshWarnings(v any, path Path) []string {
+	if _, ok := v.(map[string]any); !ok {
+		return nil
+	}
+	mc, err := parseMeshConfig(v)
+	if err != nil {
+		return nil // refused by checkMeshConfig
+	}
+	var out []string
+	for _, f := range mc.Ignored() {
+		if !f.Unknown {
+			out = append(out, fmt.Sprintf("%s.%s: accepted, but has no effect in discovery (%s)", path, f.Path, f.Reason))
+		}
+	}
+	return append(out, mc.Warnings()...)
 }
 
 func noEffect(p Path, why string) string {
@@ -162,14 +164,4 @@ func meshField(md protoreflect.MessageDescriptor, rest Path) protoreflect.FieldD
 		return nil
 	}
 	return fd
-}
-
-// meshEffectNames lists meshEffects, for messages.
-func meshEffectNames() []string {
-	out := make([]string, 0, len(meshEffects))
-	for k := range meshEffects {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

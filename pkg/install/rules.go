@@ -19,9 +19,6 @@ func checkRules(s *Spec, tree map[string]any) ([]string, error) {
 	r := &rules{}
 	v := &s.Values
 	r.dnsLabel("namespace", v.Global.IstioNamespace, 63)
-	if v.Global.IstioNamespace != rootNamespace {
-		r.warn("namespace: discovery's root namespace (for mesh-wide Sidecar, PeerAuthentication and AuthorizationPolicy objects) stays %s", rootNamespace)
-	}
 	if v.Revision != "" {
 		r.dnsLabel("revision", v.Revision, 40)
 	}

@@ -99,13 +99,11 @@ var setCases = map[string]setCase{
 	}},
 
 	// Top level.
-	"profile picks a profile":     {sets: []string{"profile=demo"}, effects: []effect{{obj: "Deployment/istio-egressgateway", at: "metadata.name", eq: "istio-egressgateway"}}},
-	"revision names the revision": {sets: []string{"revision=canary"}, effects: []effect{{obj: "Deployment/discovery-canary", at: discoveryContainer + ".args", has: "--revision=canary"}}},
-	"namespace moves the control plane": {sets: []string{"namespace=mesh-system"}, effects: []effect{{obj: "Deployment/discovery", at: "metadata.namespace", eq: "mesh-system"}},
-		warn: "namespace: discovery's root namespace (for mesh-wide Sidecar, PeerAuthentication and AuthorizationPolicy objects) stays istio-system"},
-	"values.global.istioNamespace is namespace": {sets: []string{"values.global.istioNamespace=mesh-system"}, effects: []effect{{obj: "Deployment/discovery", at: "metadata.namespace", eq: "mesh-system"}},
-		warn: "namespace: discovery's root namespace"},
-	"installPackagePath is refused": {sets: []string{"installPackagePath=/tmp/istio"}, err: "installPackagePath: not supported by discovery: the charts are discovery's own"},
+	"profile picks a profile":                   {sets: []string{"profile=demo"}, effects: []effect{{obj: "Deployment/istio-egressgateway", at: "metadata.name", eq: "istio-egressgateway"}}},
+	"revision names the revision":               {sets: []string{"revision=canary"}, effects: []effect{{obj: "Deployment/discovery-canary", at: discoveryContainer + ".args", has: "--revision=canary"}}},
+	"namespace moves the control plane":         {sets: []string{"namespace=mesh-system"}, effects: []effect{{obj: "Deployment/discovery", at: "metadata.namespace", eq: "mesh-system"}}},
+	"values.global.istioNamespace is namespace": {sets: []string{"values.global.istioNamespace=mesh-system"}, effects: []effect{{obj: "Deployment/discovery", at: "metadata.namespace", eq: "mesh-system"}}},
+	"installPackagePath is refused":             {sets: []string{"installPackagePath=/tmp/istio"}, err: "installPackagePath: not supported by discovery: the charts are discovery's own"},
 
 	// Mesh config.
 	"meshConfig.defaultConfig reaches the proxies": {sets: []string{"meshConfig.defaultConfig.holdApplicationUntilProxyStarts=true"}, effects: []effect{
@@ -122,10 +120,31 @@ var setCases = map[string]setCase{
 	"values.meshConfig is meshConfig": {sets: []string{"values.meshConfig.defaultConfig.proxyMetadata.FOO=bar"}, effects: []effect{
 		{obj: "ConfigMap/istio", at: "data.mesh.defaultConfig.proxyMetadata.FOO", eq: "bar"},
 	}},
-	"a mesh setting discovery does not act on is written and warned about": {sets: []string{"meshConfig.accessLogFile=/dev/stdout"}, effects: []effect{
+	"meshConfig.accessLogFile reaches the server": {sets: []string{"meshConfig.accessLogFile=/dev/stdout"}, effects: []effect{
 		{obj: "ConfigMap/istio", at: "data.mesh.accessLogFile", eq: "/dev/stdout"},
-	}, warn: "meshConfig.accessLogFile: accepted, but has no effect in discovery"},
-	"an unknown mesh setting is refused": {sets: []string{"meshConfig.accessLogFil=/dev/stdout"}, err: "not a valid Istio MeshConfig"},
+	}},
+	"a mesh setting discovery does not act on is written and warned about": {sets: []string{"meshConfig.ingressClass=nginx"}, effects: []effect{
+		{obj: "ConfigMap/istio", at: "data.mesh.ingressClass", eq: "nginx"},
+	}, warn: "meshConfig.ingressClass: accepted, but has no effect in discovery (Kubernetes Ingress resources are not read)"},
+	"a Go duration in meshConfig is accepted, as by Istio": {sets: []string{"meshConfig.connectTimeout=1m30s"}, effects: []effect{
+		{obj: "ConfigMap/istio", at: "data.mesh.connectTimeout", eq: "1m30s"},
+	}},
+	"an invalid mesh setting is refused": {sets: []string{"meshConfig.connectTimeout=0s"}, err: "not a valid Istio MeshConfig"},
+	"the root namespace follows the namespace": {sets: []string{"namespace=mesh-system"}, effects: []effect{
+		{obj: "ConfigMap/istio", at: "data.mesh.rootNamespace", eq: "mesh-system"},
+	}},
+	"prometheus is the default metrics provider": {effects: []effect{
+		{obj: "ConfigMap/istio", at: "data.mesh.defaultProviders.metrics.[0]", eq: "prometheus"},
+	}},
+	"values.telemetry.v2.prometheus.enabled=false leaves no default metrics provider": {sets: []string{"values.telemetry.v2.prometheus.enabled=false"}, effects: []effect{
+		{obj: "ConfigMap/istio", at: "data.mesh.defaultProviders", absent: true},
+	}},
+	"meshConfig.defaultProviders replaces the default provider": {sets: []string{"meshConfig.defaultProviders.accessLogging[0]=envoy"}, effects: []effect{
+		{obj: "ConfigMap/istio", at: "data.mesh.defaultProviders.accessLogging.[0]", eq: "envoy"},
+		{obj: "ConfigMap/istio", at: "data.mesh.defaultProviders.metrics", absent: true},
+	}},
+	"values.telemetry.v2.stackdriver.enabled is refused": {sets: []string{"values.telemetry.v2.stackdriver.enabled=true"}, err: "values.telemetry.v2.stackdriver.enabled: not supported by discovery"},
+	"an unknown mesh setting is refused":                 {sets: []string{"meshConfig.accessLogFil=/dev/stdout"}, err: "not a valid Istio MeshConfig"},
 
 	// The discovery Deployment.
 	"components.pilot.k8s.replicaCount sets the replicas": {sets: []string{"values.pilot.autoscaleEnabled=false", "components.pilot.k8s.replicaCount=2"}, effects: []effect{
@@ -329,11 +348,13 @@ var setCases = map[string]setCase{
 	"values.gateways.istio-ingressgateway.runAsRoot is warned about": {sets: []string{"values.gateways.istio-ingressgateway.runAsRoot=true"}, warn: "values.gateways.istio-ingressgateway.runAsRoot: accepted, but has no effect in discovery"},
 
 	// Istio's components discovery does not have.
-	"components.cni.enabled is refused":          {sets: []string{"components.cni.enabled=true"}, err: "components.cni.enabled: not supported by discovery"},
-	"components.ztunnel.enabled is refused":      {sets: []string{"components.ztunnel.enabled=true"}, err: "components.ztunnel.enabled: not supported by discovery"},
-	"components.cni.enabled=false is accepted":   {sets: []string{"components.cni.enabled=false"}, effects: []effect{{obj: "Deployment/discovery", at: "metadata.name", eq: "discovery"}}},
-	"values.cni settings are warned about":       {sets: []string{"values.cni.cniBinDir=/opt/cni/bin"}, warn: "values.cni: accepted, but has no effect in discovery"},
-	"values.telemetry settings are warned about": {sets: []string{"values.telemetry.enabled=false"}, warn: "values.telemetry: accepted, but has no effect in discovery"},
+	"components.cni.enabled is refused":        {sets: []string{"components.cni.enabled=true"}, err: "components.cni.enabled: not supported by discovery"},
+	"components.ztunnel.enabled is refused":    {sets: []string{"components.ztunnel.enabled=true"}, err: "components.ztunnel.enabled: not supported by discovery"},
+	"components.cni.enabled=false is accepted": {sets: []string{"components.cni.enabled=false"}, effects: []effect{{obj: "Deployment/discovery", at: "metadata.name", eq: "discovery"}}},
+	"values.cni settings are warned about":     {sets: []string{"values.cni.cniBinDir=/opt/cni/bin"}, warn: "values.cni: accepted, but has no effect in discovery"},
+	"values.telemetry.enabled=false leaves no default metrics provider": {sets: []string{"values.telemetry.enabled=false"}, effects: []effect{
+		{obj: "ConfigMap/istio", at: "data.mesh.defaultProviders", absent: true},
+	}},
 	"the remote profile points the webhooks at the remote discovery": {profile: "remote", sets: []string{"values.global.remotePilotAddress=discovery.example.com:15012"}, effects: []effect{
 		{obj: "MutatingWebhookConfiguration/istio-sidecar-injector", at: "webhooks.[0].clientConfig.url", eq: "https://discovery.example.com:15017/inject"},
 		{obj: "Deployment/discovery", absent: true},

@@ -44,9 +44,37 @@ type Values struct {
 	Cni                  any    `json:"cni,omitempty" install:"noeffect=discovery has no CNI node agent"`
 	IstioCni             any    `json:"istio_cni,omitempty" install:"noeffect=discovery has no CNI node agent"`
 	Ztunnel              any    `json:"ztunnel,omitempty" install:"noeffect=discovery has no ambient mode (ztunnel)"`
-	Telemetry            any    `json:"telemetry,omitempty" install:"noeffect=discovery configures no telemetry filters"`
-	Experimental         any    `json:"experimental,omitempty" install:"noeffect=validation is discovery's webhook only, no ValidatingAdmissionPolicy"`
-	GatewayClasses       any    `json:"gatewayClasses,omitempty" install:"noeffect=discovery does not deploy Gateway API gateways"`
+	// Telemetry chooses Istio's default metrics provider: prometheus in
+	// the istio ConfigMap's defaultProviders unless meshConfig sets them.
+	Telemetry      TelemetryValues `json:"telemetry"`
+	Experimental   any             `json:"experimental,omitempty" install:"noeffect=validation is discovery's webhook only, no ValidatingAdmissionPolicy"`
+	GatewayClasses any             `json:"gatewayClasses,omitempty" install:"noeffect=discovery does not deploy Gateway API gateways"`
+}
+
+// TelemetryValues are Istio's values.telemetry. With all three enabled
+// (the default) and no meshConfig.defaultProviders, the chart writes
+// defaultProviders.metrics [prometheus], as Istio's chart does: the
+// istio.stats filters that feed istio_requests_total and friends.
+type TelemetryValues struct {
+	Enabled *bool             `json:"enabled,omitempty"`
+	V2      TelemetryV2Values `json:"v2"`
+}
+
+// TelemetryV2Values are values.telemetry.v2.
+type TelemetryV2Values struct {
+	Enabled     *bool                `json:"enabled,omitempty"`
+	Prometheus  TelemetryPrometheus  `json:"prometheus"`
+	Stackdriver TelemetryStackdriver `json:"stackdriver"`
+}
+
+// TelemetryPrometheus is values.telemetry.v2.prometheus.
+type TelemetryPrometheus struct {
+	Enabled *bool `json:"enabled,omitempty"`
+}
+
+// TelemetryStackdriver is values.telemetry.v2.stackdriver.
+type TelemetryStackdriver struct {
+	Enabled *bool `json:"enabled,omitempty" install:"only=false|;the stackdriver provider is not supported"`
 }
 
 // GlobalValues are read by every chart.

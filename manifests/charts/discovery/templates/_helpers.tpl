@@ -98,6 +98,11 @@ app.kubernetes.io/part-of: discovery
 {{- $dc := $mc.defaultConfig | default dict -}}
 {{- $_ = set $dc "discoveryAddress" ($dc.discoveryAddress | default (include "discovery.host" .)) -}}
 {{- $_ = set $mc "defaultConfig" $dc -}}
+{{- $t := .Values.telemetry | default dict -}}
+{{- $v2 := $t.v2 | default dict -}}
+{{- if and (not $mc.defaultProviders) (ne (toString $t.enabled) "false") (ne (toString $v2.enabled) "false") (ne (toString ($v2.prometheus | default dict).enabled) "false") -}}
+{{- $_ = set $mc "defaultProviders" (dict "metrics" (list "prometheus")) -}}
+{{- end -}}
 {{- toYaml $mc -}}
 {{- end }}
 
