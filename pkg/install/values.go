@@ -74,7 +74,7 @@ type TelemetryPrometheus struct {
 
 // TelemetryStackdriver is values.telemetry.v2.stackdriver.
 type TelemetryStackdriver struct {
-	Enabled *bool `json:"enabled,omitempty" install:"only=false|;the stackdriver provider is not supported"`
+	Enabled *bool `json:"enabled,omitempty" install:"only=false;the stackdriver provider is not supported"`
 }
 
 // GlobalValues are read by every chart.
