@@ -25,8 +25,9 @@ var Applied = map[string]string{
 	"accessLogFile":                  "the proxies' access log file (used when no Telemetry or default provider configures access logging)",
 	"accessLogFormat":                "the access log format",
 	"accessLogEncoding":              "TEXT or JSON access logs",
-	"extensionProviders":             "providers the Telemetry API and defaultProviders name (prometheus; envoyFileAccessLog, envoyHttpAls, envoyTcpAls, envoyOtelAls)",
-	"defaultProviders":               "the metrics and access log providers where no Telemetry names one",
+	"extensionProviders":             "providers the Telemetry API and defaultProviders name (prometheus; envoyFileAccessLog, envoyHttpAls, envoyTcpAls, envoyOtelAls; zipkin, opentelemetry, datadog, skywalking)",
+	"defaultProviders":               "the metrics, access log and tracing providers where no Telemetry names one",
+	"enableTracing":                  "connection managers trace (sampling and tags from defaultConfig.tracing) when neither Telemetry nor defaultProviders.tracing configure tracing",
 	"defaultServiceExportTo":         "the exportTo of Services and ServiceEntries that set none",
 	"defaultVirtualServiceExportTo":  "the exportTo of VirtualServices that set none",
 	"defaultDestinationRuleExportTo": "the exportTo of DestinationRules that set none",
@@ -43,7 +44,6 @@ var notApplied = map[string]string{
 	"ingressControllerMode":       "Kubernetes Ingress resources are not read",
 	"ingressSelector":             "Kubernetes Ingress resources are not read",
 	"localityLbSetting":           "locality-aware load balancing is not implemented (endpoints are shared by every proxy of a class, whatever its locality)",
-	"enableTracing":               "tracing is not configured by discovery yet",
 	"enablePrometheusMerge":       "the injector does not rewrite prometheus.io annotations",
 	"proxyListenPort":             "sidecars' outbound listener is always on 15001",
 	"proxyInboundListenPort":      "sidecars' inbound listener is always on 15006",
@@ -96,8 +96,8 @@ func partlyIgnored(mc *meshv1alpha1.MeshConfig, name string) []Field {
 			}
 		}
 	case "defaultProviders":
-		if len(mc.GetDefaultProviders().GetTracing()) > 0 {
-			out = append(out, Field{Path: "defaultProviders.tracing", Reason: "tracing is not configured by discovery yet"})
+		if t := mc.GetDefaultProviders().GetTracing(); len(t) > 1 {
+			out = append(out, Field{Path: "defaultProviders.tracing", Reason: "only the first provider is used, as in istiod"})
 		}
 	}
 	return out
@@ -118,9 +118,23 @@ func SupportedProvider(p *meshv1alpha1.MeshConfig_ExtensionProvider) (metrics, l
 	return false, false
 }
 
+// TracingProvider reports whether discovery configures tracing for an
+// extension provider of p's type. Lightstep is not among them: Istio
+// deprecated it and istiod cannot build it either.
+func TracingProvider(p *meshv1alpha1.MeshConfig_ExtensionProvider) bool {
+	switch p.GetProvider().(type) {
+	case *meshv1alpha1.MeshConfig_ExtensionProvider_Zipkin,
+		*meshv1alpha1.MeshConfig_ExtensionProvider_Opentelemetry,
+		*meshv1alpha1.MeshConfig_ExtensionProvider_Datadog,
+		*meshv1alpha1.MeshConfig_ExtensionProvider_Skywalking:
+		return true
+	}
+	return false
+}
+
 func unsupportedProvider(p *meshv1alpha1.MeshConfig_ExtensionProvider) string {
-	if m, l := SupportedProvider(p); m || l {
-		return ""
+	if m, l := SupportedProvider(p); m || l || TracingProvider(p) {
+		return tracingPartlyIgnored(p)
 	}
 	kind := "no provider"
 	if p.GetProvider() != nil {
@@ -138,4 +152,26 @@ func fieldByName(md protoreflect.MessageDescriptor, key string) protoreflect.Fie
 		return fd
 	}
 	return md.Fields().ByName(protoreflect.Name(key))
+}
+
+// tracingPartlyIgnored names the parts of a tracing provider discovery
+// does not apply.
+func tracingPartlyIgnored(p *meshv1alpha1.MeshConfig_ExtensionProvider) string {
+	var headers []*meshv1alpha1.MeshConfig_ExtensionProvider_HttpHeader
+	switch prov := p.GetProvider().(type) {
+	case *meshv1alpha1.MeshConfig_ExtensionProvider_Zipkin:
+		headers = prov.Zipkin.GetHeaders()
+	case *meshv1alpha1.MeshConfig_ExtensionProvider_Opentelemetry:
+		o := prov.Opentelemetry
+		if o.GetServiceAttributeEnrichment() == meshv1alpha1.MeshConfig_ExtensionProvider_OTEL_SEMANTIC_CONVENTIONS {
+			return "serviceAttributeEnrichment OTEL_SEMANTIC_CONVENTIONS is not applied: spans are named after the node cluster"
+		}
+		headers = append(append(o.GetHttp().GetHeaders(), o.GetGrpc().GetInitialMetadata()...), o.GetDynatraceSampler().GetHttpService().GetHttp().GetHeaders()...)
+	}
+	for _, h := range headers {
+		if h.GetEnvName() != "" {
+			return fmt.Sprintf("header %q names istiod's environment variable %q, which discovery does not read: it is sent empty", h.GetName(), h.GetEnvName())
+		}
+	}
+	return ""
 }

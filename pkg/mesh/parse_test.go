@@ -112,9 +112,17 @@ func TestParse(t *testing.T) {
 			},
 		},
 		"reports extension providers of a type discovery cannot configure": {
-			yaml: "extensionProviders:\n- name: zipkin\n  zipkin:\n    service: zipkin.istio-system.svc.cluster.local\n    port: 9411\n- name: prom2\n  prometheus: {}\n- name: als\n  envoyHttpAls: {service: als.observability.svc.cluster.local, port: 9000}\n",
+			yaml: "extensionProviders:\n- name: zipkin\n  zipkin:\n    service: zipkin.istio-system.svc.cluster.local\n    port: 9411\n- name: ls\n  lightstep: {service: ls.observability.svc.cluster.local, port: 8080}\n- name: prom2\n  prometheus: {}\n- name: als\n  envoyHttpAls: {service: als.observability.svc.cluster.local, port: 9000}\n",
 			check: func(t *testing.T, c *Config) {
-				if got := paths(c.Ignored()); got != "extensionProviders[zipkin]" {
+				if got := paths(c.Ignored()); got != "extensionProviders[ls]" {
+					t.Errorf("ignored %s", got)
+				}
+			},
+		},
+		"applies enableTracing and tracing providers, reports what of them is not applied": {
+			yaml: "enableTracing: false\ndefaultProviders: {tracing: [otel, zipkin]}\nextensionProviders:\n- name: otel\n  opentelemetry:\n    service: otel.observability.svc.cluster.local\n    port: 4317\n    grpc:\n      initialMetadata: [{name: x-token, envName: TOKEN}]\n- name: zipkin\n  zipkin: {service: zipkin.istio-system.svc.cluster.local, port: 9411}\n",
+			check: func(t *testing.T, c *Config) {
+				if got := paths(c.Ignored()); got != "defaultProviders.tracing,extensionProviders[otel]" {
 					t.Errorf("ignored %s", got)
 				}
 			},

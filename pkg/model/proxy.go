@@ -1,6 +1,7 @@
 package model
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -40,6 +41,7 @@ const (
 	MetaName             = "NAME"
 	MetaMeshID           = "MESH_ID"
 	MetaInterceptionMode = "INTERCEPTION_MODE"
+	MetaProxyConfig      = "PROXY_CONFIG"
 )
 
 // ErrInvalidNode is wrapped by every error ParseProxy returns.
@@ -76,6 +78,14 @@ type ProxyMetadata struct {
 	Name             string            `json:"name,omitempty"`
 	MeshID           string            `json:"meshID,omitempty"`
 	InterceptionMode string            `json:"interceptionMode,omitempty"`
+	// ProxyConfig is set when the node sends PROXY_CONFIG (pilot-agent
+	// does: its ProxyConfig, the mesh's defaultConfig with the pod's
+	// proxy.istio.io/config on top); istiod then reads the proxy's
+	// configuration from it instead of the mesh's defaultConfig.
+	ProxyConfig bool `json:"proxyConfig,omitempty"`
+	// Tracing is PROXY_CONFIG's tracing as compact JSON ("" for none):
+	// what generation reads of it (the HTTP connection managers' tracing).
+	Tracing string `json:"tracing,omitempty"`
 }
 
 // Proxy is a connected proxy as its xDS node describes it.
@@ -90,8 +100,12 @@ type Proxy struct {
 	PodName   string `json:"podName"`
 	Namespace string `json:"namespace"`
 	// DNSDomain is the ID's last field (NAMESPACE.svc.DOMAIN).
-	DNSDomain string        `json:"dnsDomain"`
-	Metadata  ProxyMetadata `json:"metadata"`
+	DNSDomain string `json:"dnsDomain"`
+	// ServiceCluster is the xDS node's cluster field (pilot-agent sends
+	// APP.NAMESPACE): the service name of the spans a datadog or
+	// opentelemetry tracer reports, as istiod names them.
+	ServiceCluster string        `json:"serviceCluster,omitempty"`
+	Metadata       ProxyMetadata `json:"metadata"`
 }
 
 // IsGRPC reports whether the proxy is a proxyless gRPC application.
@@ -224,6 +238,20 @@ func parseMetadata(md *ProxyMetadata, meta map[string]any) error {
 			return err
 		}
 		md.InstanceIPs = ips
+	}
+	if v, ok := meta[MetaProxyConfig]; ok && v != nil {
+		pc, ok := v.(map[string]any)
+		if !ok {
+			return &NodeError{Field: MetaProxyConfig, Reason: fmt.Sprintf("is a %s, expected an object (a ProxyConfig)", jsonKind(v))}
+		}
+		md.ProxyConfig = true
+		if t, ok := pc["tracing"]; ok && t != nil {
+			b, err := json.Marshal(t)
+			if err != nil {
+				return &NodeError{Field: MetaProxyConfig, Reason: "tracing: " + err.Error()}
+			}
+			md.Tracing = string(b)
+		}
 	}
 	return nil
 }

@@ -50,6 +50,19 @@ func TestParseProxy(t *testing.T) {
 				Metadata: ProxyMetadata{Namespace: "ns1", Generator: "grpc"},
 			},
 		},
+		"keeps PROXY_CONFIG's tracing, as compact JSON": {
+			id: "sidecar~127.0.0.1~client.ns1~ns1.svc.cluster.local",
+			meta: map[string]any{"PROXY_CONFIG": map[string]any{"concurrency": 2.0, "tracing": map[string]any{"sampling": 10.0, "max_path_tag_length": 99.0}}},
+			want: &Proxy{
+				ID: "sidecar~127.0.0.1~client.ns1~ns1.svc.cluster.local", Type: ProxySidecar,
+				IPs: []string{"127.0.0.1"}, PodName: "client", Namespace: "ns1", DNSDomain: "ns1.svc.cluster.local",
+				Metadata: ProxyMetadata{Namespace: "ns1", ProxyConfig: true, Tracing: `{"max_path_tag_length":99,"sampling":10}`},
+			},
+		},
+		"rejects a PROXY_CONFIG that is not an object": {
+			id: "sidecar~10.0.0.1~a.b~b.svc.cluster.local", meta: map[string]any{"PROXY_CONFIG": "x"},
+			wantErr: "PROXY_CONFIG: is a string, expected an object",
+		},
 		"rejects an ID with three fields":         {id: "sidecar~10.0.0.1~a.b", wantErr: "has 3 fields"},
 		"rejects an empty ID":                     {id: "", wantErr: "has 1 fields"},
 		"rejects an unknown proxy type":           {id: "ztunnel~10.0.0.1~a.b~b.svc.cluster.local", wantErr: "neither sidecar nor router"},

@@ -31,6 +31,10 @@ import (
 //	               workloadSelector selects p, oldest first (drselect.go)
 //	|tel=A,B       the Telemetry resources of p's namespace whose selector
 //	               or targetRefs select p, by name (telemetryclass.go)
+//	|trace=...     when tracing may apply (telemetrytracing.go): what the
+//	               connection managers' tracing reads of p (its canonical
+//	               service and revision, mesh, cluster, node cluster and
+//	               PROXY_CONFIG tracing), when p has some; gateways too
 //
 // Without such configuration the key is p.Class(). Gateways' classes
 // already carry their labels (DestinationRule selectors, which do apply to
@@ -38,10 +42,15 @@ import (
 // is cheap: what it needs of w is indexed once per World (and namespace).
 func ClassKey(w *model.World, p *model.Proxy) string {
 	key := p.Class()
+	ix := indexFor(w)
+	if ix.tracing {
+		if id := traceIdentity(p); id != "" {
+			key += "|trace=" + id
+		}
+	}
 	if p.Type == model.ProxyRouter {
 		return key
 	}
-	ix := indexFor(w)
 	if c, _ := ix.choose(p); c != nil && hasWorkloadSelector(c) {
 		key += "|sidecar=" + c.Key.Name
 	}
@@ -71,6 +80,8 @@ type worldIndex struct {
 	// telemetry holds, per namespace, the Telemetry resources that
 	// select workloads, by name (telemetryclass.go).
 	telemetry map[string][]*model.Config
+	// tracing is set when some proxy may trace (tracingMayApply).
+	tracing bool
 	// selected holds, per namespace, the Sidecars with a workloadSelector,
 	// defaults those without; both oldest first, as Istio orders them.
 	selected, defaults map[string][]*model.Config
@@ -199,7 +210,7 @@ func evictIndexes() {
 func newWorldIndex(w *model.World, prev *worldIndex) *worldIndex {
 	ix := &worldIndex{
 		version: w.Version, root: RootNamespace(w), vsExportTo: w.Mesh().VirtualServiceExportTo(), selected: map[string][]*model.Config{}, defaults: map[string][]*model.Config{},
-		rules: newRuleIndex(w), telemetry: selectingTelemetries(w),
+		rules: newRuleIndex(w), telemetry: selectingTelemetries(w), tracing: tracingMayApply(w),
 	}
 	for _, c := range w.Configs(model.KindSidecar) {
 		if _, ok := c.Object.(*networkingv1.Sidecar); !ok {

@@ -26,10 +26,10 @@ import (
 // selector matches its labels or whose targetRefs name its Gateway, in
 // creation order; later ones override earlier ones.
 //
-// Not done: tracing (Tracing blocks and defaultProviders.tracing are
-// reported, and proxies get no tracing configuration from discovery); the
-// stackdriver provider; service-attached (targetRefs to a Service)
-// Telemetry, which Istio applies to waypoints only.
+// Tracing is decided in telemetrytracing.go with the same selection.
+//
+// Not done: the stackdriver provider; service-attached (targetRefs to a
+// Service) Telemetry, which Istio applies to waypoints only.
 
 // trafficClass is the class of a listener as Istio's telemetry sees it.
 type trafficClass uint8
@@ -48,9 +48,10 @@ func (c trafficClass) mode() tpb.WorkloadMode {
 }
 
 // telemetryFields are the Telemetry fields generation acts on.
-var telemetryFields = newFieldSet("selector", "targetRef", "targetRefs",
+var telemetryFields = newFieldSet(append([]string{"selector", "targetRef", "targetRefs",
 	"metrics.providers", "metrics.overrides", "metrics.reportingInterval",
-	"accessLogging.providers", "accessLogging.disabled", "accessLogging.filter", "accessLogging.match")
+	"accessLogging.providers", "accessLogging.disabled", "accessLogging.filter", "accessLogging.match"},
+	tracingFields...)...)
 
 // applicableTelemetries lists the Telemetry resources that apply to p, in
 // Istio's order (root, namespace, then selecting ones), and a key naming
@@ -402,21 +403,17 @@ type telemetryDecision struct {
 	// MeshConfig's accessLogFile applies.
 	logs   map[tpb.WorkloadMode]map[string]loggingSpec
 	legacy bool
-	// tracing is set when some Telemetry, or the default providers, ask
-	// for tracing, which discovery does not configure.
-	tracing bool
 }
 
 func decideTelemetry(mc *meshv1alpha1.MeshConfig, ts []*tpb.Telemetry) telemetryDecision {
 	var metrics []*tpb.Metrics
 	var levels [][]*tpb.AccessLogging
-	d := telemetryDecision{tracing: len(mc.GetDefaultProviders().GetTracing()) > 0}
+	d := telemetryDecision{}
 	for _, t := range ts {
 		metrics = append(metrics, t.GetMetrics()...)
 		if len(t.GetAccessLogging()) > 0 {
 			levels = append(levels, t.GetAccessLogging())
 		}
-		d.tracing = d.tracing || len(t.GetTracing()) > 0
 	}
 	d.metrics = mergeMetrics(metrics, mc.GetDefaultProviders().GetMetrics())
 	defaults := mc.GetDefaultProviders().GetAccessLogging()

@@ -14,9 +14,8 @@ import (
 
 // classTelemetry decides and builds the telemetry of p's class in w: the
 // traffic classes of a sidecar (outbound, inbound) or of a gateway. It
-// reports, once per Telemetry version, the providers it cannot configure
-// and tracing, which discovery does not configure. Proxyless gRPC gets
-// none (nil).
+// reports, once per Telemetry version, the providers it cannot configure.
+// Proxyless gRPC gets none (nil).
 func (g *Generator) classTelemetry(w *model.World, p *model.Proxy) *classTelemetry {
 	if p.IsGRPC() {
 		return nil
@@ -31,16 +30,42 @@ func (g *Generator) classTelemetry(w *model.World, p *model.Proxy) *classTelemet
 	mc := w.Mesh().Proto()
 	d := decideTelemetry(mc, specs)
 	g.reportProviders(cfgs, mc)
-	ct := &classTelemetry{key: w.Mesh().Hash() + "|" + key}
 	look := meshLookup{w: w, mesh: mc}
+	tin := tracingInput{look: look, d: decideTracing(mc, look.provider, specs), proxy: p, pc: proxyTracing(mc, p), sampling: DefaultTraceSampling}
+	ct := &classTelemetry{key: w.Mesh().Hash() + "|" + key}
 	classes := []trafficClass{classOutbound, classInbound}
 	if p.Type == model.ProxyRouter {
 		classes = []trafficClass{classGateway}
 	}
 	for _, c := range classes {
-		ct.byClass[c] = buildListenerTelemetry(look, d, c)
+		lt := buildListenerTelemetry(look, d, c)
+		var err error
+		lt.tracing, lt.requestID, err = buildTracing(tin, c)
+		if err != nil {
+			// The key carries the failure, so that the provider's service
+			// appearing rebuilds the listeners.
+			ct.key += "|trace!" + err.Error()
+			g.reportTracing(cfgs, w, err)
+		}
+		ct.byClass[c] = lt
 	}
 	return ct
+}
+
+// reportTracing warns, once per Telemetry version (or MeshConfig when no
+// Telemetry configures tracing), that a tracing provider could not be
+// configured, and proxies do not trace, as istiod warns.
+func (g *Generator) reportTracing(cfgs []*model.Config, w *model.World, err error) {
+	const msg = "tracing is not configured: the provider cannot be, as istiod cannot"
+	for i := len(cfgs) - 1; i >= 0; i-- {
+		if t := cfgs[i].Object.(*telemetryv1.Telemetry); len(t.Spec.GetTracing()) > 0 {
+			g.warnOnce(cfgs[i], t.ResourceVersion, "tracing:"+err.Error(), msg, "reason", err.Error())
+			return
+		}
+	}
+	if _, done := g.warns.once.LoadOrStore("MeshConfig@"+w.Mesh().Hash()+"#"+err.Error(), true); !done {
+		g.log.Warn(msg, "from", "MeshConfig defaultProviders.tracing", "reason", err.Error())
+	}
 }
 
 // reportProviders warns, once per Telemetry version, of the providers a
@@ -50,6 +75,7 @@ func (g *Generator) reportProviders(cfgs []*model.Config, mc *meshv1alpha1.MeshC
 	for _, c := range cfgs {
 		t := c.Object.(*telemetryv1.Telemetry)
 		check := func(what string, refs []*tpb.ProviderRef, needMetrics, needLogs bool) {
+			needTracing := what == "tracing"
 			for _, name := range providerNames(refs) {
 				p := findProvider(mc, name)
 				switch {
@@ -59,7 +85,7 @@ func (g *Generator) reportProviders(cfgs []*model.Config, mc *meshv1alpha1.MeshC
 						"provider", name, "for", what)
 				default:
 					m, l := mesh.SupportedProvider(p)
-					if (needMetrics && !m) || (needLogs && !l) {
+					if (needMetrics && !m) || (needLogs && !l) || (needTracing && !mesh.TracingProvider(p)) {
 						g.warnOnce(c, t.ResourceVersion, "provider:"+what+":"+name,
 							"Telemetry names a provider discovery does not configure for "+what+"; it is ignored",
 							"provider", name, "type", providerType(p))
@@ -72,6 +98,16 @@ func (g *Generator) reportProviders(cfgs []*model.Config, mc *meshv1alpha1.MeshC
 		}
 		for _, l := range t.Spec.GetAccessLogging() {
 			check("accessLogging", l.GetProviders(), false, true)
+		}
+		for _, tr := range t.Spec.GetTracing() {
+			// Istio uses the first provider only.
+			if refs := tr.GetProviders(); len(refs) > 0 {
+				check("tracing", refs[:1], false, false)
+				if len(refs) > 1 {
+					g.warnOnce(c, t.ResourceVersion, "tracing:extra", "Telemetry tracing names several providers; only the first is used, as in istiod",
+						"ignored", providerNames(refs[1:]))
+				}
+			}
 		}
 	}
 }

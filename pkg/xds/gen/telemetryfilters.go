@@ -137,6 +137,10 @@ type listenerTelemetry struct {
 	// listenerLogs on listeners (with Istio's filter on NR, no chain
 	// matched).
 	accessLogs, listenerLogs []*accesslogv3.AccessLog
+	// tracing and requestID go on connection managers
+	// (telemetrytracing.go); tracing nil: no tracing.
+	tracing   *hcmv3.HttpConnectionManager_Tracing
+	requestID *hcmv3.RequestIDExtension
 }
 
 // classTelemetry is the telemetry of one proxy class, per traffic class.
@@ -186,11 +190,14 @@ func (t *listenerTelemetry) httpFilters(rbac []*hcmv3.HttpFilter, tail ...*hcmv3
 	return append(out, routerFilter())
 }
 
-// manager sets m's filters (see httpFilters) and access logs.
+// manager sets m's filters (see httpFilters), access logs, tracing and
+// request ID extension.
 func (t *listenerTelemetry) manager(m *hcmv3.HttpConnectionManager, rbac []*hcmv3.HttpFilter, tail ...*hcmv3.HttpFilter) *hcmv3.HttpConnectionManager {
 	m.HttpFilters = t.httpFilters(rbac, tail...)
 	if t != nil {
 		m.AccessLog = t.accessLogs
+		m.Tracing = t.tracing
+		m.RequestIdExtension = t.requestID
 	}
 	return m
 }

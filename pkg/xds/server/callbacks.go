@@ -140,7 +140,12 @@ func parseNode(node *corev3.Node) (*model.Proxy, error) {
 	if node.GetId() == "" {
 		return nil, &model.NodeError{Field: "id", Reason: "the first request carries no node ID; expected " + model.NodeIDForm}
 	}
-	return model.ParseProxy(node.GetId(), node.GetMetadata().AsMap())
+	p, err := model.ParseProxy(node.GetId(), node.GetMetadata().AsMap())
+	if err != nil {
+		return nil, err
+	}
+	p.ServiceCluster = node.GetCluster()
+	return p, nil
 }
 
 func (cb callbacks) sent(key streamKey, typeURL, version, nonce string, resp any) {
