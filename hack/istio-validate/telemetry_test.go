@@ -15,6 +15,7 @@ import (
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tcpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
@@ -72,9 +73,126 @@ spec:
   ports:
   - {name: grpc, port: 9000, targetPort: 9000}
   - {name: grpc-otel, port: 4317, targetPort: 4317}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: zipkin, namespace: istio-system}
+spec:
+  clusterIP: 10.96.9.1
+  ports:
+  - {name: http, port: 9411, targetPort: 9411}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: collector, namespace: observability}
+spec:
+  clusterIP: 10.96.9.2
+  ports:
+  - {name: grpc-otlp, port: 4317, targetPort: 4317}
+  - {name: http-otlp, port: 4318, targetPort: 4318}
+  - {name: tcp-datadog, port: 8126, targetPort: 8126}
+  - {name: grpc-skywalking, port: 11800, targetPort: 11800}
+`
+
+// tracingProviders are the tracing providers the tracing cases name.
+const tracingProviders = `extensionProviders:
+- name: zipkin
+  zipkin:
+    service: zipkin.istio-system.svc.cluster.local
+    port: 9411
+    maxTagLength: 256
+    traceContextOption: USE_B3_WITH_W3C_PROPAGATION
+    headers: [{name: x-tenant, value: mesh}]
+- name: zipkin-legacy
+  zipkin: {service: zipkin.istio-system.svc.cluster.local, port: 9411, path: /spans, enable64bitTraceId: true}
+- name: otel
+  opentelemetry:
+    service: observability/collector.observability.svc.cluster.local
+    port: 4317
+    maxTagLength: 99
+    grpc:
+      timeout: 3s
+      initialMetadata: [{name: authorization, value: token}]
+- name: otel-http
+  opentelemetry:
+    service: collector.observability.svc.cluster.local
+    port: 4318
+    http:
+      path: /v1/traces
+      timeout: 2s
+      headers: [{name: x-api-key, value: secret}]
+    resourceDetectors:
+      environment: {}
+      dynatrace: {}
+    dynatraceSampler: {tenant: abc, clusterId: 123}
+- name: datadog
+  datadog: {service: collector.observability.svc.cluster.local, port: 8126, maxTagLength: 100}
+- name: skywalking
+  skywalking: {service: collector.observability.svc.cluster.local, port: 11800}
+- name: missing
+  zipkin: {service: nowhere.example.com, port: 9411}
+- name: als
+  envoyHttpAls: {service: als.observability.svc.cluster.local, port: 9000}
 `
 
 var telemetryCases = map[string]struct{ mesh, istio string }{
+	"tracing off":                     {mesh: "enableTracing: false\n"},
+	"legacy tracing, defaultConfig":   {mesh: "defaultConfig:\n  tracing:\n    sampling: 150\n    maxPathTagLength: 64\n    customTags:\n      env: {environment: {name: ENV, defaultValue: dev}}\n      ua: {header: {name: user-agent}}\n      lit: {literal: {value: v}}\n"},
+	"legacy tracing, no Istio tags":   {mesh: "defaultConfig:\n  tracing:\n    sampling: 7\n    enableIstioTags: false\n"},
+	"zipkin by default provider":      {mesh: "defaultProviders: {tracing: [zipkin, otel]}\n" + tracingProviders},
+	"opentelemetry http with sampler": {mesh: "defaultProviders: {tracing: [otel-http]}\n" + tracingProviders},
+	"datadog":                         {mesh: "defaultProviders: {tracing: [datadog]}\n" + tracingProviders},
+	"provider service not found":      {mesh: "defaultProviders: {tracing: [missing]}\n" + tracingProviders},
+	"provider that does not trace":    {mesh: "defaultProviders: {tracing: [als]}\n" + tracingProviders},
+	"provider the MeshConfig lacks":   {mesh: "defaultProviders: {tracing: [nope]}\n" + tracingProviders},
+	"Telemetry tracing merge": {
+		mesh: "defaultProviders: {tracing: [zipkin-legacy]}\n" + tracingProviders,
+		istio: `apiVersion: telemetry.istio.io/v1
+kind: Telemetry
+metadata: {name: mesh-default, namespace: istio-system, creationTimestamp: "2026-01-01T00:00:00Z"}
+spec:
+  tracing:
+  - providers: [{name: otel}, {name: zipkin}]
+    randomSamplingPercentage: 12.5
+    useRequestIdForTraceSampling: false
+---
+apiVersion: telemetry.istio.io/v1
+kind: Telemetry
+metadata: {name: ns, namespace: default, creationTimestamp: "2026-01-02T00:00:00Z"}
+spec:
+  tracing:
+  - customTags:
+      team: {literal: {value: bookinfo}}
+      pod: {environment: {name: POD_NAME, defaultValue: unknown}}
+      user: {header: {name: x-user}}
+    enableIstioTags: false
+    disableContextPropagation: true
+---
+apiVersion: telemetry.istio.io/v1
+kind: Telemetry
+metadata: {name: productpage, namespace: default, creationTimestamp: "2026-01-03T00:00:00Z"}
+spec:
+  selector: {matchLabels: {app: productpage}}
+  tracing:
+  - match: {mode: SERVER}
+    disableSpanReporting: true
+  - match: {mode: CLIENT}
+    providers: [{name: skywalking}]
+`,
+	},
+	"Telemetry tracing, server side only": {
+		mesh: tracingProviders,
+		istio: `apiVersion: telemetry.istio.io/v1
+kind: Telemetry
+metadata: {name: productpage, namespace: default}
+spec:
+  selector: {matchLabels: {app: productpage}}
+  tracing:
+  - match: {mode: SERVER}
+    providers: [{name: zipkin}]
+    randomSamplingPercentage: 100
+`,
+	},
 	"prometheus by default provider": {mesh: "defaultProviders:\n  metrics: [prometheus]\n"},
 	"MeshConfig access log, text":    {mesh: "accessLogFile: /dev/stdout\n"},
 	"MeshConfig access log, JSON":    {mesh: "accessLogFile: /dev/stdout\naccessLogEncoding: JSON\naccessLogFormat: '{\"code\": \"%RESPONSE_CODE%\", \"path\": \"%REQ_WITHOUT_QUERY(:PATH)%\"}'\n"},
@@ -193,7 +311,8 @@ func signatures(ls []*listenerv3.Listener) map[string][]string {
 							hs = append(hs, h.GetName()+"="+canonAny(h.GetTypedConfig()))
 						}
 					}
-					detail += " http[" + strings.Join(hs, ", ") + "] logs " + canonLogs(m.GetAccessLog())
+					detail += " http[" + strings.Join(hs, ", ") + "] logs " + canonLogs(m.GetAccessLog()) +
+						" tracing " + canonMessage(m.GetTracing()) + " requestID " + canonMessage(m.GetRequestIdExtension())
 				case "envoy.filters.network.tcp_proxy":
 					p := &tcpv3.TcpProxy{}
 					_ = f.GetTypedConfig().UnmarshalTo(p)
@@ -230,6 +349,22 @@ func canonLogs(als []*accesslogv3.AccessLog) string {
 		parts = append(parts, string(c))
 	}
 	return "[" + strings.Join(parts, ", ") + "]"
+}
+
+// canonMessage renders m as canonical JSON, Any fields decoded; "null"
+// for none.
+func canonMessage(m proto.Message) string {
+	if m == nil || !m.ProtoReflect().IsValid() {
+		return "null"
+	}
+	b, err := protojson.Marshal(m)
+	if err != nil {
+		return fmt.Sprint(m)
+	}
+	var v any
+	_ = json.Unmarshal(b, &v)
+	c, _ := json.Marshal(v)
+	return string(c)
 }
 
 func canonAny(a *anypb.Any) string {
@@ -269,9 +404,9 @@ func istiodListeners(t *testing.T, meshText, istio string) []*listenerv3.Listene
 	fake.ConfigGen.MeshConfigChanged(mc)
 	p := fake.SetupProxy(&istiomodel.Proxy{
 		ID: "productpage-v1-abc.default", ConfigNamespace: "default", IPAddresses: []string{"10.1.0.5"},
-		Labels: map[string]string{"app": "productpage", "version": "v1", "security.istio.io/tlsMode": "istio"},
-		Metadata: &istiomodel.NodeMetadata{Namespace: "default", IstioVersion: "1.32.0",
-			Labels: map[string]string{"app": "productpage", "version": "v1", "security.istio.io/tlsMode": "istio"}},
+		Labels: proxyLabels(),
+		Metadata: &istiomodel.NodeMetadata{Namespace: "default", IstioVersion: "1.32.0", MeshID: "mesh1", ClusterID: "Kubernetes",
+			Labels: proxyLabels()},
 	})
 	return fake.Listeners(p)
 }
@@ -296,7 +431,7 @@ func discoveryListeners(t *testing.T, meshText, istio string) []*listenerv3.List
 		t.Fatal(err)
 	}
 	p, err := model.ParseProxy("sidecar~10.1.0.5~productpage-v1-abc.default~default.svc.cluster.local",
-		map[string]any{"NAMESPACE": "default", "LABELS": map[string]any{"app": "productpage", "version": "v1", "security.istio.io/tlsMode": "istio"}})
+		map[string]any{"NAMESPACE": "default", "ISTIO_VERSION": "1.32.0", "MESH_ID": "mesh1", "CLUSTER_ID": "Kubernetes", "LABELS": labelsAny(proxyLabels())})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,6 +448,23 @@ func discoveryListeners(t *testing.T, meshText, istio string) []*listenerv3.List
 			t.Fatal(err)
 		}
 		out = append(out, l)
+	}
+	return out
+}
+
+// proxyLabels are the compared proxy's labels: its app, and the canonical
+// service and revision Istio's tracing tags name.
+func proxyLabels() map[string]string {
+	return map[string]string{
+		"app": "productpage", "version": "v1", "security.istio.io/tlsMode": "istio",
+		"service.istio.io/canonical-name": "productpage", "service.istio.io/canonical-revision": "v1",
+	}
+}
+
+func labelsAny(l map[string]string) map[string]any {
+	out := make(map[string]any, len(l))
+	for k, v := range l {
+		out[k] = v
 	}
 	return out
 }
