@@ -51,7 +51,7 @@ func TestParseProxy(t *testing.T) {
 			},
 		},
 		"keeps PROXY_CONFIG's tracing, as compact JSON": {
-			id: "sidecar~127.0.0.1~client.ns1~ns1.svc.cluster.local",
+			id:   "sidecar~127.0.0.1~client.ns1~ns1.svc.cluster.local",
 			meta: map[string]any{"PROXY_CONFIG": map[string]any{"concurrency": 2.0, "tracing": map[string]any{"sampling": 10.0, "max_path_tag_length": 99.0}}},
 			want: &Proxy{
 				ID: "sidecar~127.0.0.1~client.ns1~ns1.svc.cluster.local", Type: ProxySidecar,

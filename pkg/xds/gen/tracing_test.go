@@ -46,7 +46,7 @@ func TestDecideTracing(t *testing.T) {
 		want     string           // client | server; "legacy" for nil
 	}{
 		"falls back to the MeshConfig without Telemetry tracing or default provider": {want: "legacy"},
-		"uses the first default provider only": {defaults: []string{"zipkin", "otel"}, want: "zipkin | zipkin"},
+		"uses the first default provider only":                                       {defaults: []string{"zipkin", "otel"}, want: "zipkin | zipkin"},
 		"lets a later Telemetry name another provider, the first it names": {
 			defaults: []string{"zipkin"},
 			tracing:  [][]*tpb.Tracing{{{Providers: prov("otel", "sky")}}},
