@@ -33,9 +33,11 @@
 // MeshConfig and telemetry: generation reads the World's MeshConfig
 // (meshconfig.go: root namespace, exportTo defaults, connect timeout,
 // traffic policies, auto mTLS, trust domain aliases) and builds Istio's
-// telemetry filters and access logs per proxy class and traffic class
-// (telemetry.go decides with the Telemetry API's rules,
-// telemetryfilters.go and telemetrylogs.go build). A class's listeners are
+// telemetry filters, access logs and tracing per proxy class and traffic
+// class (telemetry.go and telemetrytracing.go decide with the Telemetry
+// API's rules, telemetryfilters.go, telemetrylogs.go and tracingbuild.go
+// build). Tracing tags name the proxy: with tracing on, ClassKey also
+// names what the tracing reads of the proxy. A class's listeners are
 // reused only for the same telemetry key, so an unrelated change does not
 // rebuild them; a MeshConfig change rebuilds every class.
 package gen
