@@ -22,6 +22,10 @@ type Generator struct {
 	ids   atomic.Uint64
 	parts partCache
 	trust trustDomains // SetTrustDomain (trustdomain.go)
+	// traceSampling is SetTraceSampling's percentage; set means it was
+	// called (else DefaultTraceSampling).
+	traceSampling    float64
+	traceSamplingSet bool
 	// refusals logs and counts resources that broke Envoy's rules
 	// (contain.go).
 	refusals refusals

@@ -31,7 +31,7 @@ func (g *Generator) classTelemetry(w *model.World, p *model.Proxy) *classTelemet
 	d := decideTelemetry(mc, specs)
 	g.reportProviders(cfgs, mc)
 	look := meshLookup{w: w, mesh: mc}
-	tin := tracingInput{look: look, d: decideTracing(mc, look.provider, specs), proxy: p, pc: proxyTracing(mc, p), sampling: DefaultTraceSampling}
+	tin := tracingInput{look: look, d: decideTracing(mc, look.provider, specs), proxy: p, pc: proxyTracing(mc, p), sampling: g.defaultSampling()}
 	ct := &classTelemetry{key: w.Mesh().Hash() + "|" + key}
 	classes := []trafficClass{classOutbound, classInbound}
 	if p.Type == model.ProxyRouter {

@@ -1,6 +1,7 @@
 package gen
 
 import (
+	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
@@ -38,6 +39,25 @@ import (
 // percentage of requests traced when neither a Telemetry nor the proxy's
 // defaultConfig.tracing.sampling says.
 const DefaultTraceSampling = 1.0
+
+// SetTraceSampling sets the percentage of requests traced where neither a
+// Telemetry nor the proxy's defaultConfig.tracing.sampling says (Istio's
+// PILOT_TRACE_SAMPLING; DefaultTraceSampling without it). Call it before
+// generating anything.
+func (g *Generator) SetTraceSampling(pct float64) error {
+	if pct < 0 || pct > 100 {
+		return fmt.Errorf("trace sampling %v%% is not between 0 and 100", pct)
+	}
+	g.traceSampling, g.traceSamplingSet = pct, true
+	return nil
+}
+
+func (g *Generator) defaultSampling() float64 {
+	if g.traceSamplingSet {
+		return g.traceSampling
+	}
+	return DefaultTraceSampling
+}
 
 // tracingSpec is the merged tracing of one mode (Istio's TracingSpec).
 type tracingSpec struct {

@@ -189,3 +189,23 @@ func TestClassKeySeparatesWhatTracingReads(t *testing.T) {
 		}
 	}
 }
+
+// PILOT_TRACE_SAMPLING's counterpart: where nothing else says, the
+// Generator's sampling applies.
+func TestSetTraceSampling(t *testing.T) {
+	w := loadWorld(t, "apiVersion: v1\nkind: Namespace\nmetadata: {name: default}\n").World()
+	g := New(quietLog())
+	if err := g.SetTraceSampling(101); err == nil {
+		t.Error("101% accepted")
+	}
+	if err := g.SetTraceSampling(42); err != nil {
+		t.Fatal(err)
+	}
+	cc, err := g.Class(w, labelled(t, "sidecar", "default", nil), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cc.Scope().outTel().tracing.GetRandomSampling().GetValue(); got != 42 {
+		t.Errorf("random sampling %v, want 42", got)
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/meshplane/discovery/pkg/xds/gen"
 )
 
 // Options configure the xDS server.
@@ -37,6 +39,10 @@ type Options struct {
 	// TrustDomain is the SPIFFE trust domain of workload identities (the
 	// serve command's --trust-domain); "" means cluster.local.
 	TrustDomain string
+	// TraceSampling is the percentage of requests traced where neither a
+	// Telemetry nor the proxy's defaultConfig.tracing.sampling says
+	// (Istio's PILOT_TRACE_SAMPLING).
+	TraceSampling float64
 	// What one stream may hold (limits.go); 0 turns a bound off.
 	// MaxStreams bounds the replica's open xDS streams.
 	MaxStreams int
@@ -90,6 +96,7 @@ func DefaultOptions() Options {
 		MaxUnackedPushes:  100,
 		PushStatusSize:    100,
 		PushWaveTimeout:   10 * time.Second,
+		TraceSampling:     gen.DefaultTraceSampling,
 		// Twice the 10,000 proxies one replica is built to serve.
 		MaxStreams:              20000,
 		MaxStreamsPerConnection: 16,
@@ -122,6 +129,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.MaxNodeIDBytes, "xds-max-node-id-bytes", d.MaxNodeIDBytes, "longest node ID an xDS request may carry (0: no limit)")
 	fs.IntVar(&o.MaxNames, "xds-max-names", d.MaxNames, "resource names of one type an xDS stream may subscribe to (0: no limit)")
 	fs.IntVar(&o.MaxUnknownNames, "xds-max-unknown-names", d.MaxUnknownNames, "subscribed names of one type that the proxy's configuration does not hold, at most (0: no limit)")
+	fs.Float64Var(&o.TraceSampling, "trace-sampling", d.TraceSampling, "percentage of requests traced where neither a Telemetry nor the proxy's defaultConfig.tracing.sampling says, 0 to 100 (istiod's PILOT_TRACE_SAMPLING)")
 	fs.StringSliceVar(&o.DebugNamespaces, "xds-debug-allowed-namespaces", o.DebugNamespaces,
 		"namespaces besides the control plane's whose authenticated callers see every proxy over Istio's debug xDS types (istio.io/debug/*); others see only their own namespace's proxies")
 }
@@ -152,6 +160,9 @@ func (o *Options) Validate() error {
 		if b.v < 0 {
 			errs = append(errs, fmt.Errorf("%s must not be negative, got %d", b.flag, b.v))
 		}
+	}
+	if o.TraceSampling < 0 || o.TraceSampling > 100 {
+		errs = append(errs, fmt.Errorf("--trace-sampling must be between 0 and 100, got %v", o.TraceSampling))
 	}
 	if o.MaxStreamsPerConnection < 1 {
 		errs = append(errs, fmt.Errorf("--xds-max-streams-per-connection must be at least 1, got %d", o.MaxStreamsPerConnection))

@@ -87,6 +87,9 @@ func New(opts Options, world World, log *slog.Logger, reg prometheus.Registerer)
 			return nil, err
 		}
 	}
+	if err = s.gen.SetTraceSampling(opts.TraceSampling); err != nil {
+		return nil, err
+	}
 	if err = s.gen.RegisterMetrics(reg); err != nil {
 		return nil, fmt.Errorf("xds metrics: %w", err)
 	}
