@@ -219,7 +219,7 @@ var setCases = map[string]setCase{
 	"values.pilot.plaintextXDS opens port 15010": {sets: []string{"values.pilot.plaintextXDS=true"}, effects: []effect{
 		{obj: "Deployment/discovery", at: discoveryContainer + ".args", has: "--grpc-address=:15010"},
 	}},
-	"values.pilot.traceSampling is warned about":                 {sets: []string{"values.pilot.traceSampling=10"}, warn: "values.pilot.traceSampling: accepted, but has no effect in discovery"},
+	"values.pilot.traceSampling is --trace-sampling":             {sets: []string{"values.pilot.traceSampling=10"}, effects: []effect{{obj: "Deployment/discovery", at: discoveryContainer + ".args", has: "--trace-sampling=10"}}},
 	"values.pilot.configMap=false leaves out the mesh ConfigMap": {sets: []string{"values.pilot.configMap=false"}, effects: []effect{{obj: "ConfigMap/istio", absent: true}}},
 	"values.pilot.cni.enabled is refused":                        {sets: []string{"values.pilot.cni.enabled=true"}, err: "values.pilot.cni.enabled: not supported by discovery"},
 

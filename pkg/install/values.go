@@ -129,7 +129,7 @@ type GlobalValues struct {
 	DefaultTolerations     []corev1.Toleration `json:"defaultTolerations,omitempty" install:"noeffect=deprecated in Istio; use values.pilot.tolerations or components.*.k8s.tolerations"`
 	CertSigners            []string            `json:"certSigners,omitempty" install:"noeffect=discovery signs with its own CA only"`
 	PodDNSSearchNamespaces []string            `json:"podDNSSearchNamespaces,omitempty" install:"noeffect=the injector does not set DNS search domains"`
-	Tracer                 any                 `json:"tracer,omitempty" install:"noeffect=discovery configures no tracing"`
+	Tracer                 any                 `json:"tracer,omitempty" install:"noeffect=the chart writes no defaultConfig.tracing from it; set meshConfig.defaultConfig.tracing or a Telemetry tracing provider"`
 	Istiod                 any                 `json:"istiod,omitempty" install:"noeffect=discovery has no config analysis"`
 	Waypoint               any                 `json:"waypoint,omitempty" install:"noeffect=discovery has no ambient mode (waypoints)"`
 	TrustBundleName        string              `json:"trustBundleName,omitempty" install:"noeffect=discovery publishes the root certificate as istio-ca-root-cert"`
@@ -197,7 +197,7 @@ type ProxyValues struct {
 	StatusPort                   *uint32 `json:"statusPort,omitempty" install:"noeffect=the proxy's status port is 15020"`
 	SeccompProfile               any     `json:"seccompProfile,omitempty" install:"noeffect=the injector sets no seccomp profile"`
 	Lifecycle                    any     `json:"lifecycle,omitempty" install:"noeffect=the injector sets no lifecycle hooks"`
-	Tracer                       string  `json:"tracer,omitempty" install:"noeffect=discovery configures no tracing"`
+	Tracer                       string  `json:"tracer,omitempty" install:"noeffect=the chart writes no defaultConfig.tracing from it; set meshConfig.defaultConfig.tracing or a Telemetry tracing provider"`
 }
 
 // ProxyInitValues is global.proxy_init, the injected init container.
@@ -261,15 +261,16 @@ type PilotValues struct {
 	// only, reachable through kubectl port-forward.
 	PlaintextXDS bool `json:"plaintextXDS,omitempty"`
 
-	Cni                     CNIUsageValues `json:"cni"`
-	Taint                   TaintValues    `json:"taint"`
-	Variant                 string         `json:"variant,omitempty" install:"noeffect=discovery's image has no variants"`
-	TraceSampling           *float64       `json:"traceSampling,omitempty" install:"noeffect=discovery configures no tracing"`
-	JwksResolverExtraRootCA string         `json:"jwksResolverExtraRootCA,omitempty" install:"noeffect=discovery does not fetch JWKS"`
-	TrustedZtunnelNamespace string         `json:"trustedZtunnelNamespace,omitempty" install:"noeffect=discovery has no ambient mode (ztunnel)"`
-	TrustedZtunnelName      string         `json:"trustedZtunnelName,omitempty" install:"noeffect=discovery has no ambient mode (ztunnel)"`
-	CrlConfigMapName        string         `json:"crlConfigMapName,omitempty" install:"noeffect=discovery's CA publishes no revocation list"`
-	IstiodRemote            any            `json:"istiodRemote,omitempty" install:"noeffect=use values.istiodRemote"`
+	Cni     CNIUsageValues `json:"cni"`
+	Taint   TaintValues    `json:"taint"`
+	Variant string         `json:"variant,omitempty" install:"noeffect=discovery's image has no variants"`
+	// TraceSampling is --trace-sampling (istiod's PILOT_TRACE_SAMPLING).
+	TraceSampling           *float64 `json:"traceSampling,omitempty"`
+	JwksResolverExtraRootCA string   `json:"jwksResolverExtraRootCA,omitempty" install:"noeffect=discovery does not fetch JWKS"`
+	TrustedZtunnelNamespace string   `json:"trustedZtunnelNamespace,omitempty" install:"noeffect=discovery has no ambient mode (ztunnel)"`
+	TrustedZtunnelName      string   `json:"trustedZtunnelName,omitempty" install:"noeffect=discovery has no ambient mode (ztunnel)"`
+	CrlConfigMapName        string   `json:"crlConfigMapName,omitempty" install:"noeffect=discovery's CA publishes no revocation list"`
+	IstiodRemote            any      `json:"istiodRemote,omitempty" install:"noeffect=use values.istiodRemote"`
 
 	// discovery: moved fields of earlier discovery versions.
 	ExtraArgs []string          `json:"extraArgs,omitempty" install:"moved=values.pilot.extraContainerArgs"`
