@@ -10,8 +10,9 @@ import (
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 )
 
-// messages are the spec messages of the Istio kinds discovery reads
-// (model.IstioKinds), in the order their CRDs are written.
+// messages are the spec messages of every Istio kind whose CRD Istio's
+// base chart installs (the Istio kinds discovery reads, model.IstioKinds),
+// in the order their CRDs are written.
 var messages = []protoreflect.FullName{
 	"istio.networking.v1alpha3.VirtualService",
 	"istio.networking.v1alpha3.DestinationRule",
@@ -23,6 +24,11 @@ var messages = []protoreflect.FullName{
 	"istio.security.v1beta1.AuthorizationPolicy",
 	"istio.security.v1beta1.RequestAuthentication",
 	"istio.telemetry.v1alpha1.Telemetry",
+	"istio.networking.v1alpha3.EnvoyFilter",
+	"istio.networking.v1alpha3.WorkloadGroup",
+	"istio.networking.v1beta1.ProxyConfig",
+	"istio.extensions.v1alpha1.WasmPlugin",
+	"istio.extensions.v1alpha1.TrafficExtension",
 }
 
 // defaultStatus is the status message of a kind whose tag is just

@@ -27,8 +27,10 @@ import (
 	"os"
 
 	_ "istio.io/api/analysis/v1alpha1"   // registers the descriptors of status messages
+	_ "istio.io/api/extensions/v1alpha1" // registers the extensions descriptors
 	_ "istio.io/api/meta/v1alpha1"       // registers the status descriptors
 	_ "istio.io/api/networking/v1alpha3" // registers the networking descriptors
+	_ "istio.io/api/networking/v1beta1"  // registers ProxyConfig's descriptors
 	_ "istio.io/api/security/v1beta1"    // registers the security descriptors
 	_ "istio.io/api/telemetry/v1alpha1"  // registers the telemetry descriptors
 

@@ -117,7 +117,7 @@ func TestBootstrapOnARealAPIServer(t *testing.T) {
 	if len(res.Created) != len(m.Objects()) {
 		t.Errorf("created %d objects, rendered %d", len(res.Created), len(m.Objects()))
 	}
-	for _, want := range []string{"base", "waiting for 10 CRDs to be Established", "waiting for Deployment istio-system/discovery to be available", "gateway-istio-ingressgateway"} {
+	for _, want := range []string{"base", "waiting for 15 CRDs to be Established", "waiting for Deployment istio-system/discovery to be available", "gateway-istio-ingressgateway"} {
 		if !strings.Contains(progress.String(), want) {
 			t.Errorf("progress lacks %q", want)
 		}
