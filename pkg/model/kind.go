@@ -26,6 +26,11 @@ const (
 	KindAuthorizationPolicy   Kind = "AuthorizationPolicy"
 	KindRequestAuthentication Kind = "RequestAuthentication"
 	KindTelemetry             Kind = "Telemetry"
+	KindEnvoyFilter           Kind = "EnvoyFilter"
+	KindWorkloadGroup         Kind = "WorkloadGroup"
+	KindProxyConfig           Kind = "ProxyConfig"
+	KindWasmPlugin            Kind = "WasmPlugin"
+	KindTrafficExtension      Kind = "TrafficExtension"
 )
 
 // KindConfigMap is read for one object only, the mesh's MeshConfig (the
@@ -51,12 +56,16 @@ const (
 	GroupNetworking = "networking.istio.io"
 	GroupSecurity   = "security.istio.io"
 	GroupTelemetry  = "telemetry.istio.io"
+	GroupExtensions = "extensions.istio.io"
 )
 
 // kindInfo describes where a Kind lives in the Kubernetes API.
 type kindInfo struct {
-	group    string
-	version  string // the version discovery watches and stores
+	group string
+	// version is the version discovery watches and stores: v1 where
+	// Istio serves it, else Istio's storage version (EnvoyFilter v1alpha3,
+	// ProxyConfig v1beta1, the extensions v1alpha1).
+	version  string
 	resource string // plural, as in the REST path
 	// older lists further versions accepted from files, converted on read.
 	older []string
@@ -77,13 +86,22 @@ var kindInfos = map[Kind]kindInfo{
 	KindAuthorizationPolicy:   {GroupSecurity, "v1", "authorizationpolicies", []string{"v1beta1"}},
 	KindRequestAuthentication: {GroupSecurity, "v1", "requestauthentications", []string{"v1beta1"}},
 	KindTelemetry:             {GroupTelemetry, "v1", "telemetries", []string{"v1alpha1"}},
+	KindEnvoyFilter:           {GroupNetworking, "v1alpha3", "envoyfilters", nil},
+	KindWorkloadGroup:         {GroupNetworking, "v1", "workloadgroups", []string{"v1beta1", "v1alpha3"}},
+	KindProxyConfig:           {GroupNetworking, "v1beta1", "proxyconfigs", nil},
+	KindWasmPlugin:            {GroupExtensions, "v1alpha1", "wasmplugins", nil},
+	KindTrafficExtension:      {GroupExtensions, "v1alpha1", "trafficextensions", nil},
 	KindConfigMap:             {"", "v1", "configmaps", nil},
 }
 
-// IstioKinds lists the Istio configuration kinds, in a fixed order.
+// IstioKinds lists the Istio configuration kinds, in a fixed order: every
+// kind whose CRD Istio's base chart installs. Discovery reads them all;
+// what generation does with each is gen.ReadsKind's and
+// gen.UnsupportedFields' to say.
 var IstioKinds = []Kind{
 	KindVirtualService, KindDestinationRule, KindGateway, KindServiceEntry, KindSidecar,
 	KindWorkloadEntry, KindPeerAuthentication, KindAuthorizationPolicy, KindRequestAuthentication, KindTelemetry,
+	KindEnvoyFilter, KindWorkloadGroup, KindProxyConfig, KindWasmPlugin, KindTrafficExtension,
 }
 
 // KubeKinds lists the core Kubernetes kinds, in a fixed order.
@@ -92,7 +110,7 @@ var KubeKinds = []Kind{KindService, KindEndpointSlice, KindPod, KindNamespace}
 // IsIstio reports whether k is one of Istio's configuration kinds.
 func (k Kind) IsIstio() bool {
 	info, ok := kindInfos[k]
-	return ok && (info.group == GroupNetworking || info.group == GroupSecurity || info.group == GroupTelemetry)
+	return ok && (info.group == GroupNetworking || info.group == GroupSecurity || info.group == GroupTelemetry || info.group == GroupExtensions)
 }
 
 // GroupVersionKind is the version of k that discovery watches.
@@ -111,7 +129,8 @@ func (k Kind) GroupVersionResource() schema.GroupVersionResource {
 func (k Kind) Namespaced() bool { return k != KindNamespace }
 
 // KindFor maps an apiVersion's group and version plus a kind to a Kind
-// discovery reads. Older Istio versions (v1beta1, v1alpha3) are accepted.
+// discovery reads. Older Istio versions (v1beta1, v1alpha3, v1alpha1)
+// are accepted where Istio serves them.
 func KindFor(gvk schema.GroupVersionKind) (Kind, error) {
 	k := Kind(gvk.Kind)
 	info, ok := kindInfos[k]
@@ -179,7 +198,10 @@ func (n NamespacedName) String() string { return n.Namespace + "/" + n.Name }
 // Event is one change reported by a source. Object is the typed object for
 // OpUpsert, as client-go and istio.io/client-go define it (for Istio kinds,
 // always the v1 type): *corev1.Service, *discoveryv1.EndpointSlice,
-// *corev1.Pod, *corev1.Namespace, *networkingv1.VirtualService, ... It is
+// *corev1.Pod, *corev1.Namespace, *networkingv1.VirtualService, ...; for
+// the kinds Istio serves in no v1, the type of the version discovery
+// watches: *networkingv1alpha3.EnvoyFilter, *networkingv1beta1.ProxyConfig,
+// *extensionsv1alpha1.WasmPlugin, *extensionsv1alpha1.TrafficExtension). It is
 // nil for OpDelete. Objects handed to the Store must not be changed after.
 type Event struct {
 	Op     Op

@@ -339,7 +339,7 @@ func (b *builder) config(ev Event) error {
 		b.changed(ev.Key, OpDelete)
 		return nil
 	}
-	if want := ev.Key.Kind.GroupVersionKind(); !isKind(ev.Object, want.Kind, want.Group) {
+	if want := ev.Key.Kind.GroupVersionKind(); !isKind(ev.Object, want) {
 		return fmt.Errorf("%w: %T", ErrWrongType, ev.Object)
 	}
 	// An informer resync hands the same resourceVersion again: skip it.

@@ -117,7 +117,14 @@ func (s *Source) onCRDDelete(obj any) {
 // grant: their watch starts only when the API server says it may
 // (SelfSubjectAccessReview), so that a missing rule leaves the kind unread
 // instead of keeping the source from ever syncing.
-var optionalKinds = map[model.Kind]bool{model.KindTelemetry: true}
+var optionalKinds = map[model.Kind]bool{
+	model.KindTelemetry:        true,
+	model.KindEnvoyFilter:      true,
+	model.KindWorkloadGroup:    true,
+	model.KindProxyConfig:      true,
+	model.KindWasmPlugin:       true,
+	model.KindTrafficExtension: true,
+}
 
 // mayWatch asks whether the source may list and watch kind in every
 // namespace.

@@ -9,7 +9,10 @@ import (
 	"sync"
 	"time"
 
+	extensionsv1alpha1 "istio.io/client-go/pkg/apis/extensions/v1alpha1"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
+	networkingv1alpha3 "istio.io/client-go/pkg/apis/networking/v1alpha3"
+	networkingv1beta1 "istio.io/client-go/pkg/apis/networking/v1beta1"
 	securityv1 "istio.io/client-go/pkg/apis/security/v1"
 	telemetryv1 "istio.io/client-go/pkg/apis/telemetry/v1"
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
@@ -83,6 +86,21 @@ var informers = map[model.Kind]newInformerFunc{
 	},
 	model.KindRequestAuthentication: func(c Clients, r time.Duration) cache.SharedIndexInformer {
 		return istioInformer[*securityv1.RequestAuthenticationList](c.Istio, c.Istio.SecurityV1().RequestAuthentications(all), &securityv1.RequestAuthentication{}, r)
+	},
+	model.KindEnvoyFilter: func(c Clients, r time.Duration) cache.SharedIndexInformer {
+		return istioInformer[*networkingv1alpha3.EnvoyFilterList](c.Istio, c.Istio.NetworkingV1alpha3().EnvoyFilters(all), &networkingv1alpha3.EnvoyFilter{}, r)
+	},
+	model.KindWorkloadGroup: func(c Clients, r time.Duration) cache.SharedIndexInformer {
+		return istioInformer[*networkingv1.WorkloadGroupList](c.Istio, c.Istio.NetworkingV1().WorkloadGroups(all), &networkingv1.WorkloadGroup{}, r)
+	},
+	model.KindProxyConfig: func(c Clients, r time.Duration) cache.SharedIndexInformer {
+		return istioInformer[*networkingv1beta1.ProxyConfigList](c.Istio, c.Istio.NetworkingV1beta1().ProxyConfigs(all), &networkingv1beta1.ProxyConfig{}, r)
+	},
+	model.KindWasmPlugin: func(c Clients, r time.Duration) cache.SharedIndexInformer {
+		return istioInformer[*extensionsv1alpha1.WasmPluginList](c.Istio, c.Istio.ExtensionsV1alpha1().WasmPlugins(all), &extensionsv1alpha1.WasmPlugin{}, r)
+	},
+	model.KindTrafficExtension: func(c Clients, r time.Duration) cache.SharedIndexInformer {
+		return istioInformer[*extensionsv1alpha1.TrafficExtensionList](c.Istio, c.Istio.ExtensionsV1alpha1().TrafficExtensions(all), &extensionsv1alpha1.TrafficExtension{}, r)
 	},
 }
 
