@@ -105,7 +105,7 @@ func TestIntegrationUnsupportedFieldsInStatus(t *testing.T) {
 		}
 		c := cs[UnsupportedConditionType]
 		msg, _ := c["message"].(string)
-		return c["reason"] == ReasonKindNotSupported && strings.Contains(msg, "not supported by discovery: it has no effect"), msg
+		return c["reason"] == ReasonKindNotSupported && strings.Contains(msg, "not supported by discovery: JWTs are not validated yet"), msg
 	})
 
 	// The field removed: the condition goes, the other one stays.

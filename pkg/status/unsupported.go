@@ -43,6 +43,9 @@ func (f Finding) Empty() bool { return !f.Kind && len(f.Fields) == 0 }
 // Message says what f means to a user, in at most maxMessage bytes.
 func (f Finding) Message(kind model.Kind) string {
 	if f.Kind {
+		if note := gen.UnreadKindNote(kind); note != "" {
+			return truncate(fmt.Sprintf("%s is not supported by discovery: %s", kind, note))
+		}
 		return fmt.Sprintf("%s is not supported by discovery: it has no effect", kind)
 	}
 	prefix := "not supported by discovery yet, these fields have no effect: "

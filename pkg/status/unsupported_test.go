@@ -88,7 +88,10 @@ func TestUnsupported(t *testing.T) {
 }
 
 func TestFindingMessage(t *testing.T) {
-	if got := (Finding{Kind: true}).Message(model.KindRequestAuthentication); got != "RequestAuthentication is not supported by discovery: it has no effect" {
+	if got := (Finding{Kind: true}).Message(model.KindRequestAuthentication); !strings.HasPrefix(got, "RequestAuthentication is not supported by discovery: JWTs are not validated yet; to fail closed, every HTTP request that carries a token") {
+		t.Errorf("kind message = %q", got)
+	}
+	if got := (Finding{Kind: true}).Message(model.KindEnvoyFilter); got != "EnvoyFilter is not supported by discovery: its patches and extensions are not applied to any proxy" {
 		t.Errorf("kind message = %q", got)
 	}
 	got := Finding{Fields: []string{"spec.a", "spec.b"}}.Message(model.KindVirtualService)

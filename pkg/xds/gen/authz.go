@@ -217,7 +217,7 @@ func (ar actionRules) prune() {
 // authorization builds p's inbound RBAC filters; both lists are empty
 // when no policy applies.
 func (g *Generator) authorization(w *model.World, p *model.Proxy) inboundAuthz {
-	return g.rbacFilters(g.trustIn(w), g.authzPolicies(w, p), sidecarRBACNames)
+	return g.withRequestAuthn(w, p, g.rbacFilters(g.trustIn(w), g.authzPolicies(w, p), sidecarRBACNames))
 }
 
 // rbacNames names the RBAC filters of each action (AUDIT, DENY, ALLOW)

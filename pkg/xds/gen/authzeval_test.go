@@ -153,6 +153,8 @@ func (e rbacEval) id(p *rbacv3.Principal, rq request) bool {
 		return e.cidr(x.DirectRemoteIp, rq.ip)
 	case *rbacv3.Principal_RemoteIp:
 		return e.cidr(x.RemoteIp, rq.remoteIP())
+	case *rbacv3.Principal_Header:
+		return e.header(x.Header, rq)
 	}
 	e.t.Fatalf("principal %v not evaluated", p)
 	return false

@@ -64,7 +64,7 @@ var gatewayRBACNames = rbacNames{
 // gateway.
 func (g *Generator) gatewayAuthorization(sc *Scope) gatewayAuthz {
 	return gatewayAuthz{
-		inboundAuthz: g.rbacFilters(g.trustIn(sc.World), g.authzPolicies(sc.World, sc.Proxy), gatewayRBACNames),
+		inboundAuthz: g.withRequestAuthn(sc.World, sc.Proxy, g.rbacFilters(g.trustIn(sc.World), g.authzPolicies(sc.World, sc.Proxy), gatewayRBACNames)),
 		trustedHops:  gatewayTrustedHops(sc.Proxy),
 		tel:          sc.outTel(),
 	}

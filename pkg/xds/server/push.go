@@ -167,7 +167,9 @@ func changeMatters(k model.Key, p *model.Proxy, w *model.World, old *gen.Scope) 
 		// They shape the proxy's own inbound configuration.
 		return k.Namespace == p.Namespace || k.Namespace == gen.RootNamespace(w)
 	case model.KindRequestAuthentication:
-		return false // not used by the generators yet
+		// It shapes the HTTP chains of the workloads it selects (fails
+		// closed until JWTs are validated: gen/requestauthn.go).
+		return k.Namespace == p.Namespace || k.Namespace == gen.RootNamespace(w)
 	case model.KindTelemetry:
 		// Root and namespace Telemetry shape every listener of the
 		// proxies they apply to; a selecting one also moves the proxies
