@@ -28,6 +28,11 @@ var compared = map[schema.GroupKind]bool{
 	{Group: "security.istio.io", Kind: "AuthorizationPolicy"}:   true,
 	{Group: "security.istio.io", Kind: "PeerAuthentication"}:    true,
 	{Group: "security.istio.io", Kind: "RequestAuthentication"}: true,
+	{Group: "networking.istio.io", Kind: "EnvoyFilter"}:         true,
+	{Group: "networking.istio.io", Kind: "WorkloadGroup"}:       true,
+	{Group: "networking.istio.io", Kind: "ProxyConfig"}:         true,
+	{Group: "extensions.istio.io", Kind: "WasmPlugin"}:          true,
+	{Group: "extensions.istio.io", Kind: "TrafficExtension"}:    true,
 }
 
 // istioGroups are the API groups of Istio's own kinds.

@@ -29,8 +29,9 @@ func New(reg prometheus.Registerer, log *slog.Logger) (*Validator, error) {
 	return &Validator{log: log.With("component", "validator"), metrics: m}, nil
 }
 
-// Handler returns the /validate handler: AdmissionReview v1 for the
-// networking.istio.io and security.istio.io kinds. Malformed requests get
+// Handler returns the /validate handler: AdmissionReview v1 for the kinds
+// of Istio's groups (networking, security, telemetry and extensions
+// .istio.io, as Istio's webhook rules cover). Malformed requests get
 // HTTP 400, a panic HTTP 500.
 func (v *Validator) Handler() http.Handler {
 	return admission.Recover(http.HandlerFunc(v.serve), v.log, func() {
@@ -60,9 +61,9 @@ func (v *Validator) serve(w http.ResponseWriter, r *http.Request) {
 }
 
 func checkRequest(req *admissionv1.AdmissionRequest) error {
-	if req.Kind.Group != GroupNetworking && req.Kind.Group != GroupSecurity {
+	if !istioGroups[req.Kind.Group] {
 		return &admission.Error{Code: http.StatusBadRequest, Reason: "kind",
-			Message: fmt.Sprintf("/validate takes %s and %s kinds, not %s", GroupNetworking, GroupSecurity, req.Kind.String())}
+			Message: fmt.Sprintf("/validate takes the kinds of %s, %s, %s and %s, not %s", GroupNetworking, GroupSecurity, GroupTelemetry, GroupExtensions, req.Kind.String())}
 	}
 	if req.Operation != admissionv1.Delete && len(req.Object.Raw) == 0 {
 		return &admission.Error{Code: http.StatusBadRequest, Reason: "no_object", Message: "AdmissionReview request has no object"}

@@ -2,7 +2,6 @@ package validate
 
 import (
 	"google.golang.org/protobuf/proto"
-	security "istio.io/api/security/v1beta1"
 
 	"github.com/meshplane/discovery/pkg/model"
 	"github.com/meshplane/discovery/pkg/xds/gen"
@@ -11,8 +10,9 @@ import (
 // unsupported lists the fields of spec that Istio accepts but discovery
 // does not act on yet, as AdmissionReview warnings. The xDS generator's own
 // lists of the fields it acts on decide (gen.UnsupportedFields), so the
-// warnings cannot drift from what the proxies get. RequestAuthentication
-// is not translated at all yet.
+// warnings cannot drift from what the proxies get. A kind generation
+// does not read (gen.ReadsKind) is reported whole, with what discovery
+// does instead (gen.UnreadKindNote: RequestAuthentication fails closed).
 func unsupported(kind string, spec proto.Message) []string {
 	var w []string
 	warn := func(cond bool, field, what string) {
@@ -23,8 +23,12 @@ func unsupported(kind string, spec proto.Message) []string {
 	for _, f := range gen.UnsupportedFields(model.Kind(kind), spec) {
 		warn(true, "spec."+f, "this field")
 	}
-	if _, ok := spec.(*security.RequestAuthentication); ok {
-		warn(true, "spec", "RequestAuthentication (JWT validation)")
+	if k := model.Kind(kind); k.IsIstio() && !gen.ReadsKind(k) {
+		msg := kind + ": this kind is not supported by discovery yet and has no effect"
+		if note := gen.UnreadKindNote(k); note != "" {
+			msg = kind + ": this kind is not supported by discovery yet: " + note
+		}
+		w = append(w, msg)
 	}
 	return dedupe(w)
 }

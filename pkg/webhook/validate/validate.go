@@ -6,7 +6,9 @@ import (
 	"strings"
 
 	"google.golang.org/protobuf/proto"
+	extensions "istio.io/api/extensions/v1alpha1"
 	networking "istio.io/api/networking/v1alpha3"
+	networkingv1beta1 "istio.io/api/networking/v1beta1"
 	security "istio.io/api/security/v1beta1"
 	telemetry "istio.io/api/telemetry/v1alpha1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -17,7 +19,11 @@ const (
 	GroupNetworking = "networking.istio.io"
 	GroupSecurity   = "security.istio.io"
 	GroupTelemetry  = "telemetry.istio.io"
+	GroupExtensions = "extensions.istio.io"
 )
+
+// istioGroups are the groups /validate takes.
+var istioGroups = map[string]bool{GroupNetworking: true, GroupSecurity: true, GroupTelemetry: true, GroupExtensions: true}
 
 // InvalidError lists what is wrong with an object, each problem prefixed
 // by its field path.
@@ -64,6 +70,11 @@ var kinds = map[schema.GroupKind]kind{
 	{Group: GroupSecurity, Kind: "PeerAuthentication"}:    {func() proto.Message { return &security.PeerAuthentication{} }, checkPeerAuthentication},
 	{Group: GroupSecurity, Kind: "RequestAuthentication"}: {func() proto.Message { return &security.RequestAuthentication{} }, checkRequestAuthentication},
 	{Group: GroupTelemetry, Kind: "Telemetry"}:            {func() proto.Message { return &telemetry.Telemetry{} }, checkTelemetry},
+	{Group: GroupNetworking, Kind: "EnvoyFilter"}:         {func() proto.Message { return &networking.EnvoyFilter{} }, checkEnvoyFilter},
+	{Group: GroupNetworking, Kind: "WorkloadGroup"}:       {func() proto.Message { return &networking.WorkloadGroup{} }, checkWorkloadGroup},
+	{Group: GroupNetworking, Kind: "ProxyConfig"}:         {func() proto.Message { return &networkingv1beta1.ProxyConfig{} }, checkProxyConfig},
+	{Group: GroupExtensions, Kind: "WasmPlugin"}:          {func() proto.Message { return &extensions.WasmPlugin{} }, checkWasmPlugin},
+	{Group: GroupExtensions, Kind: "TrafficExtension"}:    {func() proto.Message { return &extensions.TrafficExtension{} }, checkTrafficExtension},
 }
 
 // namespace is the object's namespace, "default" when it has none (as the
