@@ -270,6 +270,58 @@ spec:
   - from: [{source: {principals: ["cluster.local/ns/default/sa/sleep"], notNamespaces: [prod]}}]
     to: [{operation: {methods: [GET], paths: ["/info*"]}}]
     when: [{key: "request.auth.claims[iss]", values: ["https://accounts.example.com"]}]`},
+		"accepts an EnvoyFilter (v1alpha3)": {resource: "envoyfilters", doc: `
+apiVersion: networking.istio.io/v1alpha3
+kind: EnvoyFilter
+metadata: {name: lua, namespace: default}
+spec:
+  workloadSelector: {labels: {app: reviews}}
+  configPatches:
+  - applyTo: HTTP_FILTER
+    match: {context: SIDECAR_INBOUND, listener: {filterChain: {filter: {name: envoy.filters.network.http_connection_manager}}}}
+    patch:
+      operation: INSERT_BEFORE
+      value: {name: envoy.lua, typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua, inlineCode: "x"}}`},
+		"accepts a WorkloadGroup (v1)": {resource: "workloadgroups", doc: `
+apiVersion: networking.istio.io/v1
+kind: WorkloadGroup
+metadata: {name: vm, namespace: default}
+spec:
+  metadata: {labels: {app: vm}}
+  template: {serviceAccount: vm, network: n1}
+  probe: {periodSeconds: 5, httpGet: {path: /ready, port: 8080}}`},
+		"accepts a ProxyConfig (v1beta1)": {resource: "proxyconfigs", doc: `
+apiVersion: networking.istio.io/v1beta1
+kind: ProxyConfig
+metadata: {name: pc, namespace: default}
+spec: {selector: {matchLabels: {app: reviews}}, concurrency: 2, environmentVariables: {A: b}}`},
+		"accepts a WasmPlugin (v1alpha1)": {resource: "wasmplugins", doc: `
+apiVersion: extensions.istio.io/v1alpha1
+kind: WasmPlugin
+metadata: {name: wp, namespace: default}
+spec: {selector: {matchLabels: {app: reviews}}, url: "oci://ghcr.io/example/p:1", phase: AUTHN, priority: 10}`},
+		"accepts a TrafficExtension (v1alpha1)": {resource: "trafficextensions", doc: `
+apiVersion: extensions.istio.io/v1alpha1
+kind: TrafficExtension
+metadata: {name: te, namespace: default}
+spec: {lua: {inlineCode: "function envoy_on_request(h) end"}}`},
+		"accepts a Telemetry (v1)": {resource: "telemetries", doc: `
+apiVersion: telemetry.istio.io/v1
+kind: Telemetry
+metadata: {name: t, namespace: default}
+spec: {accessLogging: [{providers: [{name: envoy}]}]}`},
+		"refuses an EnvoyFilter with both workloadSelector and targetRefs (CEL)": {resource: "envoyfilters", wantErr: "only one of targetRefs or workloadSelector", doc: `
+apiVersion: networking.istio.io/v1alpha3
+kind: EnvoyFilter
+metadata: {name: both, namespace: default}
+spec:
+  workloadSelector: {labels: {app: a}}
+  targetRefs: [{kind: Gateway, group: gateway.networking.k8s.io, name: g}]`},
+		"refuses a WasmPlugin without url": {resource: "wasmplugins", wantErr: "url", doc: `
+apiVersion: extensions.istio.io/v1alpha1
+kind: WasmPlugin
+metadata: {name: nourl, namespace: default}
+spec: {phase: AUTHN}`},
 		"refuses a timeout written as a number": {resource: "virtualservices", wantErr: "spec.http[0].timeout", doc: `
 apiVersion: networking.istio.io/v1
 kind: VirtualService
