@@ -125,14 +125,51 @@ var envoyActions = map[security.AuthorizationPolicy_Action]rbacv3.RBAC_Action{
 	security.AuthorizationPolicy_AUDIT: rbacv3.RBAC_LOG,
 }
 
+// builtRules are the Envoy RBAC rules of a workload's policies, per
+// action, for HTTP chains and for TCP chains: those enforced and the
+// shadow ones of dry-run policies (dryRun), which Envoy evaluates and
+// counts but never acts on.
+type builtRules struct {
+	http, tcp             actionRules
+	httpShadow, tcpShadow actionRules
+}
+
+// Shadow rules' stat prefixes, Istio's (authz model RBACShadowRules*).
+const (
+	shadowAllowStatPrefix = "istio_dry_run_allow_"
+	shadowDenyStatPrefix  = "istio_dry_run_deny_"
+)
+
+// dryRunAnnotation marks an AuthorizationPolicy to evaluate without
+// enforcing it.
+const dryRunAnnotation = "istio.io/dry-run"
+
+// dryRun reports whether policy ap is a dry run, as Istio parses the
+// annotation (strconv.ParseBool; a value it cannot parse enforces the
+// policy, the fail-closed reading).
+func dryRun(ap *securityv1.AuthorizationPolicy) bool {
+	v, ok := ap.Annotations[dryRunAnnotation]
+	if !ok {
+		return false
+	}
+	b, err := strconv.ParseBool(v)
+	return err == nil && b
+}
+
 // rbacRules translates the policies into Envoy RBAC rules per action, for
-// HTTP chains and for TCP chains, in one pass. An ALLOW action is present,
+// HTTP chains and for TCP chains, in one pass. An ALLOW action is enforced,
 // possibly with no policy (deny everything), as soon as one ALLOW policy
-// applies.
-func (g *Generator) rbacRules(trust trustDomains, aps []*model.Config) (httpRules, tcpRules actionRules) {
-	httpRules, tcpRules = actionRules{}, actionRules{}
+// that is not a dry run applies; a dry-run policy's rules only go to the
+// shadow rules of its action, as istiod builds them: an action whose
+// policies are all dry runs enforces nothing.
+func (g *Generator) rbacRules(trust trustDomains, aps []*model.Config) builtRules {
+	out := builtRules{http: actionRules{}, tcp: actionRules{}, httpShadow: actionRules{}, tcpShadow: actionRules{}}
 	for _, c := range aps {
 		ap := c.Object.(*securityv1.AuthorizationPolicy)
+		httpRules, tcpRules := out.http, out.tcp
+		if dryRun(ap) {
+			httpRules, tcpRules = out.httpShadow, out.tcpShadow
+		}
 		action, suffix := ap.Spec.GetAction(), ""
 		if action == security.AuthorizationPolicy_CUSTOM {
 			// No external authorizer is configured (discovery has no
@@ -178,9 +215,11 @@ func (g *Generator) rbacRules(trust trustDomains, aps []*model.Config) (httpRule
 			}
 		}
 	}
-	httpRules.prune()
-	tcpRules.prune()
-	return httpRules, tcpRules
+	out.http.prune()
+	out.tcp.prune()
+	out.httpShadow.pruneAll()
+	out.tcpShadow.pruneAll()
+	return out
 }
 
 // ruleFor translates rule r for an HTTP or a TCP chain. A rule holding
@@ -214,6 +253,27 @@ func (ar actionRules) prune() {
 	}
 }
 
+// pruneAll drops the actions without policies: shadow rules without
+// policies say nothing.
+func (ar actionRules) pruneAll() {
+	for a, r := range ar {
+		if len(r.Policies) == 0 {
+			delete(ar, a)
+		}
+	}
+}
+
+// shadowStatPrefix is the stat prefix of shadow rules for action.
+func shadowStatPrefix(action security.AuthorizationPolicy_Action) string {
+	switch action {
+	case security.AuthorizationPolicy_ALLOW:
+		return shadowAllowStatPrefix
+	case security.AuthorizationPolicy_DENY:
+		return shadowDenyStatPrefix
+	}
+	return ""
+}
+
 // authorization builds p's inbound RBAC filters; both lists are empty
 // when no policy applies.
 func (g *Generator) authorization(w *model.World, p *model.Proxy) inboundAuthz {
@@ -243,17 +303,26 @@ func (g *Generator) rbacFilters(trust trustDomains, aps []*model.Config, names r
 		return inboundAuthz{}
 	}
 	var out inboundAuthz
-	httpRules, tcpRules := g.rbacRules(trust, aps)
+	b := g.rbacRules(trust, aps)
 	order := []security.AuthorizationPolicy_Action{security.AuthorizationPolicy_AUDIT, security.AuthorizationPolicy_DENY, security.AuthorizationPolicy_ALLOW}
 	for i, action := range order {
-		if r := httpRules[action]; r != nil {
+		// A filter with shadow rules only (nil Rules) enforces nothing.
+		if r, sh := b.http[action], b.httpShadow[action]; r != nil || sh != nil {
+			f := &httprbacv3.RBAC{Rules: r}
+			if sh != nil {
+				f.ShadowRules, f.ShadowRulesStatPrefix = sh, shadowStatPrefix(action)
+			}
 			out.http = append(out.http, &hcmv3.HttpFilter{Name: names.http[i], ConfigType: &hcmv3.HttpFilter_TypedConfig{
-				TypedConfig: mustAny(&httprbacv3.RBAC{Rules: r}),
+				TypedConfig: mustAny(f),
 			}})
 		}
-		if r := tcpRules[action]; r != nil {
+		if r, sh := b.tcp[action], b.tcpShadow[action]; r != nil || sh != nil {
+			f := &netrbacv3.RBAC{StatPrefix: names.statPrefix(action), Rules: r}
+			if sh != nil {
+				f.ShadowRules, f.ShadowRulesStatPrefix = sh, shadowStatPrefix(action)
+			}
 			out.tcp = append(out.tcp, &listenerv3.Filter{Name: netRBACName, ConfigType: &listenerv3.Filter_TypedConfig{
-				TypedConfig: mustAny(&netrbacv3.RBAC{StatPrefix: names.statPrefix(action), Rules: r}),
+				TypedConfig: mustAny(f),
 			}})
 		}
 	}

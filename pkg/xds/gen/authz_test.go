@@ -4,6 +4,11 @@ import (
 	"strings"
 	"testing"
 
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	rbacv3 "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
+	httprbacv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	netrbacv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/rbac/v3"
 	security "istio.io/api/security/v1beta1"
 	typev1beta1 "istio.io/api/type/v1beta1"
 
@@ -133,6 +138,39 @@ spec: {action: CUSTOM, provider: {name: opa}, rules: [{to: [{operation: {paths: 
 `,
 			http: map[string]request{"deny what the authorizer would judge": get("/admin"), "allow the rest": get("/")},
 		},
+		"dry-run policies are evaluated as shadow rules only, as istiod builds them": {
+			policies: `apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: deny-all, namespace: default, annotations: {istio.io/dry-run: "true"}}
+spec: {action: DENY, rules: [{}]}
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: allow-nothing, namespace: istio-system, annotations: {istio.io/dry-run: "True"}}
+spec: {}
+`,
+			http: map[string]request{"allow any": get("/"), "allow plaintext": {ip: "10.9.9.9", method: "POST", path: "/x", port: 9080}},
+			tcp:  map[string]request{"allow any": {ip: "10.9.9.9", port: 5432}},
+		},
+		"a dry-run ALLOW next to an enforced one adds nothing to what is allowed": {
+			policies: `apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: admin, namespace: default}
+spec: {rules: [{to: [{operation: {paths: ["/admin"]}}]}]}
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: everything, namespace: default, annotations: {istio.io/dry-run: "true"}}
+spec: {rules: [{}]}
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: unparsable, namespace: default, annotations: {istio.io/dry-run: "yes"}}
+spec: {action: DENY, rules: [{to: [{operation: {paths: ["/admin"]}}]}], selector: {matchLabels: {app: ratings}}}
+`,
+			http: map[string]request{"deny the rest": get("/"), "deny admin (an unparsable dry-run annotation enforces)": get("/admin")},
+			tcp:  map[string]request{"deny tcp": {principal: productpage, port: 5432}},
+		},
 		"policies of other workloads, other namespaces and targetRefs do not apply": {
 			policies: `apiVersion: security.istio.io/v1
 kind: AuthorizationPolicy
@@ -191,5 +229,54 @@ func TestAuthorizationPolicyUnsupportedFields(t *testing.T) {
 	}
 	if got := UnsupportedFields(model.KindPeerAuthentication, pa); len(got) != 0 {
 		t.Errorf("PeerAuthentication: unsupported %v, want none", got)
+	}
+}
+
+func TestAuthorizationPolicyDryRunShadowRules(t *testing.T) {
+	pc := ratingsConfig(t, `apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: deny-all, namespace: default, annotations: {istio.io/dry-run: "true"}}
+spec: {action: DENY, rules: [{}]}
+`)
+	m, err := pc.Get(ListenerType, VirtualInbound).Any.UnmarshalNew()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := 0
+	for _, fc := range m.(*listenerv3.Listener).GetFilterChains() {
+		for _, f := range fc.GetFilters() {
+			msg, err := f.GetTypedConfig().UnmarshalNew()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var rules, shadow *rbacv3.RBAC
+			var prefix string
+			switch c := msg.(type) {
+			case *netrbacv3.RBAC:
+				rules, shadow, prefix = c.GetRules(), c.GetShadowRules(), c.GetShadowRulesStatPrefix()
+			case *hcmv3.HttpConnectionManager:
+				for _, hf := range c.GetHttpFilters() {
+					hm, err := hf.GetTypedConfig().UnmarshalNew()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if r, ok := hm.(*httprbacv3.RBAC); ok {
+						rules, shadow, prefix = r.GetRules(), r.GetShadowRules(), r.GetShadowRulesStatPrefix()
+					}
+				}
+			default:
+				continue
+			}
+			if shadow == nil {
+				continue
+			}
+			found++
+			if rules != nil || shadow.GetAction() != rbacv3.RBAC_DENY || len(shadow.GetPolicies()) != 1 || prefix != "istio_dry_run_deny_" {
+				t.Errorf("%s: rules %v, shadow %v, prefix %q; want shadow DENY rules only, prefix istio_dry_run_deny_", fc.GetName(), rules, shadow, prefix)
+			}
+		}
+	}
+	if found == 0 {
+		t.Fatal("no chain carries the dry-run policy's shadow rules")
 	}
 }

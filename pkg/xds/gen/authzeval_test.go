@@ -194,9 +194,13 @@ func (e rbacEval) perm(p *rbacv3.Permission, rq request) bool {
 
 // allowed runs the RBAC filters in order as Envoy does: a LOG filter lets
 // everything through, a DENY filter stops what one of its policies
-// matches, an ALLOW filter stops what none of its policies matches.
+// matches, an ALLOW filter stops what none of its policies matches. A
+// filter without rules (shadow rules only) enforces nothing.
 func (e rbacEval) allowed(filters []*rbacv3.RBAC, rq request) bool {
 	for _, r := range filters {
+		if r == nil {
+			continue
+		}
 		matched := false
 		for _, p := range r.GetPolicies() {
 			ids, perms := false, false

@@ -41,7 +41,7 @@ func autoMTLSWith(c *clusterv3.Cluster, identities []string) {
 	if c.TransportSocket != nil || len(c.TransportSocketMatches) > 0 {
 		return
 	}
-	mutual := upstreamTLS(istioMutual, c.Name, identities)
+	mutual := upstreamTLS(istioMutual, c, identities)
 	c.TransportSocketMatches = []*clusterv3.Cluster_TransportSocketMatch{
 		{
 			Name:            "tlsMode-istio",

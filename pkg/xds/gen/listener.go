@@ -284,7 +284,9 @@ type InboundPort struct {
 type inboundSecurity struct {
 	authz inboundAuthz
 	mtls  inboundMTLS
-	tel   *listenerTelemetry
+	// serverTLS terminates mesh mTLS on the chains that take it.
+	serverTLS meshServerTLS
+	tel       *listenerTelemetry
 }
 
 // virtualInbound accepts inbound traffic on 15006 with filter chains per
@@ -300,7 +302,7 @@ func virtualInbound(ports []InboundPort, sec inboundSecurity, terminated bool) *
 		Filters: sec.tel.tcpChain(true, sec.authz.tcp, InboundPassthroughCluster, InboundPassthroughCluster),
 	}
 	if sec.mtls.mode == MTLSStrict {
-		passthrough.TransportSocket = downstreamMTLS(false)
+		passthrough.TransportSocket = sec.serverTLS.socket(false)
 	}
 	l := &listenerv3.Listener{
 		Name:             VirtualInbound,

@@ -7,6 +7,7 @@ import (
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	tlsinspectorv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/tls_inspector/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	security "istio.io/api/security/v1beta1"
 	securityv1 "istio.io/client-go/pkg/apis/security/v1"
@@ -112,29 +113,113 @@ func (g *Generator) peerAuthentication(w *model.World, p *model.Proxy) inboundMT
 	return out
 }
 
-// downstreamMTLS is the server side of Istio mTLS: the workload
-// certificate (SDS default), client certificates required and checked
-// against the mesh roots (SDS ROOTCA).
-func downstreamMTLS(http bool) *corev3.TransportSocket {
-	ctx := &tlsv3.DownstreamTlsContext{
-		RequireClientCertificate: wrapperspb.Bool(true),
-		CommonTlsContext: &tlsv3.CommonTlsContext{
-			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{sdsSecret(SDSDefault)},
-			ValidationContextType: &tlsv3.CommonTlsContext_CombinedValidationContext{
-				CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
-					DefaultValidationContext:         &tlsv3.CertificateValidationContext{},
-					ValidationContextSdsSecretConfig: sdsSecret(SDSRootCA),
+// namespaceMTLS is the mTLS mode the services of namespace ns are
+// inferred to take, for auto mTLS: the namespace's PeerAuthentication (no
+// selector), else the mesh's (root namespace), else PERMISSIVE; UNSET
+// inherits. Workload and port-level policies do not count, as in
+// istiod's BestEffortInferServiceMTLSMode.
+func namespaceMTLS(w *model.World, ns string) MTLSMode {
+	var namespace, mesh []*model.Config
+	root := RootNamespace(w)
+	for _, c := range w.Configs(model.KindPeerAuthentication) {
+		pa, ok := c.Object.(*securityv1.PeerAuthentication)
+		if !ok || len(pa.Spec.GetSelector().GetMatchLabels()) > 0 {
+			continue
+		}
+		switch c.Key.Namespace {
+		case ns:
+			namespace = append(namespace, c)
+		case root:
+			mesh = append(mesh, c)
+		}
+	}
+	mode := MTLSPermissive
+	for _, level := range [][]*model.Config{mesh, namespace} {
+		if len(level) == 0 {
+			continue
+		}
+		oldest(level)
+		if m := level[0].Object.(*securityv1.PeerAuthentication).Spec.GetMtls().GetMode(); m != security.PeerAuthentication_MutualTLS_UNSET {
+			mode = m
+		}
+	}
+	return mode
+}
+
+// meshServerCiphers are the cipher suites Istio's sidecars accept for mesh
+// mTLS (istiod's authn SupportedCiphers; MeshConfig meshMTLS.cipherSuites
+// is not applied, reported as ignored by pkg/mesh).
+var meshServerCiphers = []string{
+	"ECDHE-ECDSA-AES256-GCM-SHA384",
+	"ECDHE-RSA-AES256-GCM-SHA384",
+	"ECDHE-ECDSA-AES128-GCM-SHA256",
+	"ECDHE-RSA-AES128-GCM-SHA256",
+	"AES256-GCM-SHA384",
+	"AES128-GCM-SHA256",
+}
+
+// Istio's server-side ALPN for mesh mTLS: HTTP chains negotiate the HTTP
+// version; TCP chains also offer the TCP metadata exchange.
+var (
+	meshServerHTTPALPN = []string{"h2", "http/1.1"}
+	meshServerTCPALPN  = []string{"istio-peer-exchange", "h2", "http/1.1"}
+)
+
+// meshServerTLS are the two server-side transport sockets of Istio mTLS
+// on a sidecar's inbound chains, built once per proxy.
+type meshServerTLS struct {
+	http, tcp *corev3.TransportSocket
+}
+
+// newMeshServerTLS builds the server side of Istio mTLS for the mesh's
+// trust domains, as istiod's BuildInboundTLS does: the workload
+// certificate (SDS default); client certificates required, checked
+// against the mesh roots (SDS ROOTCA) and their URI SAN required to be an
+// identity of the trust domain or one of its aliases
+// (spiffe://DOMAIN/ prefix), so that a certificate of another trust
+// domain signed by the same root is refused in the handshake; TLS 1.2 to
+// 1.3 with Istio's cipher suites.
+func newMeshServerTLS(trust trustDomains) meshServerTLS {
+	var sans []*tlsv3.SubjectAltNameMatcher
+	for _, d := range trust.domains() {
+		sans = append(sans, &tlsv3.SubjectAltNameMatcher{
+			SanType: tlsv3.SubjectAltNameMatcher_URI,
+			Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Prefix{Prefix: "spiffe://" + d + "/"}},
+		})
+	}
+	socket := func(alpn []string) *corev3.TransportSocket {
+		ctx := &tlsv3.DownstreamTlsContext{
+			RequireClientCertificate: wrapperspb.Bool(true),
+			CommonTlsContext: &tlsv3.CommonTlsContext{
+				AlpnProtocols: alpn,
+				TlsParams: &tlsv3.TlsParameters{
+					CipherSuites:              meshServerCiphers,
+					TlsMinimumProtocolVersion: tlsv3.TlsParameters_TLSv1_2,
+					TlsMaximumProtocolVersion: tlsv3.TlsParameters_TLSv1_3,
+				},
+				TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{sdsSecret(SDSDefault)},
+				ValidationContextType: &tlsv3.CommonTlsContext_CombinedValidationContext{
+					CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
+						DefaultValidationContext:         &tlsv3.CertificateValidationContext{MatchTypedSubjectAltNames: sans},
+						ValidationContextSdsSecretConfig: sdsSecret(SDSRootCA),
+					},
 				},
 			},
-		},
+		}
+		return &corev3.TransportSocket{
+			Name:       "envoy.transport_sockets.tls",
+			ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: mustAny(ctx)},
+		}
 	}
+	return meshServerTLS{http: socket(meshServerHTTPALPN), tcp: socket(meshServerTCPALPN)}
+}
+
+// socket is the transport socket of an HTTP or a TCP chain.
+func (m meshServerTLS) socket(http bool) *corev3.TransportSocket {
 	if http {
-		ctx.CommonTlsContext.AlpnProtocols = []string{"h2", "http/1.1"}
+		return m.http
 	}
-	return &corev3.TransportSocket{
-		Name:       "envoy.transport_sockets.tls",
-		ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: mustAny(ctx)},
-	}
+	return m.tcp
 }
 
 func tlsInspector() *listenerv3.ListenerFilter {
@@ -154,7 +239,7 @@ func securedChains(plain *listenerv3.FilterChain, p InboundPort, mode MTLSMode, 
 	case MTLSDisable:
 		return []*listenerv3.FilterChain{plain}
 	case MTLSStrict:
-		plain.TransportSocket = downstreamMTLS(p.Protocol.IsHTTP())
+		plain.TransportSocket = sec.serverTLS.socket(p.Protocol.IsHTTP())
 		return []*listenerv3.FilterChain{plain}
 	}
 	port := wrapperspb.UInt32(uint32(p.Port))
@@ -162,7 +247,7 @@ func securedChains(plain *listenerv3.FilterChain, p InboundPort, mode MTLSMode, 
 		Name:             plain.Name + "-mtls",
 		FilterChainMatch: &listenerv3.FilterChainMatch{DestinationPort: port, TransportProtocol: "tls", ApplicationProtocols: IstioInboundALPN},
 		Filters:          plain.Filters,
-		TransportSocket:  downstreamMTLS(p.Protocol.IsHTTP()),
+		TransportSocket:  sec.serverTLS.socket(p.Protocol.IsHTTP()),
 	}
 	cluster := InboundClusterName(p.Port)
 	appTLS := &listenerv3.FilterChain{

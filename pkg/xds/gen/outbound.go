@@ -91,7 +91,10 @@ func (g *Generator) outboundCluster(sc *Scope, svc *model.Service, eps *model.Se
 		}
 		return c
 	}
-	envoyClusterTLS(c, tp.GetTls(), svc, eps, port, ids, sc.World.Mesh().AutoMTLS())
+	// Auto mTLS sends plaintext to a namespace whose mesh or namespace
+	// PeerAuthentication is DISABLE, as istiod does.
+	auto := sc.World.Mesh().AutoMTLS() && (tp.GetTls() != nil || namespaceMTLS(sc.World, svc.Namespace) != MTLSDisable)
+	envoyClusterTLS(c, tp.GetTls(), svc, eps, port, ids, auto)
 	clusterTelemetry(c, svc, ss.Name)
 	return c
 }
@@ -104,13 +107,13 @@ func envoyClusterTLS(c *clusterv3.Cluster, tls *networking.ClientTLSSettings, sv
 	switch {
 	case tls != nil:
 		// The rule's, DISABLE included: no auto mTLS then, as in Istio.
-		c.TransportSocket = upstreamTLS(tls, c.Name, ids)
+		c.TransportSocket = upstreamTLS(tls, c, ids)
 	case !auto:
 	case svc.Entry != nil && svc.Entry.External:
 		// Istio infers no mTLS mode for mesh-external services.
 	case c.GetType() == clusterv3.Cluster_ORIGINAL_DST:
 		if allInMesh(eps, port) {
-			c.TransportSocket = upstreamTLS(istioMutual, c.Name, ids)
+			c.TransportSocket = upstreamTLS(istioMutual, c, ids)
 		}
 	default:
 		autoMTLSWith(c, ids)

@@ -126,7 +126,7 @@ func applyPolicy(c *clusterv3.Cluster, tp *networking.TrafficPolicy, envoy bool)
 	}
 	applyTraffic(c, tp)
 	if envoy {
-		c.TransportSocket = upstreamTLS(tp.Tls, c.Name, nil)
+		c.TransportSocket = upstreamTLS(tp.Tls, c, nil)
 	} else {
 		c.TransportSocket = grpcUpstreamTLS(tp.Tls, nil)
 	}
@@ -313,28 +313,43 @@ func IstioSNI(cluster string) string {
 	return parts[0] + "_." + parts[1] + "_." + parts[2] + "_." + parts[3]
 }
 
-// upstreamTLS is the transport socket of a DestinationRule's tls for the
-// cluster named cluster. For ISTIO_MUTUAL the server must present one of
-// the rule's subjectAltNames, or if it lists none one of identities (the
-// destination's service accounts, Generator.serviceIdentities), and the SNI
-// is the rule's or Istio's outbound_.PORT_.SUBSET_.HOST; SIMPLE and MUTUAL
-// verify the rule's subjectAltNames only.
-func upstreamTLS(tls *networking.ClientTLSSettings, cluster string, identities []string) *corev3.TransportSocket {
-	ctx := &tlsv3.UpstreamTlsContext{CommonTlsContext: &tlsv3.CommonTlsContext{}}
+// SDSSystemRoots is the secret of Istio's agent holding the system's root
+// certificates.
+const SDSSystemRoots = "file-root:system"
+
+// upstreamTLS is the transport socket of a DestinationRule's tls for
+// cluster c, as istiod builds it: TLS 1.2 to 1.3; for ISTIO_MUTUAL the
+// server must present one of the rule's subjectAltNames, or if it lists
+// none one of identities (the destination's service accounts,
+// Generator.serviceIdentities), the SNI is the rule's or Istio's
+// outbound_.PORT_.SUBSET_.HOST and ALPN says in-mesh (and h2 for an
+// HTTP/2 cluster); SIMPLE and MUTUAL verify the server against the rule's
+// caCertificates, else the system's roots (Istio's default), and its
+// subjectAltNames, unless insecureSkipVerify, and offer h2 to an HTTP/2
+// cluster.
+func upstreamTLS(tls *networking.ClientTLSSettings, c *clusterv3.Cluster, identities []string) *corev3.TransportSocket {
+	ctx := &tlsv3.UpstreamTlsContext{CommonTlsContext: &tlsv3.CommonTlsContext{TlsParams: &tlsv3.TlsParameters{
+		TlsMinimumProtocolVersion: tlsv3.TlsParameters_TLSv1_2,
+		TlsMaximumProtocolVersion: tlsv3.TlsParameters_TLSv1_3,
+	}}}
 	file := func(p string) *corev3.DataSource {
 		return &corev3.DataSource{Specifier: &corev3.DataSource_Filename{Filename: p}}
 	}
+	h2 := isHTTP2Cluster(c)
 	switch tls.GetMode() {
 	case networking.ClientTLSSettings_ISTIO_MUTUAL:
 		ctx.Sni = tls.GetSni()
 		if ctx.Sni == "" {
-			ctx.Sni = IstioSNI(cluster)
+			ctx.Sni = IstioSNI(c.GetName())
 		}
 		names := tls.GetSubjectAltNames()
 		if len(names) == 0 {
 			names = identities
 		}
-		ctx.CommonTlsContext.AlpnProtocols = []string{"istio-peer-exchange", "istio"}
+		ctx.CommonTlsContext.AlpnProtocols = meshClientALPN
+		if h2 {
+			ctx.CommonTlsContext.AlpnProtocols = meshClientH2ALPN
+		}
 		ctx.CommonTlsContext.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{sdsSecret(SDSDefault)}
 		ctx.CommonTlsContext.ValidationContextType = &tlsv3.CommonTlsContext_CombinedValidationContext{
 			CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
@@ -345,21 +360,52 @@ func upstreamTLS(tls *networking.ClientTLSSettings, cluster string, identities [
 	case networking.ClientTLSSettings_SIMPLE, networking.ClientTLSSettings_MUTUAL:
 		ctx.Sni = tls.GetSni()
 		vc := &tlsv3.CertificateValidationContext{MatchTypedSubjectAltNames: sanMatchers(tls.GetSubjectAltNames())}
-		if ca := tls.GetCaCertificates(); ca != "" {
+		switch ca := tls.GetCaCertificates(); {
+		case tls.GetInsecureSkipVerify().GetValue():
+		case ca != "":
 			vc.TrustedCa = file(ca)
-		}
-		if !tls.GetInsecureSkipVerify().GetValue() && (vc.TrustedCa != nil || len(vc.MatchTypedSubjectAltNames) > 0) {
 			ctx.CommonTlsContext.ValidationContextType = &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: vc}
+		default:
+			ctx.CommonTlsContext.ValidationContextType = &tlsv3.CommonTlsContext_CombinedValidationContext{
+				CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
+					DefaultValidationContext:         vc,
+					ValidationContextSdsSecretConfig: sdsSecret(SDSSystemRoots),
+				},
+			}
 		}
 		if tls.GetMode() == networking.ClientTLSSettings_MUTUAL && tls.GetClientCertificate() != "" {
 			ctx.CommonTlsContext.TlsCertificates = []*tlsv3.TlsCertificate{{
 				CertificateChain: file(tls.GetClientCertificate()), PrivateKey: file(tls.GetPrivateKey()),
 			}}
 		}
+		if h2 {
+			ctx.CommonTlsContext.AlpnProtocols = []string{"h2"}
+		}
 	default:
 		return nil
 	}
 	return &corev3.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: mustAny(ctx)}}
+}
+
+// Istio's client ALPN for mesh mTLS: in-mesh ("istio") with the TCP
+// metadata exchange, and h2 for an HTTP/2 cluster.
+var (
+	meshClientALPN   = []string{"istio-peer-exchange", "istio"}
+	meshClientH2ALPN = []string{"istio-peer-exchange", "istio", "h2"}
+)
+
+// isHTTP2Cluster reports whether c speaks HTTP/2 to its endpoints
+// explicitly (Istio's isHttp2Cluster).
+func isHTTP2Cluster(c *clusterv3.Cluster) bool {
+	a := c.GetTypedExtensionProtocolOptions()[httpOptionsKey]
+	if a == nil {
+		return false
+	}
+	opts := &httpv3.HttpProtocolOptions{}
+	if err := a.UnmarshalTo(opts); err != nil {
+		return false
+	}
+	return opts.GetExplicitHttpConfig().GetHttp2ProtocolOptions() != nil
 }
 
 // sanMatchers match a peer certificate's subject alt names exactly

@@ -72,7 +72,10 @@ func (g *Generator) Proxy(w *model.World, p *model.Proxy, cls *ClassConfig) (out
 	if p.Type != model.ProxySidecar {
 		return pc
 	}
-	sec := inboundSecurity{authz: g.authorization(w, p), mtls: g.peerAuthentication(w, p), tel: cls.Scope().inTel()}
+	sec := inboundSecurity{
+		authz: g.authorization(w, p), mtls: g.peerAuthentication(w, p),
+		serverTLS: newMeshServerTLS(g.trustIn(w)), tel: cls.Scope().inTel(),
+	}
 	ports := g.inbound(w, p, sec.mtls)
 	clusters, listeners := newBuilder(ClusterType), newBuilder(ListenerType)
 	timeout := connectTimeout(w)

@@ -226,7 +226,7 @@ func sniffedInboundChains(p InboundPort, mode MTLSMode, sec inboundSecurity, ins
 			Filters: base.Filters,
 		}
 		if mtls {
-			fc.TransportSocket = downstreamMTLS(base == http)
+			fc.TransportSocket = sec.serverTLS.socket(base == http)
 		}
 		return fc
 	}
