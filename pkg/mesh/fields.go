@@ -34,6 +34,7 @@ var Applied = map[string]string{
 	"connectTimeout":                 "the clusters' connect timeout (a DestinationRule's connectionPool.tcp.connectTimeout wins)",
 	"protocolDetectionTimeout":       "how long a sidecar waits for the first bytes of a connection on a sniffed port",
 	"h2UpgradePolicy":                "HTTP/1.1 connections to services in the mesh are upgraded to HTTP/2 (a DestinationRule's connectionPool.http.h2UpgradePolicy wins)",
+	"defaultHttpRetryPolicy":         "the retries of outbound routes whose VirtualService sets none (a VirtualService's retries win)",
 }
 
 // notApplied gives the reason some fields that are often set change
@@ -50,7 +51,6 @@ var notApplied = map[string]string{
 	"discoverySelectors":          "every namespace is read",
 	"serviceSettings":             "clusterLocal services are not implemented",
 	"pathNormalization":           "paths are always normalized as BASE",
-	"defaultHttpRetryPolicy":      "routes without retries get Envoy's defaults",
 	"enableEnvoyAccessLogService": "use the Telemetry API with an envoyHttpAls provider instead",
 }
 

@@ -12,6 +12,7 @@ import (
 	tcpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/meshplane/discovery/pkg/model"
@@ -51,8 +52,9 @@ func routerFilter() *hcmv3.HttpFilter {
 // cannot be sidestepped with /x/../admin. grpc-go ignores the setting.
 func rdsManager(t *listenerTelemetry, statPrefix, routeName string) *hcmv3.HttpConnectionManager {
 	m := &hcmv3.HttpConnectionManager{
-		StatPrefix:    statPrefix,
-		NormalizePath: wrapperspb.Bool(true),
+		StatPrefix:     statPrefix,
+		NormalizePath:  wrapperspb.Bool(true),
+		UpgradeConfigs: websocketUpgrade,
 		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{
 			ConfigSource: adsSource(), RouteConfigName: routeName,
 		}},
@@ -60,6 +62,22 @@ func rdsManager(t *listenerTelemetry, statPrefix, routeName string) *hcmv3.HttpC
 	// Fault before CORS, as istiod orders them; the telemetry filters
 	// around them (telemetryfilters.go).
 	return t.manager(m, nil, faultFilter(), corsFilter())
+}
+
+// websocketUpgrade lets WebSocket upgrades through every Envoy
+// connection manager, as istiod allows them.
+var websocketUpgrade = []*hcmv3.HttpConnectionManager_UpgradeConfig{{UpgradeType: "websocket"}}
+
+// inboundRoute is the route of an inbound chain to the application port
+// behind cluster, as istiod builds it: no timeout, gRPC deadlines
+// (grpc-timeout) honoured, and retries of what was reset before the
+// request (inboundRetry).
+func inboundRoute(cluster string, p model.Protocol) *routev3.Route {
+	r := defaultRoute(cluster, inboundRetry(p))
+	r.GetRoute().MaxStreamDuration = &routev3.RouteAction_MaxStreamDuration{
+		MaxStreamDuration: durationpb.New(0), GrpcTimeoutHeaderMax: durationpb.New(0),
+	}
+	return r
 }
 
 func inlineManager(statPrefix string, rc *routev3.RouteConfiguration) *hcmv3.HttpConnectionManager {
@@ -358,13 +376,14 @@ func inboundChain(p InboundPort, sec inboundSecurity) *listenerv3.FilterChain {
 		Name: cluster,
 		VirtualHosts: []*routev3.VirtualHost{{
 			Name: "inbound|http|" + itoa(p.Port), Domains: []string{"*"},
-			Routes: []*routev3.Route{defaultRoute(cluster)},
+			Routes: []*routev3.Route{inboundRoute(cluster, p.Protocol)},
 		}},
 	}
 	m := &hcmv3.HttpConnectionManager{
 		StatPrefix:     cluster,
 		NormalizePath:  wrapperspb.Bool(true),
 		RouteSpecifier: &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: rc},
+		UpgradeConfigs: websocketUpgrade,
 	}
 	if sec.tel == nil {
 		m.HttpFilters = append(append([]*hcmv3.HttpFilter{}, sec.authz.http...), routerFilter())
@@ -390,5 +409,6 @@ func apiListener(name string) *listenerv3.Listener {
 func grpcManager(name string) *hcmv3.HttpConnectionManager {
 	m := rdsManager(nil, "outbound_"+name, name)
 	m.HttpFilters = []*hcmv3.HttpFilter{faultFilter(), routerFilter()}
+	m.UpgradeConfigs = nil // no upgrades in gRPC
 	return m
 }

@@ -45,18 +45,25 @@ func (g *Generator) virtualHost(sc *Scope, svc *model.Service, port model.Port, 
 		vh.Routes = g.vsRoutes(sc, vss, svc.Hostname, port.Port, gateway)
 	}
 	if len(vh.Routes) == 0 {
-		vh.Routes = []*routev3.Route{defaultRoute(ClusterName(port.Port, "", svc.Hostname))}
+		r := defaultRoute(ClusterName(port.Port, "", svc.Hostname), retryPolicy(meshRetry(sc.World), false))
+		// The DestinationRule's consistent hash, as istiod puts it on the
+		// default route (its retries still go to other hosts).
+		r.GetRoute().HashPolicy = hashPolicy(sc.clusterPolicy(svc.Hostname, "", port.Port))
+		vh.Routes = []*routev3.Route{r}
 	}
 	return vh
 }
 
-func defaultRoute(cluster string) *routev3.Route {
+// defaultRoute sends everything to cluster, without timeout, with the
+// retry policy rp (nil: none).
+func defaultRoute(cluster string, rp *routev3.RetryPolicy) *routev3.Route {
 	return &routev3.Route{
 		Name:  "default",
 		Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
 		Action: &routev3.Route_Route{Route: &routev3.RouteAction{
 			ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: cluster},
 			Timeout:          durationpb.New(0),
+			RetryPolicy:      rp,
 		}},
 	}
 }
@@ -82,7 +89,7 @@ func (g *Generator) portRoute(sc *Scope, port int32, svcs []*model.Service) *rou
 	}
 	rc.VirtualHosts = append(rc.VirtualHosts, &routev3.VirtualHost{
 		Name: "allow_any", Domains: []string{"*"},
-		Routes: []*routev3.Route{defaultRoute(PassthroughCluster)},
+		Routes: []*routev3.Route{defaultRoute(PassthroughCluster, nil)}, // no retries, as istiod's allow_any
 	})
 	return rc
 }

@@ -25,6 +25,7 @@ var vsFields = newFieldSet(
 	"http.directResponse",
 	"http.rewrite.uri", "http.rewrite.authority", "http.rewrite.uriRegexRewrite",
 	"http.timeout", "http.retries.attempts", "http.retries.perTryTimeout", "http.retries.retryOn",
+	"http.retries.retryIgnorePreviousHosts", "http.retries.backoff",
 	"http.fault.delay.fixedDelay", "http.fault.delay.percentage", "http.fault.delay.percent",
 	"http.fault.abort.httpStatus", "http.fault.abort.grpcStatus", "http.fault.abort.percentage",
 	"http.mirror", "http.mirrors", "http.mirrorPercentage", "http.mirrorPercent",
@@ -180,7 +181,11 @@ func (g *Generator) routeAction(sc *Scope, ns string, hr *networking.HTTPRoute, 
 		}
 	}
 	a.HashPolicy = hashPolicy(first)
-	a.RetryPolicy = retryPolicy(hr.GetRetries())
+	rp := hr.GetRetries()
+	if rp == nil {
+		rp = meshRetry(sc.World)
+	}
+	a.RetryPolicy = retryPolicy(rp, len(hr.GetRoute()) == 1 && a.HashPolicy != nil)
 	g.rewrite(a, hr)
 	a.RequestMirrorPolicies = mirrors(sc, ns, hr, host, port)
 	return a
@@ -216,23 +221,6 @@ func (g *Generator) rewrite(a *routev3.RouteAction, hr *networking.HTTPRoute) {
 	if rw.GetAuthority() != "" {
 		a.HostRewriteSpecifier = &routev3.RouteAction_HostRewriteLiteral{HostRewriteLiteral: rw.GetAuthority()}
 	}
-}
-
-func retryPolicy(r *networking.HTTPRetry) *routev3.RetryPolicy {
-	if r == nil || r.GetAttempts() <= 0 {
-		return nil
-	}
-	rp := &routev3.RetryPolicy{
-		NumRetries: wrapperspb.UInt32(uint32(r.GetAttempts())),
-		RetryOn:    "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes",
-	}
-	if r.GetRetryOn() != "" {
-		rp.RetryOn = r.GetRetryOn()
-	}
-	if d := r.GetPerTryTimeout(); d != nil {
-		rp.PerTryTimeout = durationpb.New(d.AsDuration())
-	}
-	return rp
 }
 
 func mirrors(sc *Scope, ns string, hr *networking.HTTPRoute, host string, port int32) []*routev3.RouteAction_RequestMirrorPolicy {
