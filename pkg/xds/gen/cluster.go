@@ -86,10 +86,12 @@ func fixedClusters(timeout *durationpb.Duration) []*clusterv3.Cluster {
 		}
 	}
 	passthrough := origDst(PassthroughCluster)
+	setDefaultLimits(passthrough)
 	// Istio's metadata exchange on the passthrough, for peers in the mesh
 	// reached by address.
 	passthrough.Filters = []*clusterv3.Filter{tcpClusterMX}
 	inbound := origDst(InboundPassthroughCluster)
+	setDefaultLimits(inbound)
 	// Istio sends inbound passthrough traffic from 127.0.0.6 so that the
 	// application sees it as coming from outside the pod's own sidecar.
 	inbound.UpstreamBindConfig = &corev3.BindConfig{SourceAddress: socketAddress("127.0.0.6", 0).GetSocketAddress()}

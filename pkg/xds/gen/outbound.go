@@ -73,6 +73,9 @@ func (g *Generator) outboundCluster(sc *Scope, svc *model.Service, eps *model.Se
 		c = serviceCluster(svc, name, port, eps, ss.Labels, !grpc)
 	}
 	c.ConnectTimeout = connectTimeout(sc.World)
+	if !grpc {
+		envoyClusterDefaults(c)
+	}
 	if downstreamProtocol(sc.Proxy, port) {
 		useDownstreamProtocol(c)
 	}

@@ -1,6 +1,7 @@
 package gen
 
 import (
+	"math"
 	"strings"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -10,6 +11,7 @@ import (
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -208,23 +210,51 @@ func hashPolicy(tp *networking.TrafficPolicy) []*routev3.RouteAction_HashPolicy 
 	return []*routev3.RouteAction_HashPolicy{hp}
 }
 
+// envoyClusterDefaults are what istiod gives every Envoy cluster before
+// its DestinationRule: circuit breakers that never trip (Envoy's own
+// defaults, 1024 connections and 3 parallel retries, would turn a burst
+// or pod churn into 503s), remaining capacity tracked; the panic threshold
+// off, so that unready endpoints are never sent traffic (istiod sends them
+// with a 0% threshold); LEAST_REQUEST load balancing (an original
+// destination cluster keeps CLUSTER_PROVIDED).
+func envoyClusterDefaults(c *clusterv3.Cluster) {
+	setDefaultLimits(c)
+	c.CommonLbConfig = &clusterv3.Cluster_CommonLbConfig{HealthyPanicThreshold: &typev3.Percent{Value: 0}}
+	if c.GetType() != clusterv3.Cluster_ORIGINAL_DST && c.LbPolicy == clusterv3.Cluster_ROUND_ROBIN {
+		c.LbPolicy = clusterv3.Cluster_LEAST_REQUEST
+	}
+}
+
+// setDefaultLimits gives c istiod's default circuit breakers (unlimited).
+func setDefaultLimits(c *clusterv3.Cluster) {
+	maxU := wrapperspb.UInt32(math.MaxUint32)
+	c.CircuitBreakers = &clusterv3.CircuitBreakers{Thresholds: []*clusterv3.CircuitBreakers_Thresholds{{
+		MaxConnections: maxU, MaxPendingRequests: maxU, MaxRequests: maxU, MaxRetries: maxU, TrackRemaining: true,
+	}}}
+}
+
+// applyPool sets the connection pool's limits and timeouts on c; limits it
+// leaves unset keep c's (envoyClusterDefaults), else Envoy's.
 func applyPool(c *clusterv3.Cluster, cp *networking.ConnectionPoolSettings) {
 	if cp == nil {
 		return
 	}
 	th := &clusterv3.CircuitBreakers_Thresholds{}
+	if ths := c.GetCircuitBreakers().GetThresholds(); len(ths) == 1 {
+		th = proto.Clone(ths[0]).(*clusterv3.CircuitBreakers_Thresholds)
+	}
 	set := false
-	u32 := func(v int32) *wrapperspb.UInt32Value {
+	u32 := func(v int32, dflt *wrapperspb.UInt32Value) *wrapperspb.UInt32Value {
 		if v > 0 {
 			set = true
 			return wrapperspb.UInt32(uint32(v))
 		}
-		return nil
+		return dflt
 	}
-	th.MaxConnections = u32(cp.GetTcp().GetMaxConnections())
-	th.MaxPendingRequests = u32(cp.GetHttp().GetHttp1MaxPendingRequests())
-	th.MaxRequests = u32(cp.GetHttp().GetHttp2MaxRequests())
-	th.MaxRetries = u32(cp.GetHttp().GetMaxRetries())
+	th.MaxConnections = u32(cp.GetTcp().GetMaxConnections(), th.MaxConnections)
+	th.MaxPendingRequests = u32(cp.GetHttp().GetHttp1MaxPendingRequests(), th.MaxPendingRequests)
+	th.MaxRequests = u32(cp.GetHttp().GetHttp2MaxRequests(), th.MaxRequests)
+	th.MaxRetries = u32(cp.GetHttp().GetMaxRetries(), th.MaxRetries)
 	if set {
 		c.CircuitBreakers = &clusterv3.CircuitBreakers{Thresholds: []*clusterv3.CircuitBreakers_Thresholds{th}}
 	}

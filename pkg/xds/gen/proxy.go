@@ -82,6 +82,7 @@ func (g *Generator) Proxy(w *model.World, p *model.Proxy, cls *ClassConfig) (out
 	byPort := inboundServices(w, p)
 	for _, ip := range ports {
 		ip.cluster.ConnectTimeout = timeout
+		setDefaultLimits(ip.cluster) // istiod's, as on outbound clusters
 		setServicesMetadata(ip.cluster, byPort[ip.Port])
 		pc.InboundPorts = append(pc.InboundPorts, ip.InboundPort)
 		if ip.Protocol.IsSniffed() {
