@@ -44,7 +44,7 @@ func ClassKey(w *model.World, p *model.Proxy) string {
 	key := p.Class()
 	ix := indexFor(w)
 	if ix.tracing {
-		if id := traceIdentity(p); id != "" {
+		if id := traceIdentity(p, ix.traceNodeCluster); id != "" {
 			key += "|trace=" + id
 		}
 	}
@@ -80,8 +80,10 @@ type worldIndex struct {
 	// telemetry holds, per namespace, the Telemetry resources that
 	// select workloads, by name (telemetryclass.go).
 	telemetry map[string][]*model.Config
-	// tracing is set when some proxy may trace (tracingMayApply).
-	tracing bool
+	// tracing is set when some proxy may trace (tracingMayApply);
+	// traceNodeCluster when some provider reads the node cluster
+	// (tracingReadsNodeCluster).
+	tracing, traceNodeCluster bool
 	// selected holds, per namespace, the Sidecars with a workloadSelector,
 	// defaults those without; both oldest first, as Istio orders them.
 	selected, defaults map[string][]*model.Config
@@ -211,6 +213,7 @@ func newWorldIndex(w *model.World, prev *worldIndex) *worldIndex {
 	ix := &worldIndex{
 		version: w.Version, root: RootNamespace(w), vsExportTo: w.Mesh().VirtualServiceExportTo(), selected: map[string][]*model.Config{}, defaults: map[string][]*model.Config{},
 		rules: newRuleIndex(w), telemetry: selectingTelemetries(w), tracing: tracingMayApply(w),
+		traceNodeCluster: tracingReadsNodeCluster(w),
 	}
 	for _, c := range w.Configs(model.KindSidecar) {
 		if _, ok := c.Object.(*networkingv1.Sidecar); !ok {

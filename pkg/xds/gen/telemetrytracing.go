@@ -164,19 +164,40 @@ func tracingMayApply(w *model.World) bool {
 
 // traceIdentity is what a proxy's tracing reads of the proxy beyond its
 // class (p.Class: type, namespace, version): the tags' canonical service
-// and revision, mesh and cluster, the node cluster and the ProxyConfig it
-// sends; "" when it has none of them.
-func traceIdentity(p *model.Proxy) string {
+// and revision, mesh and cluster, the ProxyConfig it sends and, when
+// nodeCluster (some provider names spans after it), the node cluster; ""
+// when it has none of them. The node cluster is pilot-agent's
+// "<service>.<namespace>": keying on it always would give every service
+// its own class.
+func traceIdentity(p *model.Proxy, nodeCluster bool) string {
 	l := p.Labels()
 	name, rev, md := l[canonicalNameLabel], l[canonicalRevisionLabel], &p.Metadata
-	if name == "" && rev == "" && md.MeshID == "" && md.ClusterID == "" && p.ServiceCluster == "" && !md.ProxyConfig {
+	sc := ""
+	if nodeCluster {
+		sc = p.ServiceCluster
+	}
+	if name == "" && rev == "" && md.MeshID == "" && md.ClusterID == "" && sc == "" && !md.ProxyConfig {
 		return ""
 	}
 	pc := "-"
 	if md.ProxyConfig {
 		pc = md.Tracing
 	}
-	return strings.Join([]string{name, rev, md.MeshID, md.ClusterID, p.ServiceCluster, pc}, ",")
+	return strings.Join([]string{name, rev, md.MeshID, md.ClusterID, sc, pc}, ",")
+}
+
+// tracingReadsNodeCluster reports whether some extension provider of the
+// MeshConfig names spans after the proxy's node cluster (datadog,
+// opentelemetry: providerTracing): only then does the node cluster
+// separate classes.
+func tracingReadsNodeCluster(w *model.World) bool {
+	for _, p := range w.Mesh().Proto().GetExtensionProviders() {
+		switch p.GetProvider().(type) {
+		case *meshv1alpha1.MeshConfig_ExtensionProvider_Datadog, *meshv1alpha1.MeshConfig_ExtensionProvider_Opentelemetry:
+			return true
+		}
+	}
+	return false
 }
 
 const (

@@ -209,3 +209,30 @@ func TestSetTraceSampling(t *testing.T) {
 		t.Errorf("random sampling %v, want 42", got)
 	}
 }
+
+// The node cluster (pilot-agent's "<service>.<namespace>") names spans
+// only for datadog and opentelemetry providers: without one in the
+// MeshConfig, proxies that differ only in it share a class; with one, a
+// datadog span's service name is the proxy's own.
+func TestClassKeyReadsTheNodeClusterOnlyForProvidersThatNameSpans(t *testing.T) {
+	ns := "apiVersion: v1\nkind: Namespace\nmetadata: {name: default}\n"
+	plain := loadWorld(t, ns).World()
+	store := loadWorld(t, ns)
+	ev, err := worldtest.MeshConfig("extensionProviders:\n- name: dd\n  datadog: {service: datadog-agent.default.svc.cluster.local, port: 8126}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Apply(ev); err != nil {
+		t.Fatal(err)
+	}
+	datadog := store.World()
+	a := labelled(t, "sidecar", "default", nil)
+	b := labelled(t, "sidecar", "default", nil)
+	a.ServiceCluster, b.ServiceCluster = "reviews.default", "ratings.default"
+	if ClassKey(plain, a) != ClassKey(plain, b) {
+		t.Errorf("no provider reads the node cluster, yet keys %q and %q differ", ClassKey(plain, a), ClassKey(plain, b))
+	}
+	if ClassKey(datadog, a) == ClassKey(datadog, b) {
+		t.Errorf("a datadog provider names spans after the node cluster, yet both proxies have key %q", ClassKey(datadog, a))
+	}
+}
