@@ -99,6 +99,33 @@ func syncz(t *testing.T, c *debugStream) []*statusv3.ClientConfig {
 	return out
 }
 
+// waitACKed waits until syncz shows n proxies whose clusters are SYNCED:
+// connectSidecar returns once its ACK is sent, not once the server has
+// read it.
+func waitACKed(t *testing.T, addr string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		synced := 0
+		if c, err := debugAsk(t, dialAs(t, addr, "istio-system/default"), "istio-system", TypeDebugSyncz); err == nil {
+			for _, cc := range syncz(t, c) {
+				for _, x := range cc.GetGenericXdsConfigs() {
+					if x.GetTypeUrl() == gen.ClusterType && x.GetConfigStatus() == statusv3.ConfigStatus_SYNCED {
+						synced++
+					}
+				}
+			}
+		}
+		if synced >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d proxies ACKed their clusters within 10s", synced, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func proxyIDs(cfgs []*statusv3.ClientConfig) string {
 	var ids []string
 	for _, cc := range cfgs {
@@ -111,6 +138,7 @@ func TestIstioDebugTypes(t *testing.T) {
 	ts, plain := startDebugServer(t)
 	connectSidecar(t, ts.addr, "sidecar~10.1.0.1~reviews-1.ns-a~ns-a.svc.cluster.local", "ns-a")
 	connectSidecar(t, ts.addr, "sidecar~10.1.0.2~ratings-1.ns-b~ns-b.svc.cluster.local", "ns-b")
+	waitACKed(t, ts.addr, 2)
 
 	t.Run("syncz lists every proxy for a caller of the control plane's namespace, in istiod's shape", func(t *testing.T) {
 		c, err := debugAsk(t, dialAs(t, ts.addr, "istio-system/default"), "istio-system", TypeDebugSyncz)
