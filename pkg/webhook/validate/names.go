@@ -188,16 +188,12 @@ func checkLabels(p *problems, path string, labels map[string]string) {
 
 // checkSelectorLabels: neither keys nor values may be empty keys or hold
 // "*". It reports whether the selector has labels.
+// It is the EnvoyFilter selector's rules (checkAlphaSelector) plus a
+// length limit on values.
 func checkSelectorLabels(p *problems, path string, labels map[string]string) {
+	checkAlphaSelector(p, path, labels)
 	for _, k := range sortedKeys(labels) {
-		v := labels[k]
-		if k == "" {
-			p.add(path, "empty key is not supported in selector: %q", k+"="+v)
-		}
-		if strings.Contains(k, "*") || strings.Contains(v, "*") {
-			p.add(path, "wildcard is not supported in selector: %q", k+"="+v)
-		}
-		if len(v) > 63 {
+		if v := labels[k]; len(v) > 63 {
 			p.add(path, "label value %q is longer than 63 characters", v)
 		}
 	}
