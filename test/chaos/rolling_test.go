@@ -39,13 +39,14 @@ func TestRollingRestartOfThreeReplicas(t *testing.T) {
 	for i, r := range c.replicas {
 		start := time.Now()
 		share := f.Status().ByRemote[r.ports.XDS]
+		on := onReplica(f, r)
 		if code := r.term(t, c.sc.drain+30*time.Second); code != 0 {
 			t.Errorf("replica %s exited %d after SIGTERM, want 0", r.name, code)
 		}
 		drained := time.Since(start)
 		r.start(c.ctx, t, c.bin, c.args)
-		if _, ok := f.WaitComplete(c.ctx.Done(), c.sc.timeout); !ok {
-			t.Fatalf("after restarting %s: not every proxy complete within %s: %+v", r.name, c.sc.timeout, f.Status())
+		if !waitRedialed(c.ctx, f, on, start, c.sc.timeout) {
+			t.Fatalf("after restarting %s: not every proxy complete, %d of them on a connection dialed since the SIGTERM, within %s: %+v", r.name, share, c.sc.timeout, f.Status())
 		}
 		c.res.figure(fmt.Sprintf("restart %d (%s, serving %d proxies): SIGTERM until exit", i+1, r.name, share), drained.Seconds(), "s", "")
 		c.res.figure(fmt.Sprintf("restart %d: SIGTERM until every proxy complete", i+1), time.Since(start).Seconds(), "s", c.byRemote(f.Status()))
@@ -65,6 +66,7 @@ func TestRollingRestartOfThreeReplicas(t *testing.T) {
 	if leader == nil {
 		t.Fatalf("the Lease names %q, no running replica", holder)
 	}
+	on := onReplica(f, leader)
 	killed := time.Now()
 	leader.kill()
 	moved, ok := leases.waitHolderOtherThan(holder, 3*c.sc.lease+10*time.Second)
@@ -79,8 +81,8 @@ func TestRollingRestartOfThreeReplicas(t *testing.T) {
 		t.Errorf("leadership moved %s after the leader died; want within the lease duration %s and the retries (%s)", moved.Sub(killed), c.sc.lease, bound)
 	}
 	leader.start(c.ctx, t, c.bin, c.args)
-	if _, ok := f.WaitComplete(c.ctx.Done(), c.sc.timeout); !ok {
-		t.Fatalf("after the leader's death: not every proxy complete within %s", c.sc.timeout)
+	if !waitRedialed(c.ctx, f, on, killed, c.sc.timeout) {
+		t.Fatalf("after the leader's death: not every proxy complete, the leader's on a connection dialed since the kill, within %s: %+v", c.sc.timeout, f.Status())
 	}
 
 	c.cpuFigures("rolling restart and leader kill", m)

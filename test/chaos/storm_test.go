@@ -127,3 +127,44 @@ func waitMoved(ctx context.Context, f *loadkit.Fleet, r *replica, since time.Tim
 		}
 	}
 }
+
+// onReplica marks, in Fleet.Dialed's order, the well-behaved proxies whose
+// connection is to r.
+func onReplica(f *loadkit.Fleet, r *replica) []bool {
+	_, to := f.Dialed()
+	on := make([]bool, len(to))
+	for i, addr := range to {
+		on[i] = addr == r.ports.XDS
+	}
+	return on
+}
+
+// waitRedialed waits until every well-behaved proxy is complete and each
+// one marked in moved (those of a replica that was stopped at since) is
+// complete on a connection dialed at or after since. Waiting for
+// completeness alone can return before those proxies have read the end of
+// their streams (see waitMoved).
+func waitRedialed(ctx context.Context, f *loadkit.Fleet, moved []bool, since time.Time, timeout time.Duration) bool {
+	deadline := since.Add(timeout)
+	for {
+		st := f.Status()
+		at, _ := f.Dialed()
+		stale := 0
+		for i, d := range at {
+			if i < len(moved) && moved[i] && d.Before(since) {
+				stale++
+			}
+		}
+		if st.Complete == st.Proxies && stale == 0 {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
