@@ -8,9 +8,11 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // StoreOptions configure a Store.
@@ -353,8 +355,56 @@ func (b *builder) config(ev Event) error {
 	b.cloneConfigs(ev.Key.Kind)
 	b.w.configs[ev.Key.Kind][nn] = &Config{Key: ev.Key, Object: ev.Object}
 	b.s.configRVs[ev.Key] = rv
-	b.changed(ev.Key, OpUpsert)
+	b.changes = append(b.changes, Change{Key: ev.Key, Op: OpUpsert, StatusOnly: old != nil && specUnchanged(old.Object, ev.Object)})
 	return nil
+}
+
+// specUnchanged reports whether cur differs from prev only where
+// generation does not read: the same labels, annotations and spec
+// (compared as protobuf messages when they are). A status write (discovery's
+// own NACK and unsupported-field conditions among them) must not push:
+// with --xds-push-wave it would release a class held after its first wave
+// rejected a change.
+func specUnchanged(prev, cur runtime.Object) bool {
+	pa, err := meta.Accessor(prev)
+	if err != nil {
+		return false
+	}
+	ca, err := meta.Accessor(cur)
+	if err != nil {
+		return false
+	}
+	if !maps.Equal(pa.GetLabels(), ca.GetLabels()) || !maps.Equal(pa.GetAnnotations(), ca.GetAnnotations()) {
+		return false
+	}
+	ps, ok := specOf(prev)
+	if !ok {
+		return false
+	}
+	cs, ok := specOf(cur)
+	if !ok {
+		return false
+	}
+	if pm, ok := ps.(proto.Message); ok {
+		if cm, ok := cs.(proto.Message); ok {
+			return proto.Equal(pm, cm)
+		}
+	}
+	return reflect.DeepEqual(ps, cs)
+}
+
+// specOf is a pointer to o's Spec field, when o is a pointer to a struct
+// with one.
+func specOf(o runtime.Object) (any, bool) {
+	v := reflect.ValueOf(o)
+	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
+		return nil, false
+	}
+	f := v.Elem().FieldByName("Spec")
+	if !f.IsValid() || !f.CanAddr() {
+		return nil, false
+	}
+	return f.Addr().Interface(), true
 }
 
 func (b *builder) cloneConfigs(kind Kind) {

@@ -221,3 +221,39 @@ func mustApply(t *testing.T, s *Store, evs ...Event) *Update {
 func schemaGVK(g, v, k string) schema.GroupVersionKind {
 	return schema.GroupVersionKind{Group: g, Version: v, Kind: k}
 }
+
+func TestStoreMarksStatusOnlyConfigChanges(t *testing.T) {
+	base := &networkingv1.VirtualService{ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: "shop", ResourceVersion: "1", Labels: map[string]string{"team": "a"}}}
+	base.Spec.Hosts = []string{"reviews"}
+	tests := map[string]struct {
+		edit       func(*networkingv1.VirtualService)
+		statusOnly bool
+	}{
+		"a status condition written by discovery is status-only": {edit: func(v *networkingv1.VirtualService) {
+			v.Status.ObservedGeneration = 3
+		}, statusOnly: true},
+		"managed fields alone are status-only": {edit: func(v *networkingv1.VirtualService) {
+			v.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "discovery"}}
+		}, statusOnly: true},
+		"a spec change pushes":        {edit: func(v *networkingv1.VirtualService) { v.Spec.Hosts = []string{"ratings"} }},
+		"a label change pushes":       {edit: func(v *networkingv1.VirtualService) { v.Labels = map[string]string{"team": "b"} }},
+		"an annotation change pushes": {edit: func(v *networkingv1.VirtualService) { v.Annotations = map[string]string{"x": "y"} }},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			s := NewStore(StoreOptions{})
+			key := Key{KindVirtualService, "shop", "r"}
+			mustApply(t, s, Event{Op: OpUpsert, Key: key, Object: base.DeepCopy()})
+			next := base.DeepCopy()
+			next.ResourceVersion = "2"
+			tc.edit(next)
+			u := mustApply(t, s, Event{Op: OpUpsert, Key: key, Object: next})
+			if len(u.Changes) != 1 || u.Changes[0].StatusOnly != tc.statusOnly {
+				t.Fatalf("changes %+v, want one with StatusOnly %v", u.Changes, tc.statusOnly)
+			}
+			if s.World().Config(KindVirtualService, "shop", "r").Object != next {
+				t.Error("the World does not hold the newest object (its status is read by the auditor)")
+			}
+		})
+	}
+}

@@ -277,6 +277,11 @@ func lessNN(a, b NamespacedName) bool {
 type Change struct {
 	Key Key
 	Op  Op
+	// StatusOnly: an Istio config changed only where generation does not
+	// read (its status, resourceVersion, managed fields): the World holds
+	// the new object, for those who read its status, and no proxy needs
+	// a push (istiod's NeedsPush: labels, annotations and spec count).
+	StatusOnly bool
 }
 
 // Update is a newly published World and what changed since the previous one.

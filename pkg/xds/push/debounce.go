@@ -78,16 +78,37 @@ func (d *Debouncer) SetEndpointQuiet(base time.Duration) {
 	d.epQuiet = min(base, d.quiet)
 }
 
+// pushes reports whether u changed anything a proxy's configuration can
+// depend on (not only statuses).
+func pushes(u *model.Update) bool {
+	for _, c := range u.Changes {
+		if !c.StatusOnly {
+			return true
+		}
+	}
+	return false
+}
+
 // Enqueue adds an update. It never blocks, so it may be called from the
 // Store's subscriber callback.
 func (d *Debouncer) Enqueue(u *model.Update) {
 	d.mu.Lock()
+	if !pushes(u) {
+		if d.pending != nil {
+			d.pending.World = u.World // the newest World, for the push already due
+		}
+		d.mu.Unlock()
+		return
+	}
 	if d.pending == nil {
 		d.pending = &Request{Changes: map[model.Key]model.Op{}, First: d.now()}
 	}
 	d.pending.World = u.World
 	d.pending.Updates++
 	for _, c := range u.Changes {
+		if c.StatusOnly {
+			continue
+		}
 		d.pending.Changes[c.Key] = c.Op
 		if c.Key.Kind != model.KindEndpoints && c.Key.Kind != model.KindEndpointSlice {
 			d.pending.config = true

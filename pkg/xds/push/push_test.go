@@ -232,3 +232,25 @@ func TestEndpointQuietGrowsUnderABurst(t *testing.T) {
 		t.Fatalf("%d pushes for two endpoint changes 40ms apart after a quiet spell, want 2", len(rs)-before)
 	}
 }
+
+// A status-only change (discovery's own condition writes) pushes nothing,
+// and a push already due carries the newest World.
+func TestStatusOnlyChangesDoNotPush(t *testing.T) {
+	d, got := collect(t, 20*time.Millisecond, 10*time.Second, time.Millisecond)
+	status := update(1, model.KindVirtualService, "a")
+	status.Changes[0].StatusOnly = true
+	d.Enqueue(status)
+	time.Sleep(100 * time.Millisecond)
+	if rs := got(); len(rs) != 0 {
+		t.Fatalf("a status-only change pushed %d times", len(rs))
+	}
+	d.Enqueue(update(2, model.KindVirtualService, "b"))
+	status3 := update(3, model.KindVirtualService, "a")
+	status3.Changes[0].StatusOnly = true
+	d.Enqueue(status3)
+	waitFor(t, "the spec change to be pushed", func() bool { return len(got()) == 1 })
+	r := got()[0]
+	if r.World.Version != 3 || len(r.Changes) != 1 || r.Updates != 1 {
+		t.Fatalf("push of World %d with changes %v over %d updates; want World 3 with b's change only", r.World.Version, r.Changes, r.Updates)
+	}
+}
