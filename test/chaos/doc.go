@@ -8,7 +8,9 @@
 //  3. three replicas, a rolling restart (SIGTERM drain) and a killed
 //     leader;
 //  4. every proxy reconnecting within a second to a fresh replica;
-//  5. a tenth of the proxies never ACKing or reading slowly.
+//  5. a tenth of the proxies never ACKing or reading slowly;
+//  6. one class of proxies rejecting a change that every proxy sees, with
+//     pushes in waves (--xds-push-wave): only its first wave receives it.
 //
 // Each scenario reports the proxies that ended with the correct
 // configuration (checked against the World, not the server), the time

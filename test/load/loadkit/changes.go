@@ -22,6 +22,8 @@ type Edit struct {
 	Write func() error
 	// Host is the changed service's host name.
 	Host string
+	// Route is the route a VirtualService edit names (edit-N).
+	Route string
 }
 
 func clusterName(port int32, host string) string { return fmt.Sprintf("outbound|%d||%s", port, host) }
@@ -65,7 +67,7 @@ func (w *World) EditVirtualService(k int, n *Names) (*Edit, error) {
 	i := k % w.opts.VirtualServices
 	w.vsEdits[i]++
 	s, edit := w.services[i], w.vsEdits[i]
-	e := &Edit{Kind: KindVirtualSvc, Host: s.host(w.opts.DomainSuffix)}
+	e := &Edit{Kind: KindVirtualSvc, Host: s.host(w.opts.DomainSuffix), Route: vsRouteName(edit)}
 	for _, p := range servicePorts[:w.opts.Ports] {
 		if p.http {
 			e.Expects = append(e.Expects, Expectation{typeURL: typeRDS, name: n.id(routeName(p.port, s.host(w.opts.DomainSuffix))),

@@ -10,11 +10,13 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -92,6 +94,28 @@ type Behavior struct {
 	// (with gRPC's smallest flow-control windows, so the server's sends
 	// block on it), and otherwise behaves.
 	ReadDelay time.Duration
+	// Reject, when set, is asked about every resource the proxy decodes;
+	// an error NACKs the response, as an Envoy that cannot take a
+	// resource does (the proxy otherwise behaves and stays well-behaved).
+	Reject func(proto.Message) error
+}
+
+// RejectRoute rejects a RouteConfiguration holding a route named name.
+func RejectRoute(name string) func(proto.Message) error {
+	return func(m proto.Message) error {
+		rc, ok := m.(*routev3.RouteConfiguration)
+		if !ok {
+			return nil
+		}
+		for _, vh := range rc.GetVirtualHosts() {
+			for _, r := range vh.GetRoutes() {
+				if r.GetName() == name {
+					return fmt.Errorf("route configuration %s: route %q refused", rc.GetName(), name)
+				}
+			}
+		}
+		return nil
+	}
 }
 
 func (b Behavior) normal() bool { return !b.NoACK && b.ReadDelay == 0 }
@@ -168,6 +192,9 @@ func (f *Fleet) Normal(i int) bool { return f.proxies[i].behavior.normal() }
 
 // NodeID is proxy i's node ID.
 func (f *Fleet) NodeID(i int) string { return f.proxies[i].node.GetId() }
+
+// NACKs is how many responses proxy i rejected.
+func (f *Fleet) NACKs(i int) int64 { return f.proxies[i].nacks.Load() }
 
 // Track makes a change active: proxies start looking for it. Call it
 // before the change is written, so that no proxy can see it first. target

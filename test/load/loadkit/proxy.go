@@ -156,6 +156,11 @@ func (p *proxy) decodeAll(s *session, typeURL string, values [][]byte, versions 
 		if err != nil {
 			return nil, nil, err
 		}
+		if p.behavior.Reject != nil {
+			if err := p.behavior.Reject(m); err != nil {
+				return nil, nil, err
+			}
+		}
 		u := update{}
 		switch r := m.(type) {
 		case *clusterv3.Cluster:
