@@ -142,6 +142,8 @@ func (b *builder) apply(ev Event) error {
 		return b.namespace(ev)
 	case KindMeshConfig:
 		return b.meshConfig(ev)
+	case KindJWKS:
+		return b.jwksSet(ev)
 	case KindConfigMap:
 		// The MeshConfig watcher turns the mesh's ConfigMap into a
 		// MeshConfig; no other ConfigMap shapes the mesh.

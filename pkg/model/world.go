@@ -24,6 +24,8 @@ type World struct {
 	configs    map[Kind]map[NamespacedName]*Config
 	// mesh is the MeshConfig in force; nil for Istio's defaults.
 	mesh *MeshObject
+	// jwks are the fetched key sets, by JWKSKey name (jwks.go).
+	jwks map[string]*JWKS
 }
 
 // Protocol is a service port's application protocol, as Istio reads it from

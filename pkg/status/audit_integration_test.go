@@ -30,8 +30,8 @@ import (
 // TestIntegrationUnsupportedFieldsInStatus runs the Auditor against a real
 // API server: a VirtualService that sets a field discovery ignores gets
 // the condition (beside a condition someone else wrote, which stays), and
-// loses it when the field is removed; a RequestAuthentication gets the
-// "not supported" condition.
+// loses it when the field is removed; a RequestAuthentication setting
+// presence (which discovery, like istiod, does not act on) gets one too.
 func TestIntegrationUnsupportedFieldsInStatus(t *testing.T) {
 	env := testenv.Start(t)
 	ctx := context.Background()
@@ -54,7 +54,7 @@ func TestIntegrationUnsupportedFieldsInStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	ra := &securityv1.RequestAuthentication{ObjectMeta: metav1.ObjectMeta{Name: "jwt", Namespace: "shop"},
-		Spec: securityapi.RequestAuthentication{JwtRules: []*securityapi.JWTRule{{Issuer: "https://issuer.example"}}}}
+		Spec: securityapi.RequestAuthentication{JwtRules: []*securityapi.JWTRule{{Issuer: "https://issuer.example", Presence: securityapi.JWTRule_REQUIRED}}}}
 	if _, err := istio.SecurityV1().RequestAuthentications("shop").Create(ctx, ra, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -98,14 +98,14 @@ func TestIntegrationUnsupportedFieldsInStatus(t *testing.T) {
 		return c["status"] == "True" && c["reason"] == ReasonFieldsNotSupported && strings.Contains(msg, ignoredField) &&
 			cs["example.com/Reconciled"] != nil, strings.Join(keys(cs), ",") + " " + msg
 	})
-	poll(t, "the not-supported condition on the RequestAuthentication", 30*time.Second, func() (bool, string) {
+	poll(t, "the condition naming presence on the RequestAuthentication", 30*time.Second, func() (bool, string) {
 		cs, err := conditions(model.KindRequestAuthentication, "jwt")
 		if err != nil {
 			return false, err.Error()
 		}
 		c := cs[UnsupportedConditionType]
 		msg, _ := c["message"].(string)
-		return c["reason"] == ReasonKindNotSupported && strings.Contains(msg, "not supported by discovery: JWTs are not validated yet"), msg
+		return c["reason"] == ReasonFieldsNotSupported && strings.Contains(msg, "spec.jwtRules[].presence"), msg
 	})
 
 	// The field removed: the condition goes, the other one stays.

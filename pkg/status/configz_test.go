@@ -33,11 +33,10 @@ spec:
   http:
   - route: [{destination: {host: ratings}}]
 ---
-apiVersion: security.istio.io/v1
-kind: RequestAuthentication
+apiVersion: networking.istio.io/v1alpha3
+kind: EnvoyFilter
 metadata: {name: jwt, namespace: shop}
-spec:
-  jwtRules: [{issuer: "https://issuer.example"}]
+spec: {}
 `
 	objs, errs := file.Parse("mesh.yaml", []byte(configs))
 	if len(errs) > 0 {
@@ -77,7 +76,7 @@ spec:
 				t.Errorf("ratings sets nothing ignored, yet unsupported = %+v", u)
 			}
 		case "jwt":
-			if u == nil || !u.Kind || !strings.HasPrefix(u.Message, "RequestAuthentication is not supported by discovery: JWTs are not validated yet; to fail closed") {
+			if u == nil || !u.Kind || !strings.HasPrefix(u.Message, "EnvoyFilter is not supported by discovery: its patches") {
 				t.Errorf("jwt: unsupported = %+v", u)
 			}
 		}

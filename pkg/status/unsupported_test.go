@@ -10,7 +10,7 @@ import (
 	metav1alpha1 "istio.io/api/meta/v1alpha1"
 	networkingapi "istio.io/api/networking/v1alpha3"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
-	securityv1 "istio.io/client-go/pkg/apis/security/v1"
+	networkingv1alpha3 "istio.io/client-go/pkg/apis/networking/v1alpha3"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -40,16 +40,17 @@ func virtualService(name string, gen int64, ignored bool, conds ...*metav1alpha1
 	return vs
 }
 
-func requestAuthentication(name string) *securityv1.RequestAuthentication {
-	return &securityv1.RequestAuthentication{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop", Generation: 1, ResourceVersion: "1"}}
+// envoyFilter is a config of a kind discovery reads but does not act on.
+func envoyFilter(name string) *networkingv1alpha3.EnvoyFilter {
+	return &networkingv1alpha3.EnvoyFilter{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop", Generation: 1, ResourceVersion: "1"}}
 }
 
 func config(obj runtime.Object) *model.Config {
 	m, _ := obj.(metav1.Object)
 	kind := model.KindVirtualService
 	switch obj.(type) {
-	case *securityv1.RequestAuthentication:
-		kind = model.KindRequestAuthentication
+	case *networkingv1alpha3.EnvoyFilter:
+		kind = model.KindEnvoyFilter
 	case *corev1.Service:
 		kind = model.KindService
 	}
@@ -67,8 +68,8 @@ func TestUnsupported(t *testing.T) {
 		"a VirtualService whose fields are all acted on has nothing ignored": {
 			obj: virtualService("vs", 1, false),
 		},
-		"a RequestAuthentication is ignored as a whole kind": {
-			obj: requestAuthentication("jwt"), want: Finding{Kind: true},
+		"an EnvoyFilter is ignored as a whole kind": {
+			obj: envoyFilter("jwt"), want: Finding{Kind: true},
 		},
 		"a Service is not an Istio config": {
 			obj: &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: "shop"}},
@@ -88,7 +89,7 @@ func TestUnsupported(t *testing.T) {
 }
 
 func TestFindingMessage(t *testing.T) {
-	if got := (Finding{Kind: true}).Message(model.KindRequestAuthentication); !strings.HasPrefix(got, "RequestAuthentication is not supported by discovery: JWTs are not validated yet; to fail closed, every HTTP request that carries a token") {
+	if got := (Finding{Kind: true}).Message(model.KindWorkloadGroup); !strings.HasPrefix(got, "WorkloadGroup is not supported by discovery: no WorkloadEntry is registered") {
 		t.Errorf("kind message = %q", got)
 	}
 	if got := (Finding{Kind: true}).Message(model.KindEnvoyFilter); got != "EnvoyFilter is not supported by discovery: its patches and extensions are not applied to any proxy" {
@@ -158,7 +159,7 @@ func TestWantConditionAndStatusOf(t *testing.T) {
 		!strings.Contains(w.Message, ignoredField) || !w.Time.Equal(now) {
 		t.Errorf("wantCondition = %+v", w)
 	}
-	if w := wantCondition(config(requestAuthentication("jwt")), Finding{Kind: true}, now); w == nil || w.Reason != ReasonKindNotSupported {
+	if w := wantCondition(config(envoyFilter("jwt")), Finding{Kind: true}, now); w == nil || w.Reason != ReasonKindNotSupported {
 		t.Errorf("kind: wantCondition = %+v", w)
 	}
 	if w := wantCondition(c, Finding{}, now); w != nil {

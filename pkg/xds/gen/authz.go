@@ -42,6 +42,7 @@ var authzFields = newFieldSet(
 	"rules.from.source.namespaces", "rules.from.source.notNamespaces",
 	"rules.from.source.ipBlocks", "rules.from.source.notIpBlocks",
 	"rules.from.source.remoteIpBlocks", "rules.from.source.notRemoteIpBlocks",
+	"rules.from.source.requestPrincipals", "rules.from.source.notRequestPrincipals",
 	"rules.to.operation.hosts", "rules.to.operation.notHosts", "rules.to.operation.ports",
 	"rules.to.operation.notPorts", "rules.to.operation.methods", "rules.to.operation.notMethods",
 	"rules.to.operation.paths", "rules.to.operation.notPaths",
@@ -162,7 +163,7 @@ func dryRun(ap *securityv1.AuthorizationPolicy) bool {
 // that is not a dry run applies; a dry-run policy's rules only go to the
 // shadow rules of its action, as istiod builds them: an action whose
 // policies are all dry runs enforces nothing.
-func (g *Generator) rbacRules(trust trustDomains, aps []*model.Config) builtRules {
+func (g *Generator) rbacRules(trust trustDomains, aps []*model.Config, noJWT bool) builtRules {
 	out := builtRules{http: actionRules{}, tcp: actionRules{}, httpShadow: actionRules{}, tcpShadow: actionRules{}}
 	for _, c := range aps {
 		ap := c.Object.(*securityv1.AuthorizationPolicy)
@@ -194,7 +195,7 @@ func (g *Generator) rbacRules(trust trustDomains, aps []*model.Config) builtRule
 				tcp   bool
 				rules *rbacv3.RBAC
 			}{{false, hr}, {true, tr}} {
-				pol, b := g.ruleFor(trust, r, chain.tcp, valid)
+				pol, b := g.ruleFor(trust, r, chain.tcp, valid, noJWT)
 				if len(b.unsupported) > 0 {
 					g.warnFailClosed(c, ap.ResourceVersion, i, action, b.unsupported)
 				}
@@ -222,11 +223,12 @@ func (g *Generator) rbacRules(trust trustDomains, aps []*model.Config) builtRule
 	return out
 }
 
-// ruleFor translates rule r for an HTTP or a TCP chain. A rule holding
+// ruleFor translates rule r for an HTTP or a TCP chain (noJWT: of a
+// proxyless gRPC server, where no JWT is validated). A rule holding
 // strings Envoy cannot take (invalid UTF-8) matches everything and is
 // marked, so that it allows nothing and denies everything.
-func (g *Generator) ruleFor(trust trustDomains, r *security.Rule, tcp, valid bool) (*rbacv3.Policy, *ruleBuilder) {
-	b := &ruleBuilder{tcp: tcp, principals: trust.authzPrincipals}
+func (g *Generator) ruleFor(trust trustDomains, r *security.Rule, tcp, valid, noJWT bool) (*rbacv3.Policy, *ruleBuilder) {
+	b := &ruleBuilder{tcp: tcp, principals: trust.authzPrincipals, noJWT: noJWT}
 	if !valid {
 		b.skip()
 		return &rbacv3.Policy{Principals: []*rbacv3.Principal{allOfIDs(nil)}, Permissions: []*rbacv3.Permission{allOfPerms(nil)}}, b
@@ -274,10 +276,14 @@ func shadowStatPrefix(action security.AuthorizationPolicy_Action) string {
 	return ""
 }
 
-// authorization builds p's inbound RBAC filters; both lists are empty
-// when no policy applies.
+// authorization builds p's inbound JWT and RBAC filters; both lists are
+// empty when no policy applies.
 func (g *Generator) authorization(w *model.World, p *model.Proxy) inboundAuthz {
-	return g.withRequestAuthn(w, p, g.rbacFilters(g.trustIn(w), g.authzPolicies(w, p), sidecarRBACNames))
+	names := sidecarRBACNames
+	if p.IsGRPC() {
+		names = grpcRBACNames
+	}
+	return g.withRequestAuthn(w, p, g.rbacFilters(g.trustIn(w), g.authzPolicies(w, p), names))
 }
 
 // rbacNames names the RBAC filters of each action (AUDIT, DENY, ALLOW)
@@ -285,6 +291,9 @@ func (g *Generator) authorization(w *model.World, p *model.Proxy) inboundAuthz {
 type rbacNames struct {
 	http       [3]string
 	statPrefix func(security.AuthorizationPolicy_Action) string
+	// noJWT is set for proxyless gRPC servers, which validate no JWT:
+	// requestPrincipals and request.auth.* fail closed there.
+	noJWT bool
 }
 
 // sidecarRBACNames keep HTTP filter names distinct (grpc-go) and give each
@@ -296,6 +305,9 @@ var sidecarRBACNames = rbacNames{
 	},
 }
 
+// grpcRBACNames are the sidecar's, for proxyless gRPC servers.
+var grpcRBACNames = rbacNames{http: sidecarRBACNames.http, statPrefix: sidecarRBACNames.statPrefix, noJWT: true}
+
 // rbacFilters builds the RBAC filters of the policies aps, HTTP and
 // network, in Istio's order: AUDIT, DENY, ALLOW.
 func (g *Generator) rbacFilters(trust trustDomains, aps []*model.Config, names rbacNames) inboundAuthz {
@@ -303,7 +315,7 @@ func (g *Generator) rbacFilters(trust trustDomains, aps []*model.Config, names r
 		return inboundAuthz{}
 	}
 	var out inboundAuthz
-	b := g.rbacRules(trust, aps)
+	b := g.rbacRules(trust, aps, names.noJWT)
 	order := []security.AuthorizationPolicy_Action{security.AuthorizationPolicy_AUDIT, security.AuthorizationPolicy_DENY, security.AuthorizationPolicy_ALLOW}
 	for i, action := range order {
 		// A filter with shadow rules only (nil Rules) enforces nothing.
@@ -386,8 +398,12 @@ func (b *ruleBuilder) rule(r *security.Rule) *rbacv3.Policy {
 }
 
 func conditionIsSource(key string) bool {
+	if bracketed(key, "request.auth.claims") {
+		return true // Istio's principal side, as every request.auth key
+	}
 	switch key {
-	case "source.ip", "remote.ip", "source.namespace", "source.principal":
+	case "source.ip", "remote.ip", "source.namespace", "source.principal",
+		"request.auth.principal", "request.auth.audiences", "request.auth.presenter":
 		return true
 	}
 	return false
@@ -422,6 +438,9 @@ func (b *ruleBuilder) condition(key string, vals []string) matchers {
 			return &rbacv3.Permission{Rule: &rbacv3.Permission_RequestedServerName{RequestedServerName: wildcard(v, "")}}
 		})}
 	}
+	if ids, ok := b.jwtCondition(key, vals); ok {
+		return matchers{ids: ids}
+	}
 	if name := headerKey(key); name != "" {
 		if b.tcp {
 			// Not on TCP, as in Istio: not a gap, no warning.
@@ -430,8 +449,8 @@ func (b *ruleBuilder) condition(key string, vals []string) matchers {
 		}
 		return matchers{perms: mapPerms(vals, func(v string) *rbacv3.Permission { return headerPerm(authzHeader(name, v)) })}
 	}
-	// request.auth.* (no JWT validation yet) and the keys Istio knows but
-	// this generator does not translate, or does not know.
+	// The keys Istio knows but this generator does not translate, or
+	// does not know.
 	name, _ := unsupportedKey(key)
 	if name == "" {
 		name = "unknown key " + strconv.Quote(model.Clip(key))

@@ -3,7 +3,6 @@ package gen
 import (
 	"bytes"
 	"log/slog"
-	"slices"
 	"strings"
 	"testing"
 
@@ -13,36 +12,31 @@ import (
 	"github.com/meshplane/discovery/pkg/xds/internal/worldtest"
 )
 
-// Until JWTs are validated (RequestAuthentication), nothing on a request
-// can prove requestPrincipals or a request.auth.* condition. Such a part
-// of a rule fails closed, as Istio treats a part it cannot translate:
-//
-//	ALLOW  the rule can never be proven true: it is left out (allows less)
-//	DENY   the rule is enforced without that part (matches more, so it
-//	       denies a superset of what it would)
-//
-// Other rules of the policy are unaffected. Both hold on sidecars and on
-// gateways.
-func TestAuthorizationPolicyFailsClosed(t *testing.T) {
+// requestPrincipals and request.auth.* hold only for a token jwt_authn
+// validated (authzjwt.go); a request without one, as here (no
+// RequestAuthentication), matches none of them, and their negations
+// (notRequestPrincipals, notValues) hold for it, as in Istio. Both on
+// sidecars and on gateways.
+func TestAuthorizationPolicyWithoutToken(t *testing.T) {
 	tests := map[string]struct {
 		policy string
 		want   map[string]string // request path and peer "PATH@PEER" -> allow or deny
 	}{
-		"an ALLOW rule with requestPrincipals is left out, the policy's other rules stay": {
+		"an ALLOW rule with requestPrincipals matches no request without a token, the policy's other rules stay": {
 			policy: `spec:
   rules:
   - from: [{source: {requestPrincipals: ["https://issuer.example/*"]}}]
   - from: [{source: {remoteIpBlocks: [203.0.113.0/24]}}]`,
 			want: map[string]string{"/@" + allowedClient: "allow", "/@" + otherClient: "deny"},
 		},
-		"an ALLOW rule with notRequestPrincipals is left out": {
+		"an ALLOW rule with notRequestPrincipals matches a request without a token": {
 			policy: `spec:
   rules:
   - from: [{source: {notRequestPrincipals: ["*"]}}]
     to: [{operation: {paths: ["/public*"]}}]`,
-			want: map[string]string{"/public@" + otherClient: "deny", "/@" + otherClient: "deny"},
+			want: map[string]string{"/public@" + otherClient: "allow", "/@" + otherClient: "deny"},
 		},
-		"an ALLOW rule with a request.auth.claims condition is left out": {
+		"an ALLOW rule with a request.auth.claims condition matches no request without a token": {
 			policy: `spec:
   rules:
   - to: [{operation: {paths: ["/public*"]}}]
@@ -50,7 +44,7 @@ func TestAuthorizationPolicyFailsClosed(t *testing.T) {
   - to: [{operation: {paths: ["/health"]}}]`,
 			want: map[string]string{"/public/x@" + otherClient: "deny", "/health@" + otherClient: "allow"},
 		},
-		"a DENY rule with notRequestPrincipals denies without it: every caller": {
+		"a DENY rule with notRequestPrincipals denies every caller without a token": {
 			policy: `spec:
   action: DENY
   rules:
@@ -58,7 +52,7 @@ func TestAuthorizationPolicyFailsClosed(t *testing.T) {
     to: [{operation: {paths: ["/api*"]}}]`,
 			want: map[string]string{"/api/v1@" + allowedClient: "deny", "/@" + allowedClient: "allow"},
 		},
-		"a DENY rule with request.auth.* conditions denies without them": {
+		"a DENY rule with request.auth.* conditions: without a token the principal does not hold": {
 			policy: `spec:
   action: DENY
   rules:
@@ -68,14 +62,22 @@ func TestAuthorizationPolicyFailsClosed(t *testing.T) {
     - {key: request.auth.principal, values: ["https://issuer.example/alice"]}
     - {key: request.auth.audiences, values: [bookinfo]}
     - {key: request.auth.presenter, notValues: [app]}`,
+			want: map[string]string{"/admin@" + allowedClient: "allow", "/productpage@" + allowedClient: "allow"},
+		},
+		"a DENY rule with claims notValues only denies a request without a token": {
+			policy: `spec:
+  action: DENY
+  rules:
+  - to: [{operation: {paths: ["/admin*"]}}]
+    when: [{key: "request.auth.claims[groups]", notValues: [admins]}]`,
 			want: map[string]string{"/admin@" + allowedClient: "deny", "/productpage@" + allowedClient: "allow"},
 		},
-		"a DENY rule with requestPrincipals in one source denies through the other sources too": {
+		"a DENY rule with requestPrincipals in one source denies through its other sources": {
 			policy: `spec:
   action: DENY
   rules:
   - from: [{source: {requestPrincipals: ["https://issuer.example/mallory"]}}, {source: {ipBlocks: [198.51.100.0/24]}}]`,
-			want: map[string]string{"/@" + otherClient: "deny", "/@" + badPeer: "deny"},
+			want: map[string]string{"/@" + otherClient: "allow", "/@" + badPeer: "deny"},
 		},
 	}
 	ev := rbacEval{t}
@@ -101,9 +103,10 @@ func TestAuthorizationPolicyFailsClosed(t *testing.T) {
 	}
 }
 
-// TestAuthorizationPolicyRequestAuthReported: what fails closed is reported
-// as an unsupported field or value (the webhook's warnings, the status
-// condition), counted, and logged once with its effect.
+// TestAuthorizationPolicyRequestAuthReported: requestPrincipals and
+// request.auth.* are translated for Envoy, so they are no longer reported
+// as unsupported; on a proxyless gRPC server, which validates no JWT,
+// they fail closed and that is logged once per rule with its effect.
 func TestAuthorizationPolicyRequestAuthReported(t *testing.T) {
 	const policy = `apiVersion: security.istio.io/v1
 kind: AuthorizationPolicy
@@ -134,18 +137,8 @@ spec:
 	if ap == nil {
 		t.Fatal("policy not in the World")
 	}
-	want := []string{
-		"rules[].from[].source.notRequestPrincipals",
-		"rules[].from[].source.requestPrincipals",
-		"rules[].when[].key=request.auth.audiences",
-		"rules[].when[].key=request.auth.claims[]",
-		"rules[].when[].key=request.auth.presenter",
-		"rules[].when[].key=request.auth.principal",
-	}
-	got := UnsupportedFields(model.KindAuthorizationPolicy, &ap.Object.(*securityv1.AuthorizationPolicy).Spec)
-	slices.Sort(got)
-	if !slices.Equal(got, want) {
-		t.Errorf("UnsupportedFields = %q, want %q", got, want)
+	if got := UnsupportedFields(model.KindAuthorizationPolicy, &ap.Object.(*securityv1.AuthorizationPolicy).Spec); len(got) != 0 {
+		t.Errorf("UnsupportedFields = %q, want none", got)
 	}
 
 	var logs bytes.Buffer
@@ -153,20 +146,25 @@ spec:
 	if _, err := g.Class(w, ingressGateway(t), nil); err != nil {
 		t.Fatal(err)
 	}
-	counts := g.UnsupportedCounts()
-	for _, f := range []string{
-		"rules.from.source.requestPrincipals", "rules.from.source.notRequestPrincipals",
-		"rules.when.key=request.auth.claims", "rules.when.key=request.auth.principal",
-		"rules.when.key=request.auth.audiences", "rules.when.key=request.auth.presenter",
-	} {
-		if counts["AuthorizationPolicy "+f] != 1 {
-			t.Errorf("count of %s = %v, want 1 (counts %v)", f, counts["AuthorizationPolicy "+f], counts)
+	if len(g.UnsupportedCounts()) != 0 {
+		t.Errorf("counts %v, want none", g.UnsupportedCounts())
+	}
+	const failClosed = "AuthorizationPolicy rule uses what discovery cannot check yet; it fails closed"
+	if strings.Contains(logs.String(), failClosed) {
+		t.Errorf("a gateway validates JWTs; nothing fails closed:\n%s", logs.String())
+	}
+	cc, err := g.Class(w, grpcProxy(t, "istio-system"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.authorization(w, grpcProxy(t, "istio-system"))
+	_ = cc
+	if n := strings.Count(logs.String(), failClosed); n != 1 {
+		t.Errorf("%d fail-closed log lines for the rule on proxyless gRPC, want 1:\n%s", n, logs.String())
+	}
+	for _, what := range []string{"source.requestPrincipals", "request.auth.claims[]", "request.auth.audiences"} {
+		if !strings.Contains(logs.String(), what) {
+			t.Errorf("the log should name %s:\n%s", what, logs.String())
 		}
-	}
-	if n := strings.Count(logs.String(), "AuthorizationPolicy rule uses what discovery cannot check yet; it fails closed"); n != 1 {
-		t.Errorf("%d fail-closed log lines for the rule, want 1:\n%s", n, logs.String())
-	}
-	if !strings.Contains(logs.String(), "requestPrincipals") || !strings.Contains(logs.String(), "request.auth.claims[]") {
-		t.Errorf("the log should name what fails closed:\n%s", logs.String())
 	}
 }

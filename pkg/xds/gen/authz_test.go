@@ -219,7 +219,7 @@ func TestAuthorizationPolicyUnsupportedFields(t *testing.T) {
 		}},
 		ActionDetail: &security.AuthorizationPolicy_Provider{Provider: &security.AuthorizationPolicy_ExtensionProvider{Name: "opa"}},
 	}
-	want := "provider,rules[].from[].source.requestPrincipals,targetRef,action" // action: CUSTOM
+	want := "provider,targetRef,action" // action: CUSTOM
 	if got := strings.Join(UnsupportedFields(model.KindAuthorizationPolicy, ap), ","); got != want {
 		t.Errorf("unsupported %q, want %q", got, want)
 	}

@@ -11,6 +11,7 @@ import (
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	rbacv3 "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	jwtv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/jwt_authn/v3"
 	httprbacv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	netrbacv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/rbac/v3"
@@ -28,6 +29,9 @@ type request struct {
 	xff, remote                       string
 	port                              uint32
 	headers                           map[string]string
+	// jwt is the payload jwt_authn validated (its dynamic metadata), nil
+	// for none: set by policedChain.status from the chain's JWT filter.
+	jwt map[string]any
 }
 
 func (rq request) remoteIP() string {
@@ -155,6 +159,8 @@ func (e rbacEval) id(p *rbacv3.Principal, rq request) bool {
 		return e.cidr(x.RemoteIp, rq.remoteIP())
 	case *rbacv3.Principal_Header:
 		return e.header(x.Header, rq)
+	case *rbacv3.Principal_Metadata:
+		return e.metadata(x.Metadata, rq)
 	}
 	e.t.Fatalf("principal %v not evaluated", p)
 	return false
@@ -271,15 +277,34 @@ type policedChain struct {
 	name  string
 	rules []*rbacv3.RBAC
 	hcm   *hcmv3.HttpConnectionManager
+	// jwt is the chain's jwt_authn filter, nil for none; it runs before
+	// the RBAC filters (requestauthn.go).
+	jwt *jwtv3.JwtAuthentication
 }
 
 // allowed evaluates rq on the chain, through its connection manager for
 // HTTP.
 func (c policedChain) allowed(e rbacEval, rq request) bool {
+	return c.status(e, rq) == 200
+}
+
+// status is what the chain answers rq: 401 when its JWT filter refuses
+// the request's token, 403 when RBAC denies it, else 200.
+func (c policedChain) status(e rbacEval, rq request) int {
 	if c.hcm != nil {
 		rq = throughHCM(c.hcm, rq)
 	}
-	return e.allowed(c.rules, rq)
+	if c.jwt != nil {
+		payload, ok := jwtEval{e.t}.verify(c.jwt, rq)
+		if !ok {
+			return 401
+		}
+		rq.jwt = payload
+	}
+	if !e.allowed(c.rules, rq) {
+		return 403
+	}
+	return 200
 }
 
 // listenerChains returns the chains of a listener with their RBAC, each
@@ -309,6 +334,9 @@ func listenerChains(t testing.TB, l *listenerv3.Listener) []policedChain {
 					}
 					if r, ok := hm.(*httprbacv3.RBAC); ok {
 						pc.rules = append(pc.rules, r.GetRules())
+					}
+					if j, ok := hm.(*jwtv3.JwtAuthentication); ok {
+						pc.jwt = j
 					}
 				}
 			}

@@ -23,11 +23,15 @@ import (
 type ruleBuilder struct {
 	tcp     bool
 	skipped bool
+	// noJWT is set on a proxyless gRPC server: no JWT is validated, and
+	// requestPrincipals and request.auth.* are unsupported (fail closed).
+	noJWT bool
 	// principals rewrites principals for the trust domain and its aliases
 	// (Generator.authzPrincipals); nil keeps them as written.
 	principals func([]string) []string
 	// unsupported names what the rule uses that discovery cannot check
-	// on any chain (requestPrincipals, request.auth.* keys), for the log;
+	// on this proxy (requestPrincipals, request.auth.* keys on proxyless
+	// gRPC), for the log;
 	// an HTTP field on a TCP chain is not among them (Istio's semantics,
 	// not a gap).
 	unsupported []string
@@ -269,14 +273,14 @@ func (b *ruleBuilder) source(s *security.Source) *rbacv3.Principal {
 	and = addIDs(and, mapIDs(s.GetNamespaces(), namespaceID), mapIDs(s.GetNotNamespaces(), namespaceID))
 	and = addIDs(and, b.ipIDs(s.GetIpBlocks(), false), b.ipIDs(s.GetNotIpBlocks(), false))
 	and = addIDs(and, b.ipIDs(s.GetRemoteIpBlocks(), true), b.ipIDs(s.GetNotRemoteIpBlocks(), true))
-	// Until JWTs are validated nothing proves a request principal; the
-	// service account and trust domain fields are not translated yet.
+	and = addIDs(and, b.requestPrincipals("source.requestPrincipals", s.GetRequestPrincipals()),
+		b.requestPrincipals("source.notRequestPrincipals", s.GetNotRequestPrincipals()))
+	// The service account and trust domain fields are not translated yet.
 	// The source is built without them and the rule marked (fail closed).
 	for _, f := range []struct {
 		name string
 		n    int
 	}{
-		{"requestPrincipals", len(s.GetRequestPrincipals())}, {"notRequestPrincipals", len(s.GetNotRequestPrincipals())},
 		{"serviceAccounts", len(s.GetServiceAccounts())}, {"notServiceAccounts", len(s.GetNotServiceAccounts())},
 		{"trustDomains", len(s.GetTrustDomains())}, {"notTrustDomains", len(s.GetNotTrustDomains())},
 	} {

@@ -17,11 +17,16 @@ import (
 //
 //	action CUSTOM                       "action" (no external authorizer:
 //	                                    its rules deny)
-//	source requestPrincipals,           unsupported fields (no JWT
-//	notRequestPrincipals, ...           validation yet)
-//	when key request.auth.*             "rules[I].when[J].key=request.auth.claims[]"
-//	(and the other keys Istio knows     (claim names dropped: the label of
-//	but discovery does not translate)   a metric must not take user input)
+//	source serviceAccounts,             unsupported fields
+//	trustDomains, ...
+//	when keys Istio knows but           "rules[I].when[J].key=source.trustDomain"
+//	discovery does not translate        (experimental.envoy.filters.* as such:
+//	                                    the label of a metric must not take
+//	                                    user input)
+//
+// requestPrincipals and request.auth.* are translated (authzjwt.go);
+// on proxyless gRPC servers, which validate no JWT, they fail closed and
+// are logged per rule at generation.
 //
 // A key Istio does not know fails closed as well (and is logged), but is
 // not reported here: validation refuses the policy as invalid, which is
@@ -57,15 +62,14 @@ func unsupportedKey(key string) (string, bool) {
 	case "source.ip", "remote.ip", "source.namespace", "source.principal",
 		"destination.port", "destination.ip", "connection.sni":
 		return "", false
-	case "request.auth.principal", "request.auth.audiences", "request.auth.presenter",
-		"source.serviceAccount", "source.trustDomain":
+	case "request.auth.principal", "request.auth.audiences", "request.auth.presenter":
+		return "", false
+	case "source.serviceAccount", "source.trustDomain":
 		return key, true
 	}
 	switch {
-	case headerKey(key) != "":
+	case headerKey(key) != "", bracketed(key, "request.auth.claims"):
 		return "", false
-	case bracketed(key, "request.auth.claims"):
-		return "request.auth.claims[]", true
 	case strings.HasPrefix(key, "experimental.envoy.filters."):
 		return "experimental.envoy.filters.*", true
 	}

@@ -3,7 +3,12 @@ package gen
 import (
 	"fmt"
 	"regexp"
+	"sort"
 	"strings"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	jwtv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/jwt_authn/v3"
+	"google.golang.org/protobuf/types/known/emptypb"
 
 	rbacv3 "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -16,20 +21,46 @@ import (
 	"github.com/meshplane/discovery/pkg/model"
 )
 
-// RequestAuthentication fails closed until discovery validates JWTs.
+// RequestAuthentication: JWT validation as istiod builds it.
 //
-// Istio's RequestAuthentication makes the selected workloads reject (401)
-// a request whose token, in any of the rules' token locations, does not
-// validate, and lets through a request that carries no token (only an
-// AuthorizationPolicy can require one). Discovery does not build
-// jwt_authn yet. Ignoring the policy would fail open: a forged token
-// would reach a workload that trusts its mesh to have checked it. So, on
-// every HTTP chain of a workload that a RequestAuthentication selects
+// The JWT rules of every RequestAuthentication that applies to a workload
 // (Istio's selection: the root namespace's and the workload's namespace's
-// policies, by selector, or by targetRefs for Gateway API gateways), an
-// RBAC DENY filter, before every other RBAC filter as jwt_authn is,
-// refuses (403) every request that carries a token in one of the
-// locations of the policies' rules:
+// policies, by selector, or by targetRefs for Gateway API gateways),
+// sorted by issuer, become one envoy.filters.http.jwt_authn filter on its
+// HTTP chains (sidecar inbound, gateways), before the RBAC filters, as
+// istiod places it (after ext_authz CUSTOM, before AUDIT/DENY/ALLOW; it
+// emits no istio_authn filter any more: AuthorizationPolicy reads the
+// payload jwt_authn writes to its dynamic metadata, authzjwt.go):
+//
+//   - one provider per rule, named origins-<index>: issuer, audiences,
+//     forward (forwardOriginalToken), forward_payload_header
+//     (outputPayloadToHeader), claim_to_headers (outputClaimToHeaders),
+//     from_headers/from_params/from_cookies (none: Envoy's defaults, the
+//     Authorization Bearer header and access_token), payload_in_metadata
+//     "payload", space-delimited claims scope and permission plus the
+//     rule's spaceDelimitedClaims, clear_route_cache on gateways only;
+//   - the key set inline (local_jwks), as istiod does by default
+//     (PILOT_JWT_ENABLE_REMOTE_JWKS=false): the rule's jwks, else the key
+//     set the control plane fetched from its jwksUri (or by OpenID
+//     discovery from its issuer: pkg/jwks, a model input, World.JWKS),
+//     else, when none could be fetched or none was yet, a key set whose
+//     private key was discarded (istiod's PublicOnlyJwks): every token
+//     is refused, requests without one go through. The rule's timeout
+//     bounds the control plane's fetch;
+//   - one requirement for every path (prefix /): a token, where present,
+//     must be valid: one provider is {origins-0 OR allow_missing}; more
+//     are {any single provider OR all of {provider OR allow_missing}},
+//     so that providers sharing a location still pass; CORS preflights
+//     bypass it.
+//
+// A request without a token passes (only an AuthorizationPolicy can
+// require one); a request with an invalid one is refused (401).
+//
+// Proxyless gRPC servers have no jwt_authn (grpc-go implements RBAC,
+// fault and router only, and would refuse the listener): there, what
+// Istio would validate fails closed instead. An RBAC DENY filter,
+// before every other RBAC filter as jwt_authn is, refuses (403) every
+// request that carries a token in one of the locations of the rules:
 //
 //   - no fromHeaders/fromParams/fromCookies: Envoy's defaults, an
 //     Authorization header starting "Bearer " (any case) and the
@@ -38,20 +69,78 @@ import (
 //     one is given); fromParams: the query parameter (its name in any
 //     case, letters percent-encoded or not); fromCookies: the cookie.
 //
-// Requests without a token are treated as Istio treats them (allowed
-// here; AuthorizationPolicy requestPrincipals and request.auth.* already
-// fail closed, authz.go). Valid tokens are refused too: that is the cost
-// of never letting an invalid one through. TCP chains are unaffected, as
-// in Istio. The policy is reported as unsupported (webhook warning,
-// status condition, metric, log: UnreadKindNote).
+// There valid tokens are refused too, and the policy is logged as not
+// supported for the workload (once per policy version).
 
-// RequestAuthnFilter is the name of the fail-closed filter.
+// JWTFilter is the JWT filter's name, Istio's.
+const JWTFilter = "envoy.filters.http.jwt_authn"
+
+// jwtPayloadKey is where jwt_authn writes a validated token's payload in
+// its dynamic metadata (Istio's filters.EnvoyJwtFilterPayload).
+const jwtPayloadKey = "payload"
+
+// PublicOnlyJwks is istiod's fail-closed key set (model.PublicOnlyJwks):
+// an RSA public key whose private key was generated and discarded, so no
+// token can validate against it.
+const PublicOnlyJwks = `{
+  "keys": [
+    {
+      "kty": "RSA",
+      "e": "AQAB",
+      "n": "0xObjM0UvS_oaazjpEYlAbwctEJ4L8pH3OuTb7qth7gUwqet-EzQB4dgFdvSdMgrLnSncQGRjpEYz3F3viIbH-3EN3TxSlPNviHxeOdyiBVfumN8dMxbLvVJUpfNOnvmMxJcl-8NNjAwcOjk4otSALaYgYYyOPyvKtgVdrQr-FoubWX4yrjxW-MJ2-7OBeepUUNOsVwGV23YX03sVkkyvY3otRflkBcY3_HKpBxJl9wk2GyOShN4_PNUF9-vwfnvOXMbCDX-w4PTef4geeb_GiT40YCKHTKMSPVanGRn5GExIWmki-mmqh94-mPTJyBR74ShspL3BxPZitDL574T1w"
+    }
+  ]
+}`
+
+// RequestAuthnFilter is the name of the fail-closed filter of proxyless
+// gRPC servers.
 const RequestAuthnFilter = "envoy.filters.http.rbac.requestauthn-failclosed"
 
-// requestAuthentications are the RequestAuthentications that apply to p's
-// workload, in the World's order (namespace, name).
-func requestAuthentications(w *model.World, p *model.Proxy) []*securityv1.RequestAuthentication {
-	var out []*securityv1.RequestAuthentication
+// requestAuthnFields are the RequestAuthentication fields generation acts
+// on: all but presence, which istiod (at the version discovery follows)
+// does not read either, and targetRef(s) naming other than a Gateway API
+// gateway (reported, as for AuthorizationPolicy).
+var requestAuthnFields = newFieldSet(
+	"selector", "jwtRules.issuer", "jwtRules.audiences", "jwtRules.jwksUri", "jwtRules.jwks",
+	"jwtRules.fromHeaders", "jwtRules.fromParams", "jwtRules.fromCookies",
+	"jwtRules.outputPayloadToHeader", "jwtRules.forwardOriginalToken", "jwtRules.outputClaimToHeaders",
+	"jwtRules.timeout", "jwtRules.spaceDelimitedClaims",
+)
+
+// withRequestAuthn puts the JWT filter of the RequestAuthentications that
+// apply to p before az's HTTP RBAC filters (for a proxyless gRPC server,
+// the fail-closed filter).
+func (g *Generator) withRequestAuthn(w *model.World, p *model.Proxy, az inboundAuthz) inboundAuthz {
+	cs := g.requestAuthnConfigs(w, p)
+	if len(cs) == 0 {
+		return az
+	}
+	var ras []*securityv1.RequestAuthentication
+	for _, c := range cs {
+		ras = append(ras, c.Object.(*securityv1.RequestAuthentication))
+	}
+	var f *hcmv3.HttpFilter
+	if p.IsGRPC() {
+		for i, c := range cs {
+			g.warnOnce(c, ras[i].ResourceVersion, "grpc:"+p.Namespace,
+				"RequestAuthentication is not supported on proxyless gRPC servers (no jwt_authn); to fail closed, every request carrying a token is denied (403)",
+				"namespace", p.Namespace)
+		}
+		f = requestAuthnFilter(ras)
+	} else {
+		f = jwtFilter(w, ras, p.Type != model.ProxySidecar)
+	}
+	if f == nil {
+		return az
+	}
+	az.http = append([]*hcmv3.HttpFilter{f}, az.http...)
+	return az
+}
+
+// requestAuthnConfigs are the RequestAuthentications that apply to p, in
+// the World's order, with their unsupported fields reported.
+func (g *Generator) requestAuthnConfigs(w *model.World, p *model.Proxy) []*model.Config {
+	var out []*model.Config
 	for _, c := range w.Configs(model.KindRequestAuthentication) {
 		if c.Key.Namespace != RootNamespace(w) && c.Key.Namespace != p.Namespace {
 			continue
@@ -60,23 +149,148 @@ func requestAuthentications(w *model.World, p *model.Proxy) []*securityv1.Reques
 		if !ok {
 			continue
 		}
+		g.warn(c, ra.ResourceVersion, &ra.Spec, requestAuthnFields)
 		sel := &security.AuthorizationPolicy{Selector: ra.Spec.GetSelector(), TargetRef: ra.Spec.GetTargetRef(), TargetRefs: ra.Spec.GetTargetRefs()}
 		if attaches(c.Key.Namespace, sel, p) {
-			out = append(out, ra)
+			out = append(out, c)
 		}
 	}
 	return out
 }
 
-// withRequestAuthn puts the fail-closed filter of the RequestAuthentications
-// that apply to p before az's HTTP RBAC filters.
-func (g *Generator) withRequestAuthn(w *model.World, p *model.Proxy, az inboundAuthz) inboundAuthz {
-	ras := requestAuthentications(w, p)
-	if len(ras) == 0 {
-		return az
+// jwtFilter is istiod's jwt_authn filter for the rules of ras
+// (convertToEnvoyJwtConfig); nil when they have none. clearRouteCache is
+// set on gateways, where routes may match claims, as istiod sets it.
+func jwtFilter(w *model.World, ras []*securityv1.RequestAuthentication, clearRouteCache bool) *hcmv3.HttpFilter {
+	var rules []*security.JWTRule
+	for _, ra := range ras {
+		rules = append(rules, ra.Spec.GetJwtRules()...)
 	}
-	az.http = append([]*hcmv3.HttpFilter{requestAuthnFilter(ras)}, az.http...)
-	return az
+	if len(rules) == 0 {
+		return nil
+	}
+	sort.SliceStable(rules, func(i, j int) bool { return rules[i].GetIssuer() < rules[j].GetIssuer() })
+	providers := map[string]*jwtv3.JwtProvider{}
+	var inner, outer []*jwtv3.JwtRequirement
+	for i, r := range rules {
+		name := fmt.Sprintf("origins-%d", i)
+		providers[name] = jwtProvider(w, r, clearRouteCache)
+		inner = append(inner, jwtAny(jwtProviderReq(name), &jwtv3.JwtRequirement{
+			RequiresType: &jwtv3.JwtRequirement_AllowMissing{AllowMissing: &emptypb.Empty{}},
+		}))
+		outer = append(outer, jwtProviderReq(name))
+	}
+	req := inner[0]
+	if len(inner) > 1 {
+		req = jwtAny(append(outer, &jwtv3.JwtRequirement{RequiresType: &jwtv3.JwtRequirement_RequiresAll{
+			RequiresAll: &jwtv3.JwtRequirementAndList{Requirements: inner},
+		}})...)
+	}
+	cfg := &jwtv3.JwtAuthentication{
+		Rules: []*jwtv3.RequirementRule{{
+			Match:           &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
+			RequirementType: &jwtv3.RequirementRule_Requires{Requires: req},
+		}},
+		Providers:           providers,
+		BypassCorsPreflight: true,
+	}
+	return &hcmv3.HttpFilter{Name: JWTFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(cfg)}}
+}
+
+func jwtProviderReq(name string) *jwtv3.JwtRequirement {
+	return &jwtv3.JwtRequirement{RequiresType: &jwtv3.JwtRequirement_ProviderName{ProviderName: name}}
+}
+
+func jwtAny(rs ...*jwtv3.JwtRequirement) *jwtv3.JwtRequirement {
+	return &jwtv3.JwtRequirement{RequiresType: &jwtv3.JwtRequirement_RequiresAny{
+		RequiresAny: &jwtv3.JwtRequirementOrList{Requirements: rs},
+	}}
+}
+
+// jwtProvider is one rule's provider.
+func jwtProvider(w *model.World, r *security.JWTRule, clearRouteCache bool) *jwtv3.JwtProvider {
+	p := &jwtv3.JwtProvider{
+		Issuer:               r.GetIssuer(),
+		Audiences:            r.GetAudiences(),
+		Forward:              r.GetForwardOriginalToken(),
+		ForwardPayloadHeader: r.GetOutputPayloadToHeader(),
+		PayloadInMetadata:    jwtPayloadKey,
+		NormalizePayloadInMetadata: &jwtv3.JwtProvider_NormalizePayload{
+			SpaceDelimitedClaims: spaceDelimitedClaims(r.GetSpaceDelimitedClaims()),
+		},
+		ClearRouteCache: clearRouteCache,
+		FromParams:      r.GetFromParams(),
+		FromCookies:     r.GetFromCookies(),
+		JwksSourceSpecifier: &jwtv3.JwtProvider_LocalJwks{LocalJwks: &corev3.DataSource{
+			Specifier: &corev3.DataSource_InlineString{InlineString: RuleJWKS(w, r)},
+		}},
+	}
+	for _, c := range r.GetOutputClaimToHeaders() {
+		p.ClaimToHeaders = append(p.ClaimToHeaders, &jwtv3.JwtClaimToHeader{HeaderName: c.GetHeader(), ClaimName: c.GetClaim()})
+	}
+	for _, h := range r.GetFromHeaders() {
+		p.FromHeaders = append(p.FromHeaders, &jwtv3.JwtHeader{Name: h.GetName(), ValuePrefix: h.GetPrefix()})
+	}
+	return p
+}
+
+// spaceDelimitedClaims are scope and permission plus the rule's, sorted
+// and without repeats when the rule names any (istiod's
+// buildSpaceDelimitedClaims).
+func spaceDelimitedClaims(extra []string) []string {
+	if extra == nil {
+		return []string{"permission", "scope"}
+	}
+	seen := map[string]bool{"permission": true, "scope": true}
+	out := []string{"permission", "scope"}
+	for _, c := range extra {
+		if !seen[c] {
+			seen[c] = true
+			out = append(out, c)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// RuleJWKS is the key set inlined for rule r: its jwks, else the one
+// fetched for its issuer and jwksUri, else PublicOnlyJwks (fail closed).
+func RuleJWKS(w *model.World, r *security.JWTRule) string {
+	if r.GetJwks() != "" {
+		return r.GetJwks()
+	}
+	if j := w.JWKS(r.GetIssuer(), r.GetJwksUri()); j != nil && !j.Failed && j.Keys != "" {
+		return j.Keys
+	}
+	return PublicOnlyJwks
+}
+
+// JWKSNeeded reports whether the key set of (issuer, uri) is inlined in
+// p's configuration: a RequestAuthentication that applies to p has a
+// rule without jwks that names them. The push planner asks it for a
+// changed key set.
+func JWKSNeeded(w *model.World, p *model.Proxy, issuer, uri string) bool {
+	if p.IsGRPC() {
+		return false
+	}
+	for _, c := range w.Configs(model.KindRequestAuthentication) {
+		if c.Key.Namespace != RootNamespace(w) && c.Key.Namespace != p.Namespace {
+			continue
+		}
+		ra, ok := c.Object.(*securityv1.RequestAuthentication)
+		if !ok {
+			continue
+		}
+		for _, r := range ra.Spec.GetJwtRules() {
+			if r.GetJwks() == "" && r.GetIssuer() == issuer && r.GetJwksUri() == uri {
+				sel := &security.AuthorizationPolicy{Selector: ra.Spec.GetSelector(), TargetRef: ra.Spec.GetTargetRef(), TargetRefs: ra.Spec.GetTargetRefs()}
+				if attaches(c.Key.Namespace, sel, p) {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // requestAuthnFilter denies every request that carries a token where one
@@ -172,8 +386,6 @@ func queryParam(name string) *routev3.HeaderMatcher {
 // unsupported config; "" when the kind simply has no effect.
 func UnreadKindNote(kind model.Kind) string {
 	switch kind {
-	case model.KindRequestAuthentication:
-		return "JWTs are not validated yet; to fail closed, every HTTP request that carries a token where the policy's rules look for one is denied (403) on the workloads it selects, valid tokens included; requests without a token are let through, as Istio does"
 	case model.KindEnvoyFilter, model.KindWasmPlugin, model.KindTrafficExtension:
 		return "its patches and extensions are not applied to any proxy"
 	case model.KindWorkloadGroup:

@@ -177,15 +177,16 @@ func (g *Generator) UnsupportedCounts() map[string]float64 {
 // supportedFields are, per kind, the spec fields generation acts on (Go
 // initialises it after the field sets, which it depends on).
 var supportedFields = map[model.Kind]fieldSet{
-	model.KindVirtualService:      vsFields,
-	model.KindDestinationRule:     drFields,
-	model.KindAuthorizationPolicy: authzFields,
-	model.KindPeerAuthentication:  peerAuthnFields,
-	model.KindGateway:             gatewayFields,
-	model.KindServiceEntry:        entryFields,
-	model.KindWorkloadEntry:       workloadEntryFields,
-	model.KindSidecar:             sidecarFields,
-	model.KindTelemetry:           telemetryFields,
+	model.KindVirtualService:        vsFields,
+	model.KindDestinationRule:       drFields,
+	model.KindAuthorizationPolicy:   authzFields,
+	model.KindPeerAuthentication:    peerAuthnFields,
+	model.KindGateway:               gatewayFields,
+	model.KindServiceEntry:          entryFields,
+	model.KindWorkloadEntry:         workloadEntryFields,
+	model.KindSidecar:               sidecarFields,
+	model.KindTelemetry:             telemetryFields,
+	model.KindRequestAuthentication: requestAuthnFields,
 }
 
 // valueChecks are, per kind, the supported fields whose value may still
