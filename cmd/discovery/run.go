@@ -24,6 +24,7 @@ import (
 	"github.com/meshplane/discovery/pkg/ca"
 	"github.com/meshplane/discovery/pkg/config"
 	"github.com/meshplane/discovery/pkg/config/meshconfig"
+	"github.com/meshplane/discovery/pkg/jwks"
 	"github.com/meshplane/discovery/pkg/leader"
 	"github.com/meshplane/discovery/pkg/mesh"
 	"github.com/meshplane/discovery/pkg/model"
@@ -213,6 +214,13 @@ func (o *serveOptions) build(ctx context.Context, cfg *rest.Config, client kuber
 	})
 	p.runner.Add("ca", false, authority.Start)
 	p.runner.Add("xds", false, p.xds.Start)
+	// Every replica fetches the key sets its proxies need (kube and file
+	// mode alike): they are a model input (pkg/jwks).
+	resolver, err := jwks.New(o.jwks, store, log.With("component", "jwks"), reg)
+	if err != nil {
+		return nil, err
+	}
+	p.runner.Add("jwks resolver", false, resolver.Start)
 	if err := statusReporter(o.status, cfg, client, p, store, log, reg); err != nil {
 		return nil, err
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/meshplane/discovery/pkg/config/file"
 	"github.com/meshplane/discovery/pkg/config/kube"
 	"github.com/meshplane/discovery/pkg/config/meshconfig"
+	"github.com/meshplane/discovery/pkg/jwks"
 	"github.com/meshplane/discovery/pkg/leader"
 	"github.com/meshplane/discovery/pkg/monitor"
 	"github.com/meshplane/discovery/pkg/status"
@@ -56,6 +57,7 @@ type serveOptions struct {
 	inject  inject.Options
 	patcher webhookserver.PatcherOptions
 	status  status.Options
+	jwks    jwks.Options
 }
 
 func defaultServeOptions() *serveOptions {
@@ -77,6 +79,7 @@ func defaultServeOptions() *serveOptions {
 		xds:          xdsserver.DefaultOptions(),
 		webhook:      webhookserver.DefaultOptions(),
 		status:       status.DefaultOptions(),
+		jwks:         jwks.DefaultOptions(),
 	}
 }
 
@@ -124,6 +127,7 @@ files in DIR, watched for changes.`,
 	o.inject.AddFlags(fs)
 	o.patcher.AddFlags(fs)
 	o.status.AddFlags(fs)
+	o.jwks.AddFlags(fs)
 	return cmd
 }
 
@@ -153,7 +157,7 @@ func (o *serveOptions) validate() error {
 	o.xds.SystemNamespace, o.xds.Instance = o.namespace, xdsInstance()
 	o.inject.Namespace, o.inject.Revision = o.namespace, o.revision
 	o.patcher.Namespace, o.patcher.Revision = o.namespace, o.revision
-	for _, v := range []interface{ Validate() error }{&o.file, &o.kube, &o.mesh, &o.monitor, &o.leader, &o.xds, &o.webhook, &o.inject, &o.patcher, &o.status} {
+	for _, v := range []interface{ Validate() error }{&o.file, &o.kube, &o.mesh, &o.monitor, &o.leader, &o.xds, &o.webhook, &o.inject, &o.patcher, &o.status, &o.jwks} {
 		if err := v.Validate(); err != nil {
 			errs = append(errs, err)
 		}

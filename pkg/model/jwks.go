@@ -3,6 +3,7 @@ package model
 import (
 	"fmt"
 	"maps"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -47,6 +48,16 @@ func (j *JWKS) DeepCopyObject() runtime.Object { c := *j; return &c }
 // JWKSKey names the key set of (issuer, uri).
 func JWKSKey(issuer, uri string) Key {
 	return Key{Kind: KindJWKS, Name: issuer + " " + uri}
+}
+
+// JWKSKeyParts returns the issuer and uri a JWKSKey names (a URI has no
+// space; an issuer may).
+func JWKSKeyParts(k Key) (issuer, uri string) {
+	i := strings.LastIndexByte(k.Name, ' ')
+	if i < 0 {
+		return k.Name, ""
+	}
+	return k.Name[:i], k.Name[i+1:]
 }
 
 // JWKS returns the key set fetched for (issuer, uri), or nil when none

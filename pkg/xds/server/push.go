@@ -167,9 +167,13 @@ func changeMatters(k model.Key, p *model.Proxy, w *model.World, old *gen.Scope) 
 		// They shape the proxy's own inbound configuration.
 		return k.Namespace == p.Namespace || k.Namespace == gen.RootNamespace(w)
 	case model.KindRequestAuthentication:
-		// It shapes the HTTP chains of the workloads it selects (fails
-		// closed until JWTs are validated: gen/requestauthn.go).
+		// It shapes the HTTP chains of the workloads it selects
+		// (gen/requestauthn.go).
 		return k.Namespace == p.Namespace || k.Namespace == gen.RootNamespace(w)
+	case model.KindJWKS:
+		// A fetched key set is inlined where a policy names it.
+		issuer, uri := model.JWKSKeyParts(k)
+		return gen.JWKSNeeded(w, p, issuer, uri) || gen.JWKSNeeded(old.World, p, issuer, uri)
 	case model.KindTelemetry:
 		// Root and namespace Telemetry shape every listener of the
 		// proxies they apply to; a selecting one also moves the proxies
