@@ -314,6 +314,8 @@ func (e rbacEval) value(m *matcherv3.ValueMatcher, v any) bool {
 			}
 		}
 		return false
+	case *matcherv3.ValueMatcher_PresentMatch:
+		return x.PresentMatch
 	case *matcherv3.ValueMatcher_OrMatch:
 		for _, c := range x.OrMatch.GetValueMatchers() {
 			if e.value(c, v) {

@@ -322,11 +322,17 @@ func routeMatch(m *networking.HTTPMatchRequest) *routev3.RouteMatch {
 	if m.GetIgnoreUriCase() {
 		rm.CaseSensitive = wrapperspb.Bool(false)
 	}
-	for _, k := range sortedKeys(m.GetHeaders()) {
-		rm.Headers = append(rm.Headers, headerMatch(k, m.GetHeaders()[k], false))
-	}
-	for _, k := range sortedKeys(m.GetWithoutHeaders()) {
-		rm.Headers = append(rm.Headers, headerMatch(k, m.GetWithoutHeaders()[k], true))
+	for _, hs := range []struct {
+		m      map[string]*networking.StringMatch
+		invert bool
+	}{{m.GetHeaders(), false}, {m.GetWithoutHeaders(), true}} {
+		for _, k := range sortedKeys(hs.m) {
+			if claims, ok := routingClaim(k); ok { // a JWT claim (vsjwt.go)
+				rm.DynamicMetadata = append(rm.DynamicMetadata, claimRouteMatch(claims, hs.m[k], hs.invert))
+				continue
+			}
+			rm.Headers = append(rm.Headers, headerMatch(k, hs.m[k], hs.invert))
+		}
 	}
 	for name, sm := range map[string]*networking.StringMatch{":method": m.GetMethod(), ":authority": m.GetAuthority(), ":scheme": m.GetScheme()} {
 		if sm.GetMatchType() != nil {
