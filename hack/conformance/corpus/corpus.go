@@ -42,8 +42,12 @@ type Entry struct {
 
 // Load gathers every source: istioDir is the pinned istio.io/istio
 // module, repoDir this repository, casesDir the suite's own cases.
-func Load(istioDir, repoDir, casesDir string) ([]Entry, error) {
-	var out []Entry
+func Load(istioDir, repoDir, casesDir string) (out []Entry, err error) {
+	defer func() {
+		if err == nil {
+			err = loopbackJWKS(out)
+		}
+	}()
 	for _, load := range []func() ([]Entry, error){
 		func() ([]Entry, error) { return Samples(istioDir) },
 		func() ([]Entry, error) { return Fixtures(istioDir) },
@@ -57,6 +61,32 @@ func Load(istioDir, repoDir, casesDir string) ([]Entry, error) {
 		out = append(out, es...)
 	}
 	return out, nil
+}
+
+// loopbackJWKS refuses an input whose RequestAuthentication names a
+// jwksUri (or, without one, an issuer to discover) off loopback: the
+// in-process istiod fetches key sets, and the suite must not reach out
+// of the machine. Inputs inline their keys (jwks) instead.
+func loopbackJWKS(es []Entry) error {
+	for _, e := range es {
+		for _, o := range e.Objects {
+			if o.Kind != "RequestAuthentication" {
+				continue
+			}
+			rules, _ := o.Spec()["jwtRules"].([]any)
+			for _, r := range rules {
+				rule, _ := r.(map[string]any)
+				if _, inline := rule["jwks"]; inline {
+					continue
+				}
+				uri, _ := rule["jwksUri"].(string)
+				if !strings.HasPrefix(uri, "http://127.0.0.1:") {
+					return fmt.Errorf("%s %s: a JWT rule without jwks must name a loopback jwksUri (the in-process istiod fetches it), not %q", e.Name, o.Key(), uri)
+				}
+			}
+		}
+	}
+	return nil
 }
 
 func readObjects(paths ...string) ([]*scenario.Object, error) {

@@ -266,12 +266,7 @@ func (e *evaluator) httpFilter(f *hcmv3.HttpFilter, levels perFilter) (policy []
 		return []string{"ext_authz via " + e.describeCluster(svc).brief()}, ""
 	}
 	if j, ok := unmarshalAny[jwtv3.JwtAuthentication](tc); ok {
-		var names []string
-		for n, p := range j.GetProviders() {
-			names = append(names, n+"(issuer="+p.GetIssuer()+")")
-		}
-		sort.Strings(names)
-		return []string{"jwt providers=[" + strings.Join(names, " ") + "]"}, ""
+		return jwtFacts(j), ""
 	}
 	if fault, ok := unmarshalAny[faultv3.HTTPFault](tc); ok {
 		if pr, ok := unmarshalAny[faultv3.HTTPFault](override); ok {
