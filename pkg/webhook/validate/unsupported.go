@@ -12,7 +12,7 @@ import (
 // lists of the fields it acts on decide (gen.UnsupportedFields), so the
 // warnings cannot drift from what the proxies get. A kind generation
 // does not read (gen.ReadsKind) is reported whole, with what discovery
-// does instead (gen.UnreadKindNote: RequestAuthentication fails closed).
+// does instead (gen.UnreadKindNote).
 func unsupported(kind string, spec proto.Message) []string {
 	var w []string
 	warn := func(cond bool, field, what string) {
