@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
-	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 
 	"github.com/meshplane/discovery/pkg/model"
 	"github.com/meshplane/discovery/pkg/xds/internal/worldtest"
@@ -394,7 +393,6 @@ status: {podIP: 10.1.3.5}
 	if got := c.status(ev, rq); got != 403 {
 		t.Errorf("requestPrincipals on gRPC: %d, want 403 (the rule is left out)", got)
 	}
-	_ = hcmv3.HttpConnectionManager{}
 }
 
 func indent(s string) string {
