@@ -206,8 +206,12 @@ func (e *evaluator) routeMatches(m *routev3.RouteMatch) bool {
 			return false
 		}
 	}
-	if len(m.GetDynamicMetadata()) > 0 {
-		return false
+	for _, dm := range m.GetDynamicMetadata() {
+		// No request carries dynamic metadata (no JWT was validated):
+		// only an inverted matcher (withoutHeaders on a claim) holds.
+		if !dm.GetInvert() {
+			return false
+		}
 	}
 	return true
 }
