@@ -35,6 +35,7 @@ var Applied = map[string]string{
 	"protocolDetectionTimeout":       "how long a sidecar waits for the first bytes of a connection on a sniffed port",
 	"h2UpgradePolicy":                "HTTP/1.1 connections to services in the mesh are upgraded to HTTP/2 (a DestinationRule's connectionPool.http.h2UpgradePolicy wins)",
 	"defaultHttpRetryPolicy":         "the retries of outbound routes whose VirtualService sets none (a VirtualService's retries win)",
+	"dnsRefreshRate":                 "how often DNS clusters (ServiceEntries with resolution DNS) resolve their hosts again, sooner when a record's TTL is shorter",
 }
 
 // notApplied gives the reason some fields that are often set change

@@ -276,6 +276,7 @@ func (c *completer) services() {
 			spec = map[string]any{}
 			svc.Doc["spec"] = spec
 		}
+		defaultTargetPorts(spec)
 		if t, _ := spec["type"].(string); t == "ExternalName" {
 			continue
 		}
@@ -291,6 +292,20 @@ func (c *completer) services() {
 		}
 		if es := c.slice(svc, sel); es != nil {
 			c.in.Objects = append(c.in.Objects, es)
+		}
+	}
+}
+
+// defaultTargetPorts gives every port of a Service spec without a
+// targetPort its port number, as the API server's defaulting does: both
+// control planes read Services as a cluster holds them, and istiod's fake
+// client, which does no defaulting, would otherwise see targetPort 0 and
+// give the pods behind the Service no inbound ports for it.
+func defaultTargetPorts(spec map[string]any) {
+	ports, _ := spec["ports"].([]any)
+	for _, sp := range ports {
+		if p, ok := sp.(map[string]any); ok && p["targetPort"] == nil && p["port"] != nil {
+			p["targetPort"] = p["port"]
 		}
 	}
 }

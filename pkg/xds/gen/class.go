@@ -256,7 +256,7 @@ func (g *Generator) sidecarOutbound(sc *Scope, bs map[string]*builder, cc, prev 
 			rc := g.serviceRoute(sc, svc, p, "*")
 			bs[RouteType].add(rc.Name, rc)
 		}
-		if len(pu.addressless) > 0 {
+		if pu.portRoute {
 			rc := sc.applyRoutePolicy(g.portRoute(sc, port, pu.addressless))
 			bs[RouteType].add(rc.Name, rc)
 		}

@@ -87,11 +87,13 @@ func fixedClusters(timeout *durationpb.Duration) []*clusterv3.Cluster {
 	}
 	passthrough := origDst(PassthroughCluster)
 	setDefaultLimits(passthrough)
+	passthroughHTTPOptions(passthrough)
 	// Istio's metadata exchange on the passthrough, for peers in the mesh
 	// reached by address.
 	passthrough.Filters = []*clusterv3.Filter{tcpClusterMX}
 	inbound := origDst(InboundPassthroughCluster)
 	setDefaultLimits(inbound)
+	passthroughHTTPOptions(inbound)
 	// Istio sends inbound passthrough traffic from 127.0.0.6 so that the
 	// application sees it as coming from outside the pod's own sidecar.
 	inbound.UpstreamBindConfig = &corev3.BindConfig{SourceAddress: socketAddress("127.0.0.6", 0).GetSocketAddress()}
@@ -104,6 +106,15 @@ func fixedClusters(timeout *durationpb.Duration) []*clusterv3.Cluster {
 		passthrough,
 		inbound,
 	}
+}
+
+// passthroughHTTPOptions are Istio's HTTP options of its passthrough
+// clusters (passthroughHttpProtocolOptions): the downstream's HTTP version
+// upstream, and idle connections closed after 5 minutes rather than
+// Envoy's hour.
+func passthroughHTTPOptions(c *clusterv3.Cluster) {
+	useDownstreamProtocol(c)
+	setCommonHTTPOptions(c, &corev3.HttpProtocolOptions{IdleTimeout: durationpb.New(5 * time.Minute)})
 }
 
 // inboundCluster sends traffic for a pod port to the application on

@@ -2,6 +2,7 @@ package gen
 
 import (
 	"sort"
+	"strconv"
 	"strings"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -22,6 +23,10 @@ type gatewayServer struct {
 	redirect bool
 	// name names a TCP server's filter chain.
 	name string
+	// port is the server's port number, which VirtualService matches and
+	// destinations without a port read (Istio's server.Port.Number); the
+	// listener's port may differ (gatewayPortTranslation).
+	port uint32
 }
 
 // portServers are the servers one Gateway port serves; class is the
@@ -71,6 +76,7 @@ func (g *Generator) gateway(sc *Scope, bs map[string]*builder) []string {
 func (g *Generator) gatewayServers(sc *Scope) ([]uint32, map[uint32]*portServers) {
 	byPort := map[uint32]*portServers{}
 	var ports []uint32
+	listenPort := gatewayPortTranslation(sc.World, sc.Proxy)
 	for _, c := range sc.World.Configs(model.KindGateway) {
 		gw, ok := c.Object.(*networkingv1.Gateway)
 		if !ok || len(gw.Spec.GetSelector()) == 0 || !matchLabels(gw.Spec.GetSelector(), sc.Proxy.Labels()) {
@@ -88,6 +94,7 @@ func (g *Generator) gatewayServers(sc *Scope) ([]uint32, map[uint32]*portServers
 			srv := gatewayServer{
 				gateway: c.Key.Namespace + "/" + c.Key.Name, ns: c.Key.Namespace, hosts: s.GetHosts(),
 				redirect: kind == serverHTTP && s.GetTls().GetHttpsRedirect(), name: serverName("tcp", c, i, s),
+				port: s.GetPort().GetNumber(),
 			}
 			var ts *tlsServer
 			if kind == serverHTTPS || kind == serverTLSTCP {
@@ -96,7 +103,7 @@ func (g *Generator) gatewayServers(sc *Scope) ([]uint32, map[uint32]*portServers
 					continue
 				}
 			}
-			port := s.GetPort().GetNumber()
+			port := listenPort(s.GetPort().GetNumber())
 			ps := byPort[port]
 			if ps == nil {
 				ps = &portServers{class: kind.portClass()}
@@ -113,6 +120,59 @@ func (g *Generator) gatewayServers(sc *Scope) ([]uint32, map[uint32]*portServers
 	}
 	sort.Slice(ports, func(i, j int) bool { return ports[i] < ports[j] })
 	return ports, byPort
+}
+
+// disablePortTranslation is the Service label with which a gateway
+// Service opts out of the translation of gatewayPortTranslation (Istio's
+// DisableGatewayPortTranslationLabel).
+const disablePortTranslation = "experimental.istio.io/disable-gateway-port-translation"
+
+// gatewayPortTranslation returns the port a gateway listens on for a
+// Gateway server's port number, as Istio's resolvePorts does for Gateways
+// that select their proxies by label: the targetPort of the first Service
+// (by name) selecting the proxy that has a port of that number, so that a
+// server on port 80 of a Service 80 -> 8080 gets the listener the Service
+// sends its traffic to; the number itself when no Service has it. A named
+// targetPort is looked up in the container ports of the class's proxy's
+// pod (the pods of one gateway deployment have the same).
+func gatewayPortTranslation(w *model.World, p *model.Proxy) func(uint32) uint32 {
+	if p == nil || len(p.Labels()) == 0 {
+		return func(n uint32) uint32 { return n }
+	}
+	pod := w.Pod(p.Namespace, p.PodName)
+	to := map[uint32]uint32{}
+	for _, svc := range w.ServicesSelecting(p.Namespace, p.Labels()) {
+		if _, off := svc.Labels[disablePortTranslation]; off {
+			continue
+		}
+		for _, sp := range svc.Ports {
+			if sp.Protocol == model.ProtocolUDP || sp.Port <= 0 {
+				continue
+			}
+			if _, done := to[uint32(sp.Port)]; done {
+				continue
+			}
+			target, err := strconv.Atoi(sp.TargetPort)
+			switch {
+			case sp.TargetPort == "":
+				target = int(sp.Port)
+			case err != nil:
+				if pod == nil || pod.ContainerPorts[sp.TargetPort] == 0 {
+					continue
+				}
+				target = int(pod.ContainerPorts[sp.TargetPort])
+			}
+			if target > 0 && target <= 65535 {
+				to[uint32(sp.Port)] = uint32(target)
+			}
+		}
+	}
+	return func(n uint32) uint32 {
+		if t, ok := to[n]; ok {
+			return t
+		}
+		return n
+	}
 }
 
 func (ps *portServers) add(kind serverKind, srv gatewayServer, ts *tlsServer) {
@@ -212,7 +272,7 @@ func (g *Generator) gatewayHosts(sc *Scope, servers []gatewayServer) []*routev3.
 		for _, h := range hosts {
 			seen[h] = true
 			vss := byHost[h]
-			routes := g.vsRoutes(sc, vss, ResolveHost(h, vss[0].Key.Namespace, sc.World.DomainSuffix), 80, srv.gateway)
+			routes := g.vsRoutes(sc, vss, ResolveHost(h, vss[0].Key.Namespace, sc.World.DomainSuffix), int32(srv.port), srv.gateway)
 			if len(routes) == 0 {
 				continue
 			}

@@ -155,6 +155,7 @@ func (g *Generator) sniClusters(sc *Scope, svc *model.Service, eps *model.Servic
 		for _, ss := range sc.subsets(svc.Hostname) {
 			name := IstioSNI(ClusterName(port.Port, ss.Name, svc.Hostname))
 			c := serviceCluster(svc, name, port, eps, ss.Labels, true)
+			dnsRefresh(c, sc.World)
 			c.ConnectTimeout = connectTimeout(sc.World)
 			if dr != nil {
 				applyPolicy(c, policy(&dr.Spec, ss.Name, port.Port), true)

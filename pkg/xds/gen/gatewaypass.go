@@ -24,12 +24,12 @@ func (g *Generator) passthroughChains(sc *Scope, port uint32, servers []gatewayS
 			}
 			g.warn(c, vs.ResourceVersion, &vs.Spec, vsFields)
 			for i, r := range vs.Spec.GetTls() {
-				f := tcpRouteFilter(sc, c.Key.Namespace, r.GetRoute(), "", int32(port))
+				f := tcpRouteFilter(sc, c.Key.Namespace, r.GetRoute(), "", int32(srv.port))
 				if f == nil {
 					continue
 				}
 				for j, m := range r.GetMatch() {
-					if !l4Holds(m, c.Key.Namespace, int32(port), srv.gateway) ||
+					if !l4Holds(m, c.Key.Namespace, int32(srv.port), srv.gateway) ||
 						!sourceHolds(m.GetSourceLabels(), m.GetSourceNamespace(), sc.Proxy) {
 						continue
 					}

@@ -23,7 +23,7 @@ import (
 
 // tcpPort adds the listener of a port served by one TCP server.
 func (g *Generator) tcpPort(sc *Scope, bs map[string]*builder, port uint32, srv gatewayServer, az gatewayAuthz) {
-	f := g.gatewayTCPFilter(sc, srv, port)
+	f := g.gatewayTCPFilter(sc, srv)
 	if f == nil {
 		g.log.Warn("gateway TCP server has no VirtualService tcp route; no listener", "gateway", srv.gateway, "port", port)
 		return
@@ -43,7 +43,7 @@ func (g *Generator) tcpPort(sc *Scope, bs map[string]*builder, port uint32, srv 
 func (g *Generator) terminatedTCPChains(sc *Scope, port uint32, servers []*tlsServer, claims chainClaims, az gatewayAuthz) []*listenerv3.FilterChain {
 	var out []*listenerv3.FilterChain
 	for _, s := range servers {
-		f := g.gatewayTCPFilter(sc, s.gatewayServer, port)
+		f := g.gatewayTCPFilter(sc, s.gatewayServer)
 		if f == nil {
 			g.log.Warn("gateway TLS server has no VirtualService tcp route; left out", "gateway", s.gateway, "port", port)
 			continue
@@ -60,8 +60,9 @@ func (g *Generator) terminatedTCPChains(sc *Scope, port uint32, servers []*tlsSe
 }
 
 // gatewayTCPFilter is the tcp_proxy of a TCP server: the first tcp route
-// that holds, or nil.
-func (g *Generator) gatewayTCPFilter(sc *Scope, srv gatewayServer, port uint32) *listenerv3.Filter {
+// that holds for the server's port, or nil.
+func (g *Generator) gatewayTCPFilter(sc *Scope, srv gatewayServer) *listenerv3.Filter {
+	port := srv.port
 	for _, c := range sc.World.Configs(model.KindVirtualService) {
 		vs, ok := c.Object.(*networkingv1.VirtualService)
 		if !ok || !appliesTo(c, srv.gateway) || !hostsOverlap(srv, c.Key.Namespace, resolveHosts(sc, c.Key.Namespace, vs.Spec.GetHosts())) {

@@ -8,6 +8,7 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	tlsinspectorv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/tls_inspector/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1alpha3"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
@@ -45,26 +46,27 @@ import (
 // Not done: OPTIONAL_MUTUAL and protocols other than HTTP, HTTP2, GRPC,
 // GRPC-WEB, HTTPS, TLS, TCP, MONGO, REDIS and MYSQL (the server is left
 // out, reported as an unsupported value: gatewayserver.go); reported as
-// unsupported fields, the TLS version, cipher, SAN and hash restrictions;
+// unsupported fields, the TLS version and cipher restrictions;
 // credentialName in file mode, where no Secrets are read. A server that
 // needs one of them gets no filter chain.
 
 // gatewayFields are the Gateway fields generation honours.
 var gatewayFields = newFieldSet("selector", "servers.port", "servers.hosts", "servers.name",
 	"servers.tls.httpsRedirect", "servers.tls.mode", "servers.tls.serverCertificate", "servers.tls.privateKey",
-	"servers.tls.caCertificates", "servers.tls.credentialName")
+	"servers.tls.caCertificates", "servers.tls.credentialName", "servers.tls.subjectAltNames",
+	"servers.tls.verifyCertificateSpki", "servers.tls.verifyCertificateHash")
 
 // gatewayFieldsNoSecrets are gatewayFields in file mode: no Secrets, so no
 // credentialName.
 var gatewayFieldsNoSecrets = newFieldSet("selector", "servers.port", "servers.hosts", "servers.name",
 	"servers.tls.httpsRedirect", "servers.tls.mode", "servers.tls.serverCertificate", "servers.tls.privateKey",
-	"servers.tls.caCertificates")
+	"servers.tls.caCertificates", "servers.tls.subjectAltNames", "servers.tls.verifyCertificateSpki",
+	"servers.tls.verifyCertificateHash")
 
 // tlsServer is one server of a Gateway selected by the proxy that
 // terminates TLS (HTTPS, or TLS with tcp routes).
 type tlsServer struct {
 	gatewayServer
-	port    uint32
 	name    string // the RouteConfiguration's name (HTTPS), the chain's (TLS)
 	context *tlsv3.DownstreamTlsContext
 }
@@ -111,17 +113,51 @@ func gatewayTLSServer(c *model.Config, i int, s *networking.Server, credentials 
 	default:
 		return nil, false
 	}
+	restrictClients(ctx, tls)
 	if !strings.EqualFold(s.GetPort().GetProtocol(), "HTTPS") && tls.GetMode() == networking.ServerTLSSettings_ISTIO_MUTUAL {
 		// A TCP server terminating Istio mTLS also offers Istio's metadata
 		// exchange protocol, as Istio's gateways do.
 		ctx.CommonTlsContext.AlpnProtocols = []string{"istio-peer-exchange", "h2", "http/1.1"}
 	}
 	return &tlsServer{
-		gatewayServer: gatewayServer{gateway: c.Key.Namespace + "/" + c.Key.Name, ns: c.Key.Namespace, hosts: s.GetHosts()},
-		port:          s.GetPort().GetNumber(),
+		gatewayServer: gatewayServer{gateway: c.Key.Namespace + "/" + c.Key.Name, ns: c.Key.Namespace, hosts: s.GetHosts(), port: s.GetPort().GetNumber()},
 		name:          serverName("https", c, i, s),
 		context:       ctx,
 	}, true
+}
+
+// restrictClients applies a server's subjectAltNames, verifyCertificateSpki
+// and verifyCertificateHash to the client certificates of a server that
+// requires them (MUTUAL, ISTIO_MUTUAL), as Istio's BuildListenerTLSContext
+// does: SANs matched exactly, of any type, in the validation context that
+// checks the client's chain.
+func restrictClients(ctx *tlsv3.DownstreamTlsContext, tls *networking.ServerTLSSettings) {
+	if !ctx.GetRequireClientCertificate().GetValue() ||
+		len(tls.GetSubjectAltNames())+len(tls.GetVerifyCertificateSpki())+len(tls.GetVerifyCertificateHash()) == 0 {
+		return
+	}
+	restrict := func(v *tlsv3.CertificateValidationContext) {
+		for _, san := range tls.GetSubjectAltNames() {
+			v.MatchSubjectAltNames = append(v.MatchSubjectAltNames, &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: san}})
+		}
+		v.VerifyCertificateSpki = append(v.VerifyCertificateSpki, tls.GetVerifyCertificateSpki()...)
+		v.VerifyCertificateHash = append(v.VerifyCertificateHash, tls.GetVerifyCertificateHash()...)
+	}
+	cc := ctx.CommonTlsContext
+	switch vc := cc.GetValidationContextType().(type) {
+	case *tlsv3.CommonTlsContext_ValidationContext:
+		restrict(vc.ValidationContext)
+	case *tlsv3.CommonTlsContext_CombinedValidationContext:
+		restrict(vc.CombinedValidationContext.DefaultValidationContext)
+	case *tlsv3.CommonTlsContext_ValidationContextSdsSecretConfig:
+		def := &tlsv3.CertificateValidationContext{}
+		restrict(def)
+		cc.ValidationContextType = &tlsv3.CommonTlsContext_CombinedValidationContext{
+			CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
+				DefaultValidationContext: def, ValidationContextSdsSecretConfig: vc.ValidationContextSdsSecretConfig,
+			},
+		}
+	}
 }
 
 // serverName names what belongs to server i of Gateway c, as Istio names

@@ -148,6 +148,11 @@ type portRefs struct {
 	// addressless are the HTTP services without an address, routed by
 	// the RouteConfiguration named after the port.
 	addressless []*model.Service
+	// portRoute says that the listener uses the RouteConfiguration named
+	// after the port (addressless, plus allow_any): the port has HTTP
+	// services, so that traffic on it to an address of no service is read
+	// as HTTP, as on istiod's 0.0.0.0_PORT HTTP listener.
+	portRoute bool
 	// unclaimed are the HOST:PORT routes of services (serviceUnit builds
 	// them) that have no chain on the listener: an earlier service
 	// claimed their addresses. They are not sent (consistent()).
@@ -179,6 +184,7 @@ func (g *Generator) outboundListener(sc *Scope, port int32, svcs []*model.Servic
 		TrafficDirection: corev3.TrafficDirection_OUTBOUND,
 	}
 	var out portRefs
+	httpPort := false
 	sniff := sniffedOutbound{tel: sc.outTel()}
 	for _, svc := range svcs {
 		if p, _ := svc.PortByNumber(port); isTLS(p.Protocol) {
@@ -190,6 +196,7 @@ func (g *Generator) outboundListener(sc *Scope, port int32, svcs []*model.Servic
 	for _, svc := range svcs {
 		p, _ := svc.PortByNumber(port)
 		sniffs := sniffed(sc.Proxy, p.Protocol)
+		httpPort = httpPort || p.Protocol.IsHTTP()
 		switch {
 		case isTLS(p.Protocol):
 			l.FilterChains = append(l.FilterChains, g.meshTLSChains(sc, svc, port, claims)...)
@@ -228,20 +235,27 @@ func (g *Generator) outboundListener(sc *Scope, port int32, svcs []*model.Servic
 		}
 	}
 	sniff.finish(g, sc, l, port)
-	if len(out.addressless) > 0 {
+	out.portRoute = len(out.addressless) > 0 || (httpPort && l.DefaultFilterChain == nil)
+	if out.portRoute {
 		out.refs = append(out.refs, itoa(port))
 	}
 	if l.DefaultFilterChain == nil {
-		l.DefaultFilterChain = defaultOutboundChain(sc.outTel(), port, len(out.addressless) > 0)
+		l.DefaultFilterChain = defaultOutboundChain(sc.outTel(), port, out.portRoute)
 	}
 	return sc.outTel().listener(l), out
 }
 
 // defaultOutboundChain is the default chain of a port's outbound listener
-// that does not sniff services without address: the port's route for
-// HTTP ones (addressless), else passthrough.
-func defaultOutboundChain(t *listenerTelemetry, port int32, addressless bool) *listenerv3.FilterChain {
-	if addressless {
+// that does not sniff services without address: on a port with HTTP
+// services, an HttpConnectionManager with the port's route (its services
+// without address, then allow_any to the passthrough or, REGISTRY_ONLY,
+// block_all), as istiod's 0.0.0.0_PORT HTTP listener reads everything no
+// service address claims; else passthrough. (istiod's port route also has
+// the virtual hosts of the services with addresses, so that a request
+// sent to an address of no service with the Host of one is routed to
+// it; here it goes where it was sent.)
+func defaultOutboundChain(t *listenerTelemetry, port int32, http bool) *listenerv3.FilterChain {
+	if http {
 		return &listenerv3.FilterChain{
 			Name:    "addressless",
 			Filters: []*listenerv3.Filter{hcmFilter(rdsManager(t, "outbound_0.0.0.0_"+itoa(port), itoa(port)))},

@@ -71,6 +71,7 @@ func (g *Generator) outboundCluster(sc *Scope, svc *model.Service, eps *model.Se
 		c = originalDstCluster(name, port.Protocol)
 	} else {
 		c = serviceCluster(svc, name, port, eps, ss.Labels, !grpc)
+		dnsRefresh(c, sc.World)
 	}
 	c.ConnectTimeout = connectTimeout(sc.World)
 	if !grpc {

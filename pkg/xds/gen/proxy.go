@@ -85,8 +85,13 @@ func (g *Generator) Proxy(w *model.World, p *model.Proxy, cls *ClassConfig) (out
 		setDefaultLimits(ip.cluster) // istiod's, as on outbound clusters
 		setServicesMetadata(ip.cluster, byPort[ip.Port])
 		pc.InboundPorts = append(pc.InboundPorts, ip.InboundPort)
-		if ip.Protocol.IsSniffed() {
-			// Istio's setUpstreamProtocol, for inbound clusters too.
+		// Istio's setUpstreamProtocol, for inbound clusters too: HTTP/2
+		// to the application on an HTTP2 or gRPC port, the client's
+		// protocol on a sniffed one.
+		switch {
+		case ip.Protocol == model.ProtocolHTTP2 || ip.Protocol == model.ProtocolGRPC:
+			upgradeToH2(ip.cluster)
+		case ip.Protocol.IsSniffed():
 			useDownstreamProtocol(ip.cluster)
 		}
 		clusters.add(ip.cluster.Name, ip.cluster)

@@ -3,10 +3,12 @@ package gen
 import (
 	"strconv"
 	"strings"
+	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 
 	"github.com/meshplane/discovery/pkg/model"
@@ -77,6 +79,21 @@ func serviceCluster(svc *model.Service, name string, port model.Port, eps *model
 	c.DnsLookupFamily = clusterv3.Cluster_V4_ONLY
 	c.LoadAssignment = dnsAssignment(name, svc, port, eps, subset, kind == clusterv3.Cluster_LOGICAL_DNS)
 	return c
+}
+
+// dnsRefresh gives a DNS cluster Istio's resolution settings: the
+// MeshConfig's dnsRefreshRate (60s by default), and the records' own TTL
+// when it is shorter (respect_dns_ttl), as istiod's buildCluster does.
+func dnsRefresh(c *clusterv3.Cluster, w *model.World) {
+	if t := c.GetType(); t != clusterv3.Cluster_STRICT_DNS && t != clusterv3.Cluster_LOGICAL_DNS {
+		return
+	}
+	rate := w.Mesh().Proto().GetDnsRefreshRate()
+	if rate == nil {
+		rate = durationpb.New(60 * time.Second)
+	}
+	c.DnsRefreshRate = durationpb.New(rate.AsDuration())
+	c.RespectDnsTtl = true
 }
 
 // originalDstCluster is a sidecar's cluster of a passthrough service: the

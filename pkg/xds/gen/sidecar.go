@@ -9,12 +9,15 @@ import (
 )
 
 // egressScope is the host filter of the Sidecar resource that applies to a
-// proxy: the union of its egress listeners' hosts, each NAMESPACE/DNSNAME
-// (NAMESPACE "." for the proxy's own, "*" for any, "~" for none; DNSNAME
-// "*", "*.suffix" or a name).
+// proxy: its egress listeners' hosts, each NAMESPACE/DNSNAME (NAMESPACE
+// "." for the proxy's own, "*" for any; DNSNAME "*", "*.suffix" or a
+// name), a "~" before the namespace excluding the hosts instead ("~" alone
+// for any namespace: ~/* excludes everything), as Istio's
+// IstioEgressListenerWrapper reads them. What one listener imports and
+// does not exclude is visible; the listeners' imports add up.
 type egressScope struct {
-	ns    string // the proxy's namespace, for "."
-	hosts [][2]string
+	ns        string // the proxy's namespace, for "."
+	listeners [][]egressHost
 	// registryOnly is outboundTrafficPolicy mode REGISTRY_ONLY.
 	registryOnly bool
 	cfg          *model.Config
@@ -22,6 +25,13 @@ type egressScope struct {
 	// the proxy too; Istio leaves that case undefined, here the oldest
 	// wins and the rest are reported.
 	shadowed []*model.Config
+}
+
+// egressHost is one host of an egress listener, its namespace resolved
+// ("." to the proxy's).
+type egressHost struct {
+	ns, name string
+	excluded bool
 }
 
 // sidecarScope finds the Sidecar that applies to p (see choose in
@@ -38,20 +48,63 @@ func sidecarScope(w *model.World, p *model.Proxy) *egressScope {
 	// namespace default with ./* limits every namespace to itself.
 	es := &egressScope{ns: p.Namespace, registryOnly: registryOnly(&sc.Spec, w.Mesh().RegistryOnly()), cfg: c, shadowed: shadowed}
 	for _, l := range sc.Spec.GetEgress() {
+		var hosts []egressHost
 		for _, h := range l.GetHosts() {
 			hns, name, ok := strings.Cut(h, "/")
 			if !ok {
 				hns, name = "*", h
 			}
-			es.hosts = append(es.hosts, [2]string{hns, name})
+			eh := egressHost{ns: hns, name: name}
+			if rest, ok := strings.CutPrefix(hns, "~"); ok {
+				eh.excluded, eh.ns = true, rest
+				if rest == "" {
+					eh.ns = "*"
+				}
+			}
+			if eh.ns == "." {
+				eh.ns = p.Namespace
+			}
+			hosts = append(hosts, eh)
 		}
+		es.listeners = append(es.listeners, hosts)
 	}
 	if len(sc.Spec.GetEgress()) == 0 {
 		// A Sidecar without egress listeners imports everything
 		// exported to the namespace, as Istio's default listener */* does.
-		es.hosts = [][2]string{{"*", "*"}}
+		es.listeners = [][]egressHost{{{ns: "*", name: "*"}}}
 	}
 	return es
+}
+
+// covers reports whether h's namespace is ns or any.
+func (h egressHost) covers(ns string) bool { return h.ns == "*" || h.ns == ns }
+
+// excludes reports whether an excluded host of hosts covers host of
+// namespace ns (Istio's hostClassification.Excluded: host is the excluded
+// name or under its wildcard).
+func excludes(hosts []egressHost, ns, host string) bool {
+	for _, h := range hosts {
+		if h.excluded && h.covers(ns) && subsetOf(host, h.name) {
+			return true
+		}
+	}
+	return false
+}
+
+// subsetOf is Istio's host.Name.SubsetOf: a is b, or falls under b's
+// wildcard ("*", "*.suffix"); a wildcard is a subset only of a wildcard
+// that covers it.
+func subsetOf(a, b string) bool {
+	aw, bw := strings.HasPrefix(a, "*"), strings.HasPrefix(b, "*")
+	switch {
+	case aw && bw:
+		return len(a) >= len(b) && strings.HasSuffix(a[1:], b[1:])
+	case aw:
+		return false
+	case bw:
+		return strings.HasSuffix(a, b[1:])
+	}
+	return a == b
 }
 
 // allows reports whether svc passes the Sidecar's egress hosts.
@@ -59,16 +112,17 @@ func (e *egressScope) allows(svc *model.Service) bool {
 	if e == nil {
 		return true
 	}
-	for _, h := range e.hosts {
-		ns, name := h[0], h[1]
-		if ns == "." {
-			ns = e.ns
-		}
-		if ns == "~" || (ns != "*" && ns != svc.Namespace) {
+	for _, hosts := range e.listeners {
+		if excludes(hosts, svc.Namespace, svc.Hostname) {
 			continue
 		}
-		if name == "*" || name == svc.Hostname || (strings.HasPrefix(name, "*.") && strings.HasSuffix(svc.Hostname, name[1:])) {
-			return true
+		for _, h := range hosts {
+			if h.excluded || !h.covers(svc.Namespace) {
+				continue
+			}
+			if h.name == "*" || h.name == svc.Hostname || (strings.HasPrefix(h.name, "*.") && strings.HasSuffix(svc.Hostname, h.name[1:])) {
+				return true
+			}
 		}
 	}
 	return false
@@ -77,26 +131,25 @@ func (e *egressScope) allows(svc *model.Service) bool {
 // importsVirtualService reports whether the Sidecar's egress hosts import
 // the VirtualService c with hosts, resolved as written in c's namespace
 // (Istio's SelectVirtualServices): one of its hosts matches a host listed
-// for c's namespace ("." being the proxy's) or for "*". The namespace is
-// the VirtualService's own, not the namespace of the service it routes: a
-// Sidecar that imports ./* takes no other namespace's VirtualService, even
-// for its own services. Without Sidecar every VirtualService is imported.
+// for c's namespace ("." being the proxy's) or for "*", and no excluded
+// host of the listener covers it. The namespace is the VirtualService's
+// own, not the namespace of the service it routes: a Sidecar that imports
+// ./* takes no other namespace's VirtualService, even for its own
+// services. Without Sidecar every VirtualService is imported.
 func (e *egressScope) importsVirtualService(c *model.Config, hosts []string, domainSuffix string) bool {
 	if e == nil {
 		return true
 	}
-	for _, h := range hosts {
-		host := ResolveHost(h, c.Key.Namespace, domainSuffix)
-		for _, eh := range e.hosts {
-			ns := eh[0]
-			if ns == "." {
-				ns = e.ns
-			}
-			if ns == "~" || (ns != "*" && ns != c.Key.Namespace) {
+	for _, eg := range e.listeners {
+		for _, h := range hosts {
+			host := ResolveHost(h, c.Key.Namespace, domainSuffix)
+			if excludes(eg, c.Key.Namespace, host) {
 				continue
 			}
-			if hostsMatch(host, eh[1]) {
-				return true
+			for _, eh := range eg {
+				if !eh.excluded && eh.covers(c.Key.Namespace) && hostsMatch(host, eh.name) {
+					return true
+				}
 			}
 		}
 	}

@@ -66,6 +66,9 @@ func TestSidecarEgressAndOutboundPolicy(t *testing.T) {
 		"~/* sees nothing": {
 			sidecar: sidecarYAML("default", `"~/*"`, "REGISTRY_ONLY"), fallback: BlackHoleCluster,
 		},
+		"~ excludes within its listener whatever it imports: ~NAMESPACE/HOST a host there, ~/HOST a host anywhere": {
+			sidecar: sidecarYAML("default", `"*/*", "~other/b.other.svc.cluster.local", "~/a.default.svc.cluster.local"`, ""), visible: "api.example.com", fallback: PassthroughCluster,
+		},
 		"the root namespace's Sidecar applies to namespaces without their own": {
 			sidecar: sidecarYAML("istio-system", `"other/*"`, "REGISTRY_ONLY"),
 			visible: "api.example.com,b.other.svc.cluster.local", fallback: BlackHoleCluster,

@@ -85,8 +85,14 @@ func TestSidecarEgressImportsVirtualServicesByNamespace(t *testing.T) {
 		"an imported wildcard covering a VirtualService host imports it": {
 			hosts: []string{"./*", "*/*.default.svc.cluster.local"}, reviews: "other/reviews-from-other,default/reviews-local", details: "other/wild",
 		},
-		"~ imports nothing": {
-			hosts: []string{"./*", "~/*"}, reviews: "default/reviews-local",
+		"~/* excludes everything its listener imports (Istio's exclusion)": {
+			hosts: []string{"./*", "~/*"},
+		},
+		"~NAMESPACE/* excludes that namespace's": {
+			hosts: []string{"*/*", "~other/*"}, reviews: "default/reviews-local",
+		},
+		"~NAMESPACE/HOST excludes that host of that namespace's VirtualServices only": {
+			hosts: []string{"*/*", "~other/reviews.default.svc.cluster.local"}, reviews: "default/reviews-local", details: "other/wild",
 		},
 	}
 	for name, tc := range tests {

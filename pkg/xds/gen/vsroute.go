@@ -191,17 +191,17 @@ func (g *Generator) routeAction(sc *Scope, ns string, hr *networking.HTTPRoute, 
 	return a
 }
 
-// destination resolves a Destination to a host and port: the route's own
-// port for the same host, else the service's only port.
+// destination resolves a Destination without a port as Istio's
+// GetDestinationCluster does: the service's only port, else the route's
+// port (a sidecar's listener port; a gateway server's port, which need not
+// be one of the service's).
 func destination(sc *Scope, ns string, dst *networking.Destination, host string, port int32) (string, int32) {
 	dhost := ResolveHost(dst.GetHost(), ns, sc.World.DomainSuffix)
 	dport := int32(dst.GetPort().GetNumber())
 	if dport == 0 {
 		dport = port
-		if dhost != host {
-			if s := sc.World.ServiceByHost(dhost); s != nil && len(s.Ports) == 1 {
-				dport = s.Ports[0].Port
-			}
+		if s := sc.World.ServiceByHost(dhost); s != nil && len(s.Ports) == 1 {
+			dport = s.Ports[0].Port
 		}
 	}
 	return dhost, dport
