@@ -21,8 +21,8 @@ const AnnotationExportTo = "networking.istio.io/exportTo"
 // LabelServiceName is the EndpointSlice label naming its Service.
 const LabelServiceName = discoveryv1.LabelServiceName
 
-// LabelLocality is Istio's pod label that overrides a workload's locality,
-// as region.zone.subzone.
+// LabelLocality is Istio's older pod label that overrides a workload's
+// locality, as region.zone.subzone (see LocalityLabel).
 const LabelLocality = "istio-locality"
 
 func convertService(s *corev1.Service, domainSuffix string) *Service {
@@ -177,8 +177,11 @@ func convertNamespace(n *corev1.Namespace) *Namespace {
 }
 
 // sliceEndpoints turns one EndpointSlice into endpoints, joined with the
-// Pods they point at (pods may be nil when not known yet).
-func sliceEndpoints(es *discoveryv1.EndpointSlice, pod func(ns, name string) *Pod) []*Endpoint {
+// Pods they point at and their Nodes (either may be nil when not known
+// yet). An endpoint's locality is its pod's as istiod reads it (the pod's
+// locality label, else its Node's topology labels), else the zone the
+// slice gives.
+func sliceEndpoints(es *discoveryv1.EndpointSlice, pod func(ns, name string) *Pod, node func(name string) *Node) []*Endpoint {
 	ports := make([]EndpointPort, 0, len(es.Ports))
 	for _, p := range es.Ports {
 		ep := EndpointPort{}
@@ -202,6 +205,10 @@ func sliceEndpoints(es *discoveryv1.EndpointSlice, pod func(ns, name string) *Po
 		if e.Zone != nil {
 			loc.Zone = *e.Zone
 		}
+		nodeName := ""
+		if e.NodeName != nil {
+			nodeName = *e.NodeName
+		}
 		var p *Pod
 		if e.TargetRef != nil && e.TargetRef.Kind == "Pod" {
 			ns := e.TargetRef.Namespace
@@ -209,6 +216,19 @@ func sliceEndpoints(es *discoveryv1.EndpointSlice, pod func(ns, name string) *Po
 				ns = es.Namespace
 			}
 			p = pod(ns, e.TargetRef.Name)
+		}
+		if p != nil && p.Node != "" {
+			nodeName = p.Node
+		}
+		switch {
+		case p != nil:
+			if l, ok := podLocality(p, node(nodeName)); ok {
+				loc = l
+			}
+		case nodeName != "":
+			if n := node(nodeName); n != nil && !n.Locality.IsZero() {
+				loc = n.Locality
+			}
 		}
 		for _, addr := range e.Addresses {
 			ep := &Endpoint{Address: addr, Ports: ports, Ready: ready, Locality: loc, Slice: es.Name}
@@ -219,28 +239,11 @@ func sliceEndpoints(es *discoveryv1.EndpointSlice, pod func(ns, name string) *Po
 				ep.Pod = p.Name
 				ep.ServiceAccount = p.ServiceAccount
 				ep.Labels = p.Labels
-				if v := p.Labels[LabelLocality]; v != "" {
-					ep.Locality = parseLocality(v, ep.Locality)
-				}
 			}
 			out = append(out, ep)
 		}
 	}
 	return out
-}
-
-func parseLocality(v string, fallback Locality) Locality {
-	parts := strings.SplitN(v, ".", 3)
-	loc := Locality{Region: parts[0]}
-	if len(parts) > 1 {
-		loc.Zone = parts[1]
-	} else {
-		loc.Zone = fallback.Zone
-	}
-	if len(parts) > 2 {
-		loc.Subzone = parts[2]
-	}
-	return loc
 }
 
 func sortEndpoints(eps []*Endpoint) {

@@ -16,6 +16,7 @@ const (
 	KindEndpointSlice         Kind = "EndpointSlice"
 	KindPod                   Kind = "Pod"
 	KindNamespace             Kind = "Namespace"
+	KindNode                  Kind = "Node"
 	KindVirtualService        Kind = "VirtualService"
 	KindDestinationRule       Kind = "DestinationRule"
 	KindGateway               Kind = "Gateway"
@@ -76,6 +77,7 @@ var kindInfos = map[Kind]kindInfo{
 	KindEndpointSlice:         {"discovery.k8s.io", "v1", "endpointslices", nil},
 	KindPod:                   {"", "v1", "pods", nil},
 	KindNamespace:             {"", "v1", "namespaces", nil},
+	KindNode:                  {"", "v1", "nodes", nil},
 	KindVirtualService:        {GroupNetworking, "v1", "virtualservices", []string{"v1beta1", "v1alpha3"}},
 	KindDestinationRule:       {GroupNetworking, "v1", "destinationrules", []string{"v1beta1", "v1alpha3"}},
 	KindGateway:               {GroupNetworking, "v1", "gateways", []string{"v1beta1", "v1alpha3"}},
@@ -104,8 +106,9 @@ var IstioKinds = []Kind{
 	KindEnvoyFilter, KindWorkloadGroup, KindProxyConfig, KindWasmPlugin, KindTrafficExtension,
 }
 
-// KubeKinds lists the core Kubernetes kinds, in a fixed order.
-var KubeKinds = []Kind{KindService, KindEndpointSlice, KindPod, KindNamespace}
+// KubeKinds lists the core Kubernetes kinds, in a fixed order. Nodes are
+// read for their topology labels only (the locality of the pods on them).
+var KubeKinds = []Kind{KindService, KindEndpointSlice, KindPod, KindNamespace, KindNode}
 
 // IsIstio reports whether k is one of Istio's configuration kinds.
 func (k Kind) IsIstio() bool {
@@ -126,7 +129,7 @@ func (k Kind) GroupVersionResource() schema.GroupVersionResource {
 }
 
 // Namespaced reports whether objects of k live in a namespace.
-func (k Kind) Namespaced() bool { return k != KindNamespace }
+func (k Kind) Namespaced() bool { return k != KindNamespace && k != KindNode }
 
 // KindFor maps an apiVersion's group and version plus a kind to a Kind
 // discovery reads. Older Istio versions (v1beta1, v1alpha3, v1alpha1)
@@ -198,7 +201,7 @@ func (n NamespacedName) String() string { return n.Namespace + "/" + n.Name }
 // Event is one change reported by a source. Object is the typed object for
 // OpUpsert, as client-go and istio.io/client-go define it (for Istio kinds,
 // always the v1 type): *corev1.Service, *discoveryv1.EndpointSlice,
-// *corev1.Pod, *corev1.Namespace, *networkingv1.VirtualService, ...; for
+// *corev1.Pod, *corev1.Namespace, *corev1.Node, *networkingv1.VirtualService, ...; for
 // the kinds Istio serves in no v1, the type of the version discovery
 // watches: *networkingv1alpha3.EnvoyFilter, *networkingv1beta1.ProxyConfig,
 // *extensionsv1alpha1.WasmPlugin, *extensionsv1alpha1.TrafficExtension). It is

@@ -42,6 +42,8 @@ const (
 	MetaMeshID           = "MESH_ID"
 	MetaInterceptionMode = "INTERCEPTION_MODE"
 	MetaProxyConfig      = "PROXY_CONFIG"
+	MetaNodeName         = "NODE_NAME"
+	MetaNetwork          = "NETWORK"
 )
 
 // ErrInvalidNode is wrapped by every error ParseProxy returns.
@@ -78,6 +80,10 @@ type ProxyMetadata struct {
 	Name             string            `json:"name,omitempty"`
 	MeshID           string            `json:"meshID,omitempty"`
 	InterceptionMode string            `json:"interceptionMode,omitempty"`
+	// NodeName is the Kubernetes Node the workload runs on, Network its
+	// network (topology labels Istio adds to the proxy's labels).
+	NodeName string `json:"nodeName,omitempty"`
+	Network  string `json:"network,omitempty"`
 	// ProxyConfig is set when the node sends PROXY_CONFIG (pilot-agent
 	// does: its ProxyConfig, the mesh's defaultConfig with the pod's
 	// proxy.istio.io/config on top); istiod then reads the proxy's
@@ -106,6 +112,11 @@ type Proxy struct {
 	// opentelemetry tracer reports, as istiod names them.
 	ServiceCluster string        `json:"serviceCluster,omitempty"`
 	Metadata       ProxyMetadata `json:"metadata"`
+	// NodeLocality is the xDS node's locality (pilot-agent's, from the
+	// workload's locality label or the platform): the proxy's locality
+	// when the mesh knows none from its labels or its Node (gen's
+	// proxyTopology).
+	NodeLocality Locality `json:"nodeLocality,omitzero"`
 }
 
 // IsGRPC reports whether the proxy is a proxyless gRPC application.
@@ -213,6 +224,7 @@ func parseMetadata(md *ProxyMetadata, meta map[string]any) error {
 		MetaIstioVersion: &md.IstioVersion, MetaClusterID: &md.ClusterID,
 		MetaGenerator: &md.Generator, MetaWorkloadName: &md.WorkloadName,
 		MetaName: &md.Name, MetaMeshID: &md.MeshID, MetaInterceptionMode: &md.InterceptionMode,
+		MetaNodeName: &md.NodeName, MetaNetwork: &md.Network,
 	}
 	for key, dst := range strs {
 		v, ok := meta[key]

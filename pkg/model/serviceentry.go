@@ -102,7 +102,7 @@ func (b *builder) serviceEntryInputsChanged() bool {
 		switch c.Key.Kind {
 		case KindServiceEntry, KindWorkloadEntry:
 			return true
-		case KindPod:
+		case KindPod, KindNode:
 			pods = true
 		}
 	}
@@ -197,8 +197,9 @@ func entryEndpoints(w *World, key Key, se *apinetworking.ServiceEntry) []*Endpoi
 		}
 		for nn, p := range w.pods {
 			if nn.Namespace == key.Namespace && len(p.IPs) > 0 && selects(sel, p.Labels) {
+				loc, _ := w.PodLocality(p)
 				out = append(out, &Endpoint{
-					Address: p.IPs[0], Ready: p.Ready, ServiceAccount: p.ServiceAccount,
+					Address: p.IPs[0], Ready: p.Ready, ServiceAccount: p.ServiceAccount, Locality: loc,
 					Labels: p.Labels, Pod: p.Name, Node: p.Node, Slice: string(KindPod) + "/" + nn.String(),
 				})
 			}

@@ -55,6 +55,7 @@ func NewStore(opts StoreOptions) *Store {
 		pods:         map[NamespacedName]*Pod{},
 		podsByIP:     map[string]*Pod{},
 		namespaces:   map[string]*Namespace{},
+		nodes:        map[string]*Node{},
 		configs:      map[Kind]map[NamespacedName]*Config{},
 	})
 	return s
@@ -140,6 +141,8 @@ func (b *builder) apply(ev Event) error {
 		return b.pod(ev)
 	case KindNamespace:
 		return b.namespace(ev)
+	case KindNode:
+		return b.node(ev)
 	case KindMeshConfig:
 		return b.meshConfig(ev)
 	case KindJWKS:
@@ -330,6 +333,57 @@ func (b *builder) namespace(ev Event) error {
 	return nil
 }
 
+// node keeps a Node's locality; when it changes, the endpoints of the
+// pods on the Node are rebuilt (their locality is the Node's).
+func (b *builder) node(ev Event) error {
+	old := b.w.nodes[ev.Key.Name]
+	var m *Node
+	if ev.Op == OpUpsert {
+		n, ok := ev.Object.(*corev1.Node)
+		if !ok {
+			return fmt.Errorf("%w: %T", ErrWrongType, ev.Object)
+		}
+		m = convertNode(n)
+		if old != nil && *old == *m {
+			return nil
+		}
+	} else if old == nil {
+		return nil
+	}
+	cow(b, "nodes", &b.w.nodes)
+	if m == nil {
+		delete(b.w.nodes, ev.Key.Name)
+	} else {
+		b.w.nodes[m.Name] = m
+	}
+	for svc, slices := range b.s.slices {
+		if b.dirty[svc] {
+			continue
+		}
+	slices:
+		for _, es := range slices {
+			for _, e := range es.Endpoints {
+				if e.NodeName != nil && *e.NodeName == ev.Key.Name {
+					b.dirty[svc] = true
+					break slices
+				}
+				if e.TargetRef != nil && e.TargetRef.Kind == "Pod" {
+					ns := e.TargetRef.Namespace
+					if ns == "" {
+						ns = es.Namespace
+					}
+					if p := b.w.pods[NamespacedName{ns, e.TargetRef.Name}]; p != nil && p.Node == ev.Key.Name {
+						b.dirty[svc] = true
+						break slices
+					}
+				}
+			}
+		}
+	}
+	b.changed(ev.Key, ev.Op)
+	return nil
+}
+
 func (b *builder) config(ev Event) error {
 	nn := NamespacedName{ev.Key.Namespace, ev.Key.Name}
 	old := b.w.configs[ev.Key.Kind][nn]
@@ -428,7 +482,7 @@ func (b *builder) rebuildEndpoints() {
 	for svc := range b.dirty {
 		var eps []*Endpoint
 		for _, es := range b.s.slices[svc] {
-			eps = append(eps, sliceEndpoints(es, b.w.Pod)...)
+			eps = append(eps, sliceEndpoints(es, b.w.Pod, b.w.Node)...)
 		}
 		sortEndpoints(eps)
 		old := b.w.endpoints[svc]

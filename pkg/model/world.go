@@ -21,6 +21,7 @@ type World struct {
 	pods       map[NamespacedName]*Pod
 	podsByIP   map[string]*Pod
 	namespaces map[string]*Namespace
+	nodes      map[string]*Node
 	configs    map[Kind]map[NamespacedName]*Config
 	// mesh is the MeshConfig in force; nil for Istio's defaults.
 	mesh *MeshObject

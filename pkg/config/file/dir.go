@@ -264,12 +264,12 @@ func diff(served, desired map[model.Key]claim) []model.Event {
 	return append(dels, ups...)
 }
 
-// kindOrder applies Namespaces first and Pods before the EndpointSlices
+// kindOrder applies Namespaces and Nodes first and Pods before the EndpointSlices
 // that point at them; the Store copes with any order, this one is just
 // deterministic and natural.
 var kindOrder = func() map[model.Kind]int {
 	m := map[model.Kind]int{}
-	for i, k := range append([]model.Kind{model.KindNamespace, model.KindService, model.KindPod, model.KindEndpointSlice}, model.IstioKinds...) {
+	for i, k := range append([]model.Kind{model.KindNamespace, model.KindNode, model.KindService, model.KindPod, model.KindEndpointSlice}, model.IstioKinds...) {
 		m[k] = i
 	}
 	return m

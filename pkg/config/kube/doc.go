@@ -1,5 +1,5 @@
 // Package kube is the Kubernetes configuration source. It reads Services,
-// EndpointSlices, Pods and Namespaces, and Istio's networking.istio.io/v1
+// EndpointSlices, Pods, Namespaces and Nodes (their topology labels), and Istio's networking.istio.io/v1
 // and security.istio.io/v1 resources, from an API server through client-go
 // informers and reports them to a config.Sink as model.Events.
 //

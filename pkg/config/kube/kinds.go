@@ -57,6 +57,9 @@ var informers = map[model.Kind]newInformerFunc{
 	model.KindNamespace: func(c Clients, r time.Duration) cache.SharedIndexInformer {
 		return coreinformers.NewNamespaceInformer(c.Kube, r, cache.Indexers{})
 	},
+	model.KindNode: func(c Clients, r time.Duration) cache.SharedIndexInformer {
+		return coreinformers.NewNodeInformer(c.Kube, r, cache.Indexers{})
+	},
 	model.KindVirtualService: func(c Clients, r time.Duration) cache.SharedIndexInformer {
 		return istioInformer[*networkingv1.VirtualServiceList](c.Istio, c.Istio.NetworkingV1().VirtualServices(all), &networkingv1.VirtualService{}, r)
 	},

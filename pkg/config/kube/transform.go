@@ -16,7 +16,8 @@ const annotationLastApplied = corev1.LastAppliedConfigAnnotation
 // metadata.managedFields and kubectl's last-applied annotation, which the
 // mesh never reads, and trims Pods further (see stripPod). client-go runs
 // it before the object enters the informer cache, on an object nobody else
-// holds, so it changes the object in place.
+// holds, so it changes the object in place. Nodes keep their topology
+// labels only (stripNode).
 func stripObject(obj any) (any, error) {
 	if acc, err := meta.Accessor(obj); err == nil {
 		acc.SetManagedFields(nil)
@@ -25,10 +26,31 @@ func stripObject(obj any) (any, error) {
 			acc.SetAnnotations(ann)
 		}
 	}
-	if p, ok := obj.(*corev1.Pod); ok {
-		stripPod(p)
+	switch o := obj.(type) {
+	case *corev1.Pod:
+		stripPod(o)
+	case *corev1.Node:
+		stripNode(o)
 	}
 	return obj, nil
+}
+
+// stripNode keeps a Node's name and topology labels (region, zone,
+// subzone: the locality of its pods); its status (images, conditions,
+// addresses) is most of a Node and never read.
+func stripNode(n *corev1.Node) {
+	keep := map[string]string{}
+	for _, k := range []string{
+		"topology.kubernetes.io/region", "topology.kubernetes.io/zone", "topology.istio.io/subzone",
+		"failure-domain.beta.kubernetes.io/region", "failure-domain.beta.kubernetes.io/zone",
+	} {
+		if v, ok := n.Labels[k]; ok {
+			keep[k] = v
+		}
+	}
+	n.Labels, n.Annotations, n.OwnerReferences = keep, nil, nil
+	n.Spec = corev1.NodeSpec{}
+	n.Status = corev1.NodeStatus{}
 }
 
 // stripPod keeps what model.Pod and Istio's view of a workload need: name,
