@@ -35,6 +35,8 @@ var drFields = newFieldSet(
 	"trafficPolicy.loadBalancer.consistentHash.useSourceIp", "trafficPolicy.loadBalancer.consistentHash.httpQueryParameterName",
 	"trafficPolicy.loadBalancer.consistentHash.ringHash", "trafficPolicy.loadBalancer.consistentHash.maglev",
 	"trafficPolicy.loadBalancer.consistentHash.minimumRingSize",
+	// enabled, distribute, failover, failoverPriority (locality.go).
+	"trafficPolicy.loadBalancer.localityLbSetting",
 	"trafficPolicy.connectionPool.tcp.maxConnections", "trafficPolicy.connectionPool.tcp.connectTimeout",
 	"trafficPolicy.connectionPool.tcp.maxConnectionDuration",
 	"trafficPolicy.connectionPool.http.http1MaxPendingRequests", "trafficPolicy.connectionPool.http.http2MaxRequests",
@@ -70,35 +72,48 @@ func init() {
 	}
 }
 
-// policy is the traffic policy of one cluster: the DestinationRule's,
-// overridden by its settings for the port, then by the subset's policy and
-// the subset's settings for the port. Each of load balancer, connection
-// pool, outlier detection and TLS is replaced as a whole, as in Istio.
+// policy is the traffic policy of one cluster, as istiod merges it
+// (MergeSubsetTrafficPolicy): the DestinationRule's, or its settings for
+// the port if it has some, which replace it whole (what they leave out
+// takes the defaults, not the rule's); then the subset's policy, or its
+// settings for the port, on top: each of load balancer, connection pool,
+// outlier detection and TLS the subset sets replaces the rule's, and the
+// subset's port settings replace all four.
 func policy(dr *networking.DestinationRule, subset string, port int32) *networking.TrafficPolicy {
 	if dr == nil {
 		return nil
 	}
 	out := &networking.TrafficPolicy{}
-	apply := func(tp *networking.TrafficPolicy) {
-		if tp == nil {
-			return
-		}
-		over(out, tp.LoadBalancer, tp.ConnectionPool, tp.OutlierDetection, tp.Tls)
-		for _, pl := range tp.PortLevelSettings {
-			if int32(pl.GetPort().GetNumber()) == port {
-				over(out, pl.LoadBalancer, pl.ConnectionPool, pl.OutlierDetection, pl.Tls)
-			}
-		}
+	if top, _ := portPolicy(dr.TrafficPolicy, port); top != nil {
+		over(out, top.LoadBalancer, top.ConnectionPool, top.OutlierDetection, top.Tls)
 	}
-	apply(dr.TrafficPolicy)
-	if subset != "" {
-		for _, s := range dr.Subsets {
-			if s.GetName() == subset {
-				apply(s.TrafficPolicy)
-			}
+	if subset == "" {
+		return out
+	}
+	for _, s := range dr.Subsets {
+		if s.GetName() != subset || s.TrafficPolicy == nil {
+			continue
 		}
+		sub, whole := portPolicy(s.TrafficPolicy, port)
+		if whole {
+			out.LoadBalancer, out.ConnectionPool, out.OutlierDetection, out.Tls = sub.LoadBalancer, sub.ConnectionPool, sub.OutlierDetection, sub.Tls
+		} else {
+			over(out, sub.LoadBalancer, sub.ConnectionPool, sub.OutlierDetection, sub.Tls)
+		}
+		break
 	}
 	return out
+}
+
+// portPolicy is tp's settings for port when it has some (whole: they
+// replace tp), else tp (Istio's GetPortLevelTrafficPolicy).
+func portPolicy(tp *networking.TrafficPolicy, port int32) (out *networking.TrafficPolicy, whole bool) {
+	for _, pl := range tp.GetPortLevelSettings() {
+		if pl.GetPort() != nil && int32(pl.GetPort().GetNumber()) == port {
+			return &networking.TrafficPolicy{LoadBalancer: pl.LoadBalancer, ConnectionPool: pl.ConnectionPool, OutlierDetection: pl.OutlierDetection, Tls: pl.Tls}, true
+		}
+	}
+	return tp, false
 }
 
 func over(tp *networking.TrafficPolicy, lb *networking.LoadBalancerSettings, cp *networking.ConnectionPoolSettings, od *networking.OutlierDetection, tls *networking.ClientTLSSettings) {
