@@ -36,6 +36,7 @@ var Applied = map[string]string{
 	"h2UpgradePolicy":                "HTTP/1.1 connections to services in the mesh are upgraded to HTTP/2 (a DestinationRule's connectionPool.http.h2UpgradePolicy wins)",
 	"defaultHttpRetryPolicy":         "the retries of outbound routes whose VirtualService sets none (a VirtualService's retries win)",
 	"dnsRefreshRate":                 "how often DNS clusters (ServiceEntries with resolution DNS) resolve their hosts again, sooner when a record's TTL is shorter",
+	"localityLbSetting":              "locality load balancing of the clusters whose DestinationRule sets none (enabled, distribute; failover and failoverPriority where the rule sets outlierDetection, as in istiod), per proxy locality",
 }
 
 // notApplied gives the reason some fields that are often set change
@@ -45,7 +46,7 @@ var notApplied = map[string]string{
 	"ingressService":              "Kubernetes Ingress resources are not read",
 	"ingressControllerMode":       "Kubernetes Ingress resources are not read",
 	"ingressSelector":             "Kubernetes Ingress resources are not read",
-	"localityLbSetting":           "locality-aware load balancing is not implemented (endpoints are shared by every proxy of a class, whatever its locality)",
+	"zoneAwareLbSetting":          "zone-aware load balancing is not implemented (localityLbSetting is)",
 	"enablePrometheusMerge":       "the injector does not rewrite prometheus.io annotations",
 	"proxyListenPort":             "sidecars' outbound listener is always on 15001",
 	"proxyInboundListenPort":      "sidecars' inbound listener is always on 15006",

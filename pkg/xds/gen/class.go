@@ -76,6 +76,9 @@ type unit struct {
 	clusters, endpoints, listeners, routes []*Resource
 	edsRefs, routeRefs                     []string
 	svc                                    *model.Service
+	// localEndpoints makes outboundClusters leave the endpoints out: they
+	// depend on the class's proxies (parts.go builds them per view).
+	localEndpoints bool
 }
 
 // ErrInconsistent is wrapped by errors about resources that reference

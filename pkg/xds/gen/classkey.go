@@ -35,6 +35,11 @@ import (
 //	               connection managers' tracing reads of p (its canonical
 //	               service and revision, mesh, cluster, node cluster and
 //	               PROXY_CONFIG tracing), when p has some; gateways too
+//	|lb=...        when a locality load balancing setting that may apply
+//	               to p's namespace reads something of p (locality.go):
+//	               its locality (failover), the from it matches of each
+//	               distribute list, its failoverPriority label values;
+//	               gateways too
 //
 // Without such configuration the key is p.Class(). Gateways' classes
 // already carry their labels (DestinationRule selectors, which do apply to
@@ -47,6 +52,10 @@ func ClassKey(w *model.World, p *model.Proxy) string {
 		if id := traceIdentity(p, ix.traceNodeCluster); id != "" {
 			key += "|trace=" + id
 		}
+	}
+	if d := ix.lb.forNamespace(p.Namespace); !d.empty() {
+		t := topologyOf(w, p)
+		key += "|lb=" + d.view(&t)
 	}
 	if p.Type == model.ProxyRouter {
 		return key
@@ -77,6 +86,8 @@ type worldIndex struct {
 	root       string
 	vsExportTo []string
 	rules      *ruleIndex
+	// lb is what locality load balancing reads of proxies (locality.go).
+	lb *lbIndex
 	// telemetry holds, per namespace, the Telemetry resources that
 	// select workloads, by name (telemetryclass.go).
 	telemetry map[string][]*model.Config
@@ -212,7 +223,7 @@ func evictIndexes() {
 func newWorldIndex(w *model.World, prev *worldIndex) *worldIndex {
 	ix := &worldIndex{
 		version: w.Version, root: RootNamespace(w), vsExportTo: w.Mesh().VirtualServiceExportTo(), selected: map[string][]*model.Config{}, defaults: map[string][]*model.Config{},
-		rules: newRuleIndex(w), telemetry: selectingTelemetries(w), tracing: tracingMayApply(w),
+		rules: newRuleIndex(w), lb: newLBIndex(w), telemetry: selectingTelemetries(w), tracing: tracingMayApply(w),
 		traceNodeCluster: tracingReadsNodeCluster(w),
 	}
 	for _, c := range w.Configs(model.KindSidecar) {

@@ -15,12 +15,21 @@ import (
 // loadAssignment builds the ClusterLoadAssignment of one service port and
 // subset: endpoints grouped by locality (every group with a Locality and a
 // weight, as grpc-go requires), health from readiness, weight 1 each.
+// Locality load balancing is not applied (Scope.clusterEndpoints does).
 func loadAssignment(name string, port model.Port, eps *model.ServiceEndpoints, subset map[string]string) *endpointv3.ClusterLoadAssignment {
+	cla, _ := buildLoadAssignment(name, port, eps, subset)
+	return cla
+}
+
+// buildLoadAssignment is loadAssignment, with the endpoints behind each
+// locality group's LbEndpoints, in order.
+func buildLoadAssignment(name string, port model.Port, eps *model.ServiceEndpoints, subset map[string]string) (*endpointv3.ClusterLoadAssignment, [][]*model.Endpoint) {
 	cla := &endpointv3.ClusterLoadAssignment{ClusterName: name}
 	if eps == nil {
-		return cla
+		return cla, nil
 	}
 	groups := map[model.Locality][]*endpointv3.LbEndpoint{}
+	members := map[model.Locality][]*model.Endpoint{}
 	weights := map[model.Locality]uint32{}
 	for _, ep := range eps.Endpoints {
 		if !matchLabels(subset, ep.Labels) {
@@ -49,6 +58,7 @@ func loadAssignment(name string, port model.Port, eps *model.ServiceEndpoints, s
 			LoadBalancingWeight: wrapperspb.UInt32(weight),
 			Metadata:            tlsModeMetadata(ep),
 		})
+		members[ep.Locality] = append(members[ep.Locality], ep)
 		weights[ep.Locality] += weight
 	}
 	locs := make([]model.Locality, 0, len(groups))
@@ -65,6 +75,7 @@ func loadAssignment(name string, port model.Port, eps *model.ServiceEndpoints, s
 		}
 		return a.Subzone < b.Subzone
 	})
+	out := make([][]*model.Endpoint, 0, len(locs))
 	for _, l := range locs {
 		lbs := groups[l]
 		cla.Endpoints = append(cla.Endpoints, &endpointv3.LocalityLbEndpoints{
@@ -72,8 +83,9 @@ func loadAssignment(name string, port model.Port, eps *model.ServiceEndpoints, s
 			LbEndpoints:         lbs,
 			LoadBalancingWeight: wrapperspb.UInt32(weights[l]),
 		})
+		out = append(out, members[l])
 	}
-	return cla
+	return cla, out
 }
 
 // endpointPort finds the port an endpoint serves for a service port: the

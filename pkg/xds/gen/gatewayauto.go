@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	networking "istio.io/api/networking/v1alpha3"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 
 	"github.com/meshplane/discovery/pkg/model"
@@ -157,12 +158,15 @@ func (g *Generator) sniClusters(sc *Scope, svc *model.Service, eps *model.Servic
 			c := serviceCluster(svc, name, port, eps, ss.Labels, true)
 			dnsRefresh(c, sc.World)
 			c.ConnectTimeout = connectTimeout(sc.World)
+			var tp *networking.TrafficPolicy
 			if dr != nil {
-				applyPolicy(c, policy(&dr.Spec, ss.Name, port.Port), true)
+				tp = policy(&dr.Spec, ss.Name, port.Port)
+				applyPolicy(c, tp, true)
 				// No TLS origination: the bytes are the client's mTLS,
 				// passed through.
 				c.TransportSocket = nil
 			}
+			applyLocalityCluster(c, sc.World.Mesh().LocalityLB(), tp)
 			g.addTo(sc, &u.clusters, name, ClusterType, c)
 		}
 	}
@@ -186,7 +190,7 @@ func (g *Generator) sniEndpoints(sc *Scope, svc *model.Service, eps *model.Servi
 		}
 		for _, ss := range sc.subsets(svc.Hostname) {
 			name := IstioSNI(ClusterName(port.Port, ss.Name, svc.Hostname))
-			g.addTo(sc, dst, name, EndpointType, loadAssignment(name, port, meshEndpoints(eps), ss.Labels))
+			g.addTo(sc, dst, name, EndpointType, sc.clusterEndpoints(svc, name, port, meshEndpoints(eps), ss))
 		}
 	}
 }

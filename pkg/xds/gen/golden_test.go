@@ -43,6 +43,12 @@ func loadCase(t *testing.T, dir string) (*model.World, *model.Proxy) {
 	var node struct {
 		ID       string         `json:"id"`
 		Metadata map[string]any `json:"metadata"`
+		// Locality is the xDS node's (the server's parseNode).
+		Locality *struct {
+			Region  string `json:"region"`
+			Zone    string `json:"zone"`
+			SubZone string `json:"subZone"`
+		} `json:"locality"`
 	}
 	if err := yaml.Unmarshal(data, &node); err != nil {
 		t.Fatal(err)
@@ -50,6 +56,9 @@ func loadCase(t *testing.T, dir string) (*model.World, *model.Proxy) {
 	p, err := model.ParseProxy(node.ID, node.Metadata)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if l := node.Locality; l != nil {
+		p.NodeLocality = model.Locality{Region: l.Region, Zone: l.Zone, Subzone: l.SubZone}
 	}
 	return store.World(), p
 }

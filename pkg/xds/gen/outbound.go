@@ -51,7 +51,9 @@ func (g *Generator) outboundClusters(sc *Scope, svc *model.Service, eps *model.S
 			c := g.outboundCluster(sc, svc, eps, dr, port, ss, ids)
 			g.addTo(sc, &u.clusters, name, ClusterType, c)
 			if c.GetType() == clusterv3.Cluster_EDS {
-				g.addTo(sc, &u.endpoints, name, EndpointType, loadAssignment(name, port, eps, ss.Labels))
+				if !u.localEndpoints {
+					g.addTo(sc, &u.endpoints, name, EndpointType, sc.clusterEndpoints(svc, name, port, eps, ss))
+				}
 				u.edsRefs = append(u.edsRefs, name)
 			}
 		}
@@ -89,6 +91,9 @@ func (g *Generator) outboundCluster(sc *Scope, svc *model.Service, eps *model.Se
 		upgradeToH2(c)
 	}
 	applyTraffic(c, tp)
+	if !grpc {
+		applyLocalityCluster(c, sc.World.Mesh().LocalityLB(), tp)
+	}
 	if grpc {
 		if dr != nil {
 			g.grpcClusterTLS(sc, svc, eps, c, tp)

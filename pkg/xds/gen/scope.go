@@ -37,7 +37,14 @@ type Scope struct {
 	sidecar *egressScope
 	// tel is the class's telemetry (Class sets it; nil: none).
 	tel *classTelemetry
+	// topo is the class's proxy's locality and labels as locality load
+	// balancing reads them (locality.go).
+	topo proxyTopology
 }
+
+// topology is what locality load balancing reads of the class's proxies:
+// all of them agree on what it reads (ClassKey's |lb=).
+func (sc *Scope) topology() proxyTopology { return sc.topo }
 
 // outTel is the telemetry of the class's client-side listeners: a
 // sidecar's outbound ones, a gateway's.
@@ -61,7 +68,7 @@ func (sc *Scope) inTel() *listenerTelemetry {
 
 // NewScope computes what proxies of p's class see of w.
 func NewScope(w *model.World, p *model.Proxy) *Scope {
-	sc := &Scope{World: w, Proxy: p, visible: map[model.NamespacedName]bool{}, vs: map[string][]*model.Config{}}
+	sc := &Scope{World: w, Proxy: p, visible: map[model.NamespacedName]bool{}, vs: map[string][]*model.Config{}, topo: topologyOf(w, p)}
 	egress := sidecarScope(w, p)
 	sc.sidecar = egress
 	for _, s := range w.Services() {

@@ -145,6 +145,9 @@ func parseNode(node *corev3.Node) (*model.Proxy, error) {
 		return nil, err
 	}
 	p.ServiceCluster = node.GetCluster()
+	if l := node.GetLocality(); l != nil {
+		p.NodeLocality = model.Locality{Region: l.GetRegion(), Zone: l.GetZone(), Subzone: l.GetSubZone()}
+	}
 	return p, nil
 }
 

@@ -181,6 +181,11 @@ func changeMatters(k model.Key, p *model.Proxy, w *model.World, old *gen.Scope) 
 		return k.Namespace == p.Namespace || k.Namespace == gen.RootNamespace(w)
 	case model.KindMeshConfig:
 		return true // mesh-wide, as istiod's full push on a mesh change
+	case model.KindNode:
+		// A Node's locality reaches proxies through their class key (a
+		// proxy on it moves class) and the endpoints of the pods on it
+		// (KindEndpoints changes).
+		return false
 	}
 	return true
 }
@@ -192,7 +197,7 @@ func changeMatters(k model.Key, p *model.Proxy, w *model.World, old *gen.Scope) 
 func ownUnchanged(changes []model.Key) bool {
 	for _, k := range changes {
 		switch k.Kind {
-		case model.KindVirtualService, model.KindDestinationRule, model.KindGateway:
+		case model.KindVirtualService, model.KindDestinationRule, model.KindGateway, model.KindNode:
 		default:
 			return false
 		}
