@@ -126,6 +126,11 @@ func Goldens(dir string) ([]Entry, error) {
 		var node struct {
 			ID       string         `json:"id"`
 			Metadata map[string]any `json:"metadata"`
+			Locality *struct {
+				Region  string `json:"region"`
+				Zone    string `json:"zone"`
+				SubZone string `json:"subZone"`
+			} `json:"locality"`
 		}
 		if err := yaml.Unmarshal(data, &node); err != nil {
 			return nil, fmt.Errorf("%s: %w", caseDir, err)
@@ -133,6 +138,9 @@ func Goldens(dir string) ([]Entry, error) {
 		n, err := scenario.NodeFromID(node.ID, node.Metadata)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", caseDir, err)
+		}
+		if l := node.Locality; l != nil {
+			n.Locality = scenario.Locality{Region: l.Region, Zone: l.Zone, SubZone: l.SubZone}
 		}
 		out = append(out, Entry{Name: "golden:" + filepath.Base(caseDir), Source: SourceGoldens, Objects: objs, Nodes: []*scenario.Node{n}})
 	}

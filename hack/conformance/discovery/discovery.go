@@ -62,8 +62,8 @@ func Generate(in *scenario.Input) (*Result, error) {
 			if o.IsIstio() {
 				res.Unsupported[o.Key()] = append(res.Unsupported[o.Key()], "kind not read by discovery")
 			}
-			// Kubernetes kinds discovery does not watch (Nodes) carry
-			// nothing it needs.
+			// Kubernetes kinds discovery does not watch carry nothing
+			// it needs.
 			continue
 		}
 		if kind.IsIstio() {
@@ -96,6 +96,8 @@ func Generate(in *scenario.Input) (*Result, error) {
 		if err != nil {
 			return nil, fmt.Errorf("node %s: %w", n.Name(), err)
 		}
+		// As the server's parseNode reads the xDS node.
+		p.NodeLocality = model.Locality{Region: n.Locality.Region, Zone: n.Locality.Zone, Subzone: n.Locality.SubZone}
 		cc, err := g.Class(w, p, nil)
 		if err != nil {
 			return nil, fmt.Errorf("node %s: %w", n.Name(), err)

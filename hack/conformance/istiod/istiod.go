@@ -21,9 +21,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 
+	"istio.io/api/label"
 	"istio.io/istio/pilot/pkg/config/kube/crd"
 	"istio.io/istio/pilot/pkg/model"
 	"istio.io/istio/pilot/pkg/networking/grpcgen"
+	"istio.io/istio/pilot/pkg/networking/util"
 	labelutil "istio.io/istio/pilot/pkg/serviceregistry/util/label"
 	"istio.io/istio/pilot/pkg/xds/endpoints"
 	xdsfake "istio.io/istio/pilot/test/xds"
@@ -31,6 +33,7 @@ import (
 	istiomesh "istio.io/istio/pkg/config/mesh"
 	kubelib "istio.io/istio/pkg/kube"
 	istiolog "istio.io/istio/pkg/log"
+	pm "istio.io/istio/pkg/model"
 	"istio.io/istio/pkg/test"
 
 	"github.com/meshplane/discovery/hack/conformance/dataplane"
@@ -166,11 +169,13 @@ func proxy(fake *xdsfake.FakeDiscoveryServer, n *scenario.Node) (*model.Proxy, e
 	}
 	p.ConfigNamespace = model.GetProxyConfigNamespace(p)
 	p.XdsNode = &corev3.Node{Id: n.ID, Metadata: md}
+	if n.Locality != (scenario.Locality{}) {
+		p.XdsNode.Locality = &corev3.Locality{Region: n.Locality.Region, Zone: n.Locality.Zone, SubZone: n.Locality.SubZone}
+	}
 	env := fake.Env()
 	push := fake.PushContext()
 	p.SetWorkloadLabels(env)
-	p.Locality = &corev3.Locality{}
-	p.Labels = labelutil.AugmentLabels(p.Labels, p.Metadata.ClusterID, "", p.GetNodeName(), p.Metadata.Network)
+	setTopologyLabels(p)
 	p.SetServiceTargets(env.ServiceDiscovery)
 	p.SetSidecarScope(push)
 	p.SetGatewaysForProxy(push)
@@ -180,6 +185,35 @@ func proxy(fake *xdsfake.FakeDiscoveryServer, n *scenario.Node) (*model.Proxy, e
 		p.XdsResourceGenerator = fake.Discovery.Generators[p.Metadata.Generator]
 	}
 	return p, nil
+}
+
+// setTopologyLabels is istiod's (pilot/pkg/xds/ads.go, unexported
+// there): the proxy's locality from its labels (the registry adds its
+// pod's locality to them), else its locality label, else the xDS node's;
+// then the topology labels added to its labels.
+func setTopologyLabels(p *model.Proxy) {
+	p.Locality = localityFromProxyLabels(p)
+	if p.Locality == nil {
+		p.Locality = &corev3.Locality{
+			Region:  p.XdsNode.Locality.GetRegion(),
+			Zone:    p.XdsNode.Locality.GetZone(),
+			SubZone: p.XdsNode.Locality.GetSubZone(),
+		}
+	}
+	p.Labels = labelutil.AugmentLabels(p.Labels, p.Metadata.ClusterID, util.LocalityToString(p.Locality), p.GetNodeName(), p.Metadata.Network)
+}
+
+func localityFromProxyLabels(p *model.Proxy) *corev3.Locality {
+	region, f1 := p.Labels[labelutil.LabelTopologyRegion]
+	zone, f2 := p.Labels[labelutil.LabelTopologyZone]
+	subzone, f3 := p.Labels[label.TopologySubzone.Name]
+	if !f1 && !f2 && !f3 {
+		if l := pm.GetLocalityLabel(p.Labels); l != "" {
+			return util.ConvertLocality(l)
+		}
+		return nil
+	}
+	return &corev3.Locality{Region: region, Zone: zone, SubZone: subzone}
 }
 
 // grpcConfig asks istiod's proxyless gRPC generator for what a gRPC client

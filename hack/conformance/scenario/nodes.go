@@ -66,7 +66,18 @@ func (c *completer) nodes() {
 		c.in.Nodes = append(c.in.Nodes, nodeFor(Sidecar, p))
 	}
 	if ns := c.grpcNamespace(); ns != "" {
-		p := c.addPod(ns, "grpc-client-0", map[string]string{"app": "grpc-client"}, "grpc-client", nil)
+		// An input may bring its client (app: grpc-client, not injected),
+		// to place it on a Node.
+		var p *Object
+		for _, o := range c.in.Of("Pod") {
+			if o.Namespace == ns && o.Labels()["app"] == "grpc-client" && !injected(o) {
+				p = o
+				break
+			}
+		}
+		if p == nil {
+			p = c.addPod(ns, "grpc-client-0", map[string]string{"app": "grpc-client"}, "grpc-client", nil)
+		}
 		c.in.Nodes = append(c.in.Nodes, nodeFor(GRPC, p))
 	}
 }
@@ -134,10 +145,29 @@ func nodeFor(kind NodeKind, pod *Object) *Node {
 	} else {
 		meta["INTERCEPTION_MODE"] = "REDIRECT"
 	}
+	if node, _ := spec["nodeName"].(string); node != "" {
+		meta["NODE_NAME"] = node
+	}
+	// pilot-agent's locality: the pod's locality label, written back into
+	// the labels it sends in the "/" form.
+	var loc Locality
+	if v := localityLabel(labels); v != "" {
+		loc = ParseLocality(v)
+		ml := meta["LABELS"].(map[string]any)
+		ml["istio-locality"] = strings.TrimSuffix(strings.TrimSuffix(loc.String(), "/"), "/")
+	}
 	return &Node{
 		Kind: kind, ID: typ + "~" + ip + "~" + pod.Name + "." + pod.Namespace + "~" + pod.Namespace + ".svc.cluster.local",
-		Meta: meta, Namespace: pod.Namespace, Pod: pod.Name, IP: ip, Labels: labels, ServiceAccount: sa,
+		Meta: meta, Namespace: pod.Namespace, Pod: pod.Name, IP: ip, Labels: labels, ServiceAccount: sa, Locality: loc,
 	}
+}
+
+// localityLabel is a pod's locality label, as Istio reads it.
+func localityLabel(labels map[string]string) string {
+	if v, ok := labels["topology.istio.io/locality"]; ok {
+		return v
+	}
+	return labels["istio-locality"]
 }
 
 // NodeFromID describes a proxy by its xDS node ID and metadata, as a

@@ -97,6 +97,36 @@ type Node struct {
 	IP             string
 	Labels         map[string]string
 	ServiceAccount string
+	// Locality is the xDS node's locality, as pilot-agent sends it: the
+	// pod's locality label (istio-locality or topology.istio.io/locality),
+	// none for a pod without (the control planes read its Node's).
+	Locality Locality
+}
+
+// Locality is a region/zone/subzone.
+type Locality struct {
+	Region, Zone, SubZone string
+}
+
+// ParseLocality reads a locality label as pilot-agent does: "." separates
+// the parts when there is no "/".
+func ParseLocality(v string) Locality {
+	if v == "" {
+		return Locality{}
+	}
+	if !strings.Contains(v, "/") {
+		v = strings.ReplaceAll(v, ".", "/")
+	}
+	parts := append(strings.Split(v, "/"), "", "")
+	return Locality{Region: parts[0], Zone: parts[1], SubZone: parts[2]}
+}
+
+// String is region/zone/subzone ("" for none).
+func (l Locality) String() string {
+	if l == (Locality{}) {
+		return ""
+	}
+	return l.Region + "/" + l.Zone + "/" + l.SubZone
 }
 
 // Name is a short name for reports: kind:namespace/pod.
