@@ -34,6 +34,20 @@ const (
 	KindTrafficExtension      Kind = "TrafficExtension"
 )
 
+// Kinds of the Kubernetes Gateway API (gateway.networking.k8s.io), read
+// with sigs.k8s.io/gateway-api's own Go types (apis/v1). The Gateway API's
+// Gateway is KindKubernetesGateway, as Istio names it, so that it cannot
+// be mistaken for Istio's Gateway (KindGateway); its API kind is still
+// "Gateway". The translation (pkg/model/gatewayapi) turns them into
+// Istio Gateways and VirtualServices held beside the user's (derived.go).
+const (
+	KindGatewayClass      Kind = "GatewayClass"
+	KindKubernetesGateway Kind = "KubernetesGateway"
+	KindHTTPRoute         Kind = "HTTPRoute"
+	KindGRPCRoute         Kind = "GRPCRoute"
+	KindReferenceGrant    Kind = "ReferenceGrant"
+)
+
 // KindConfigMap is read for one object only, the mesh's MeshConfig (the
 // istio ConfigMap of the control plane's namespace): the MeshConfig
 // watcher (pkg/config/mesh) turns it into a KindMeshConfig event, and the
@@ -58,6 +72,8 @@ const (
 	GroupSecurity   = "security.istio.io"
 	GroupTelemetry  = "telemetry.istio.io"
 	GroupExtensions = "extensions.istio.io"
+	// GroupGatewayAPI is the Kubernetes Gateway API's group.
+	GroupGatewayAPI = "gateway.networking.k8s.io"
 )
 
 // kindInfo describes where a Kind lives in the Kubernetes API.
@@ -94,7 +110,52 @@ var kindInfos = map[Kind]kindInfo{
 	KindWasmPlugin:            {GroupExtensions, "v1alpha1", "wasmplugins", nil},
 	KindTrafficExtension:      {GroupExtensions, "v1alpha1", "trafficextensions", nil},
 	KindConfigMap:             {"", "v1", "configmaps", nil},
+	KindGatewayClass:          {GroupGatewayAPI, "v1", "gatewayclasses", []string{"v1beta1"}},
+	KindKubernetesGateway:     {GroupGatewayAPI, "v1", "gateways", []string{"v1beta1"}},
+	KindHTTPRoute:             {GroupGatewayAPI, "v1", "httproutes", []string{"v1beta1"}},
+	KindGRPCRoute:             {GroupGatewayAPI, "v1", "grpcroutes", nil},
+	KindReferenceGrant:        {GroupGatewayAPI, "v1", "referencegrants", []string{"v1beta1"}},
 }
+
+// apiKinds names the API kind of a Kind where the two differ.
+var apiKinds = map[Kind]string{KindKubernetesGateway: "Gateway"}
+
+// apiKind is k's kind in the Kubernetes API.
+func (k Kind) apiKind() string {
+	if a, ok := apiKinds[k]; ok {
+		return a
+	}
+	return string(k)
+}
+
+// byGroupKind maps an API group and kind to the Kind.
+var byGroupKind = func() map[schema.GroupKind]Kind {
+	m := make(map[schema.GroupKind]Kind, len(kindInfos))
+	for k, info := range kindInfos {
+		m[schema.GroupKind{Group: info.group, Kind: k.apiKind()}] = k
+	}
+	return m
+}()
+
+// GatewayAPIKinds lists the Gateway API kinds discovery reads, in a fixed
+// order. Their CRDs are the user's: each is read while its CRD is there.
+// Not read yet: TCPRoute, TLSRoute, UDPRoute, BackendTLSPolicy,
+// ListenerSet (see the README's Gateway API section).
+var GatewayAPIKinds = []Kind{KindGatewayClass, KindKubernetesGateway, KindHTTPRoute, KindGRPCRoute, KindReferenceGrant}
+
+// CRDKinds lists every kind whose CRD may come and go: Istio's, then the
+// Gateway API's.
+var CRDKinds = append(append([]Kind{}, IstioKinds...), GatewayAPIKinds...)
+
+// IsGatewayAPI reports whether k is one of the Gateway API kinds.
+func (k Kind) IsGatewayAPI() bool {
+	info, ok := kindInfos[k]
+	return ok && info.group == GroupGatewayAPI
+}
+
+// IsConfig reports whether k is a configuration kind held as a Config in
+// the World: Istio's or the Gateway API's.
+func (k Kind) IsConfig() bool { return k.IsIstio() || k.IsGatewayAPI() }
 
 // IstioKinds lists the Istio configuration kinds, in a fixed order: every
 // kind whose CRD Istio's base chart installs. Discovery reads them all;
@@ -119,7 +180,7 @@ func (k Kind) IsIstio() bool {
 // GroupVersionKind is the version of k that discovery watches.
 func (k Kind) GroupVersionKind() schema.GroupVersionKind {
 	info := kindInfos[k]
-	return schema.GroupVersionKind{Group: info.group, Version: info.version, Kind: string(k)}
+	return schema.GroupVersionKind{Group: info.group, Version: info.version, Kind: k.apiKind()}
 }
 
 // GroupVersionResource is the REST resource of k that discovery watches.
@@ -129,15 +190,17 @@ func (k Kind) GroupVersionResource() schema.GroupVersionResource {
 }
 
 // Namespaced reports whether objects of k live in a namespace.
-func (k Kind) Namespaced() bool { return k != KindNamespace && k != KindNode }
+func (k Kind) Namespaced() bool {
+	return k != KindNamespace && k != KindNode && k != KindGatewayClass
+}
 
 // KindFor maps an apiVersion's group and version plus a kind to a Kind
 // discovery reads. Older Istio versions (v1beta1, v1alpha3, v1alpha1)
 // are accepted where Istio serves them.
 func KindFor(gvk schema.GroupVersionKind) (Kind, error) {
-	k := Kind(gvk.Kind)
-	info, ok := kindInfos[k]
-	if !ok || info.group != gvk.Group {
+	k, ok := byGroupKind[gvk.GroupKind()]
+	info := kindInfos[k]
+	if !ok {
 		return "", fmt.Errorf("%s is not a kind discovery reads (known: %v)", gvk.GroupKind(), knownKinds())
 	}
 	if gvk.Version == info.version {
@@ -152,8 +215,8 @@ func KindFor(gvk schema.GroupVersionKind) (Kind, error) {
 }
 
 func knownKinds() []string {
-	out := make([]string, 0, len(KubeKinds)+len(IstioKinds))
-	for _, k := range append(append([]Kind{}, KubeKinds...), append(IstioKinds, KindConfigMap)...) {
+	out := make([]string, 0, len(KubeKinds)+len(CRDKinds)+1)
+	for _, k := range append(append(append([]Kind{}, KubeKinds...), IstioKinds...), append(GatewayAPIKinds, KindConfigMap)...) {
 		gvk := k.GroupVersionKind()
 		out = append(out, gvk.GroupVersion().String()+"/"+gvk.Kind)
 	}
@@ -204,7 +267,9 @@ func (n NamespacedName) String() string { return n.Namespace + "/" + n.Name }
 // *corev1.Pod, *corev1.Namespace, *corev1.Node, *networkingv1.VirtualService, ...; for
 // the kinds Istio serves in no v1, the type of the version discovery
 // watches: *networkingv1alpha3.EnvoyFilter, *networkingv1beta1.ProxyConfig,
-// *extensionsv1alpha1.WasmPlugin, *extensionsv1alpha1.TrafficExtension). It is
+// *extensionsv1alpha1.WasmPlugin, *extensionsv1alpha1.TrafficExtension);
+// for the Gateway API kinds, sigs.k8s.io/gateway-api's apis/v1 types
+// (*gatewayv1.Gateway, *gatewayv1.HTTPRoute, ...). It is
 // nil for OpDelete. Objects handed to the Store must not be changed after.
 type Event struct {
 	Op     Op

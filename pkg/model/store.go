@@ -33,6 +33,9 @@ type Store struct {
 	sliceOwner map[NamespacedName]NamespacedName                        // slice -> service
 	podRefs    map[NamespacedName]map[NamespacedName]int                // pod -> services -> references
 	configRVs  map[Key]string
+	// derived are the keys of the Istio configs derived from the Gateway
+	// API now in the World.
+	derived map[Key]bool
 }
 
 // NewStore returns a Store holding an empty World.
@@ -46,6 +49,7 @@ func NewStore(opts StoreOptions) *Store {
 		sliceOwner:   map[NamespacedName]NamespacedName{},
 		podRefs:      map[NamespacedName]map[NamespacedName]int{},
 		configRVs:    map[Key]string{},
+		derived:      map[Key]bool{},
 	}
 	s.world.Store(&World{
 		DomainSuffix: opts.DomainSuffix,
@@ -92,6 +96,7 @@ func (s *Store) Apply(events ...Event) (*Update, error) {
 	}
 	b.rebuildEndpoints()
 	b.rebuildServiceEntries()
+	b.rebuildGatewayAPI()
 	if len(b.changes) == 0 {
 		return nil, errors.Join(errs...)
 	}
@@ -112,6 +117,9 @@ type builder struct {
 	cloned  map[string]bool
 	dirty   map[NamespacedName]bool // services whose endpoints need a rebuild
 	changes []Change
+	// gatewayDirty asks for the Gateway API to be translated again (a
+	// user's object took or left the key of a derived one).
+	gatewayDirty bool
 }
 
 func newBuilder(s *Store, prev *World) *builder {
@@ -152,7 +160,7 @@ func (b *builder) apply(ev Event) error {
 		// MeshConfig; no other ConfigMap shapes the mesh.
 		return nil
 	default:
-		if ev.Key.Kind.IsIstio() {
+		if ev.Key.Kind.IsConfig() {
 			return b.config(ev)
 		}
 		return fmt.Errorf("unknown kind %q", ev.Key.Kind)
@@ -387,6 +395,18 @@ func (b *builder) node(ev Event) error {
 func (b *builder) config(ev Event) error {
 	nn := NamespacedName{ev.Key.Namespace, ev.Key.Name}
 	old := b.w.configs[ev.Key.Kind][nn]
+	if b.s.derived[ev.Key] {
+		// The key holds a derived config: a delete is not of it; an
+		// upsert is the user's, which takes the key.
+		if ev.Op == OpDelete {
+			return nil
+		}
+		delete(b.s.derived, ev.Key)
+		old = nil
+	}
+	if derivedName(ev.Key) {
+		b.gatewayDirty = true
+	}
 	if ev.Op == OpDelete {
 		if old == nil {
 			return nil

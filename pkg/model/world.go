@@ -4,6 +4,8 @@ import (
 	"sort"
 
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/meshplane/discovery/pkg/model/gatewayapi"
 )
 
 // World is one consistent, immutable view of the mesh. Nothing in it is
@@ -27,6 +29,9 @@ type World struct {
 	mesh *MeshObject
 	// jwks are the fetched key sets, by JWKSKey name (jwks.go).
 	jwks map[string]*JWKS
+	// gatewayReports are the translation's findings on each Gateway API
+	// object (derived.go).
+	gatewayReports map[Key]*gatewayapi.Report
 }
 
 // Protocol is a service port's application protocol, as Istio reads it from
@@ -179,11 +184,16 @@ type Namespace struct {
 	Labels map[string]string `json:"labels,omitempty"`
 }
 
-// Config is one Istio configuration object. Object is its istio.io/client-go
-// v1 type (*networkingv1.VirtualService, *securityv1.AuthorizationPolicy, ...).
+// Config is one configuration object. Object is its istio.io/client-go
+// v1 type (*networkingv1.VirtualService, *securityv1.AuthorizationPolicy,
+// ...), or for a Gateway API kind its sigs.k8s.io/gateway-api v1 type.
 type Config struct {
 	Key    Key
 	Object runtime.Object
+	// Derived is set on an Istio Gateway or VirtualService the Store made
+	// from Gateway API objects (derived.go): no such object exists in the
+	// API server, and nothing writes its status.
+	Derived bool
 }
 
 // Service returns the Service named ns/name, or nil.

@@ -129,13 +129,19 @@ func ConfigzHandler(world func() *model.World, notes ...ConfigNote) http.Handler
 		wd := world()
 		only := model.Kind(r.URL.Query().Get("kind"))
 		out := []any{}
-		for _, k := range model.IstioKinds {
+		for _, k := range model.CRDKinds {
 			if only != "" && k != only {
 				continue
 			}
 			gvk := k.GroupVersionKind()
 			for _, c := range wd.Configs(k) {
 				e := withTypeMeta{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind, Object: c.Object}
+				if c.Derived {
+					e.note("derived", true)
+				}
+				if r := wd.GatewayAPIReport(c.Key); r != nil {
+					e.note("translation", r)
+				}
 				for _, note := range notes {
 					if key, v, ok := note(c); ok {
 						if e.Notes == nil {
@@ -150,6 +156,13 @@ func ConfigzHandler(world func() *model.World, notes ...ConfigNote) http.Handler
 		w.Header().Set(worldVersionHeader, strconv.FormatUint(wd.Version, 10))
 		writeJSON(w, out)
 	})
+}
+
+func (e *withTypeMeta) note(key string, v any) {
+	if e.Notes == nil {
+		e.Notes = map[string]any{}
+	}
+	e.Notes[key] = v
 }
 
 // withTypeMeta adds apiVersion and kind, which informers leave empty, and

@@ -114,7 +114,7 @@ func (a *Auditor) Observe(u *model.Update) {
 	a.mu.Lock()
 	n := 0
 	for _, c := range u.Changes {
-		if c.Key.Kind.IsIstio() {
+		if c.Key.Kind.IsConfig() {
 			a.pending[c.Key] = true
 			n++
 		}
@@ -172,7 +172,7 @@ func (a *Auditor) audit() {
 		for k := range a.seen {
 			keys[k] = true
 		}
-		for _, kind := range model.IstioKinds {
+		for _, kind := range model.CRDKinds {
 			for _, c := range w.Configs(kind) {
 				keys[c.Key] = true
 			}
@@ -185,8 +185,12 @@ func (a *Auditor) audit() {
 			a.forget(k)
 			continue
 		}
+		if c.Key.Kind.IsGatewayAPI() {
+			a.judgeGatewayAPI(w, c)
+			continue
+		}
 		a.judge(c)
-		if q != nil && !inStep(c) {
+		if q != nil && !c.Derived && !inStep(c) {
 			(*q).Add(k)
 		}
 	}
@@ -219,6 +223,30 @@ func (a *Auditor) judge(c *model.Config) Finding {
 			"resource", c.Key.Namespace+"/"+c.Key.Name, "version", v, "fields", f.Fields)
 	}
 	return f
+}
+
+// judgeGatewayAPI logs and counts, once per version of its report, what
+// the translation of a Gateway API object did not act on or refused.
+func (a *Auditor) judgeGatewayAPI(w *model.World, c *model.Config) {
+	f, refused, v := gatewayFinding(w, c)
+	prev, ok := a.seen[c.Key]
+	if ok && prev.version == v {
+		return
+	}
+	a.count(c.Key.Kind, prev.finding, -1)
+	a.count(c.Key.Kind, f, +1)
+	a.countRefused(c.Key.Kind, prev.refused, -1)
+	a.countRefused(c.Key.Kind, refused, +1)
+	a.seen[c.Key] = seenConfig{version: v, finding: f, refused: refused}
+	rep := w.GatewayAPIReport(c.Key)
+	if len(refused) > 0 {
+		a.log.Warn("Gateway API resource refers to what it may not, or asks for what discovery cannot apply: that traffic fails closed",
+			"kind", string(c.Key.Kind), "resource", c.Key.Namespace+"/"+c.Key.Name, "version", v, "problems", refused)
+	}
+	if rep != nil && len(rep.Unsupported) > 0 {
+		a.log.Warn("Gateway API resource uses what discovery does not translate yet", "kind", string(c.Key.Kind),
+			"resource", c.Key.Namespace+"/"+c.Key.Name, "version", v, "unsupported", rep.Unsupported)
+	}
 }
 
 func (a *Auditor) forget(k model.Key) {

@@ -269,7 +269,7 @@ func diff(served, desired map[model.Key]claim) []model.Event {
 // deterministic and natural.
 var kindOrder = func() map[model.Kind]int {
 	m := map[model.Kind]int{}
-	for i, k := range append([]model.Kind{model.KindNamespace, model.KindNode, model.KindService, model.KindPod, model.KindEndpointSlice}, model.IstioKinds...) {
+	for i, k := range append([]model.Kind{model.KindNamespace, model.KindNode, model.KindService, model.KindPod, model.KindEndpointSlice}, model.CRDKinds...) {
 		m[k] = i
 	}
 	return m

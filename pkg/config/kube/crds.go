@@ -29,10 +29,14 @@ func CRDName(kind model.Kind) string {
 	return gvr.Resource + "." + gvr.Group
 }
 
-// crdKinds maps CRD names to the Istio kinds they define.
-func crdKinds() map[string]model.Kind {
-	m := make(map[string]model.Kind, len(model.IstioKinds))
-	for _, k := range model.IstioKinds {
+// crdKinds maps CRD names to the kinds they define: Istio's, and the
+// Gateway API's when there is a client for it.
+func crdKinds(gatewayAPI bool) map[string]model.Kind {
+	m := make(map[string]model.Kind, len(model.CRDKinds))
+	for _, k := range model.CRDKinds {
+		if k.IsGatewayAPI() && !gatewayAPI {
+			continue
+		}
 		m[CRDName(k)] = k
 	}
 	return m
@@ -118,12 +122,19 @@ func (s *Source) onCRDDelete(obj any) {
 // (SelfSubjectAccessReview), so that a missing rule leaves the kind unread
 // instead of keeping the source from ever syncing.
 var optionalKinds = map[model.Kind]bool{
-	model.KindTelemetry:        true,
-	model.KindEnvoyFilter:      true,
-	model.KindWorkloadGroup:    true,
-	model.KindProxyConfig:      true,
-	model.KindWasmPlugin:       true,
-	model.KindTrafficExtension: true,
+	// The Gateway API's CRDs are the user's, and so may be the RBAC
+	// rules that let discovery read them.
+	model.KindGatewayClass:      true,
+	model.KindKubernetesGateway: true,
+	model.KindHTTPRoute:         true,
+	model.KindGRPCRoute:         true,
+	model.KindReferenceGrant:    true,
+	model.KindTelemetry:         true,
+	model.KindEnvoyFilter:       true,
+	model.KindWorkloadGroup:     true,
+	model.KindProxyConfig:       true,
+	model.KindWasmPlugin:        true,
+	model.KindTrafficExtension:  true,
 }
 
 // mayWatch asks whether the source may list and watch kind in every

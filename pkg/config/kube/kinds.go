@@ -27,6 +27,8 @@ import (
 	discoveryinformers "k8s.io/client-go/informers/discovery/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
 	"github.com/meshplane/discovery/pkg/model"
 )
@@ -36,6 +38,9 @@ type Clients struct {
 	Kube  kubernetes.Interface
 	Istio istioclient.Interface
 	CRDs  apiextclient.Interface
+	// Gateway reads the Kubernetes Gateway API; nil leaves its kinds
+	// unread.
+	Gateway gatewayclient.Interface
 }
 
 type newInformerFunc func(c Clients, resync time.Duration) cache.SharedIndexInformer
@@ -104,6 +109,21 @@ var informers = map[model.Kind]newInformerFunc{
 	},
 	model.KindTrafficExtension: func(c Clients, r time.Duration) cache.SharedIndexInformer {
 		return istioInformer[*extensionsv1alpha1.TrafficExtensionList](c.Istio, c.Istio.ExtensionsV1alpha1().TrafficExtensions(all), &extensionsv1alpha1.TrafficExtension{}, r)
+	},
+	model.KindGatewayClass: func(c Clients, r time.Duration) cache.SharedIndexInformer {
+		return istioInformer[*gatewayv1.GatewayClassList](c.Gateway, c.Gateway.GatewayV1().GatewayClasses(), &gatewayv1.GatewayClass{}, r)
+	},
+	model.KindKubernetesGateway: func(c Clients, r time.Duration) cache.SharedIndexInformer {
+		return istioInformer[*gatewayv1.GatewayList](c.Gateway, c.Gateway.GatewayV1().Gateways(all), &gatewayv1.Gateway{}, r)
+	},
+	model.KindHTTPRoute: func(c Clients, r time.Duration) cache.SharedIndexInformer {
+		return istioInformer[*gatewayv1.HTTPRouteList](c.Gateway, c.Gateway.GatewayV1().HTTPRoutes(all), &gatewayv1.HTTPRoute{}, r)
+	},
+	model.KindGRPCRoute: func(c Clients, r time.Duration) cache.SharedIndexInformer {
+		return istioInformer[*gatewayv1.GRPCRouteList](c.Gateway, c.Gateway.GatewayV1().GRPCRoutes(all), &gatewayv1.GRPCRoute{}, r)
+	},
+	model.KindReferenceGrant: func(c Clients, r time.Duration) cache.SharedIndexInformer {
+		return istioInformer[*gatewayv1.ReferenceGrantList](c.Gateway, c.Gateway.GatewayV1().ReferenceGrants(all), &gatewayv1.ReferenceGrant{}, r)
 	},
 }
 
@@ -175,7 +195,7 @@ func newWatcher(s *Source, kind model.Kind) (*watcher, error) {
 		metrics:  s.metrics,
 		informer: newInformer(s.clients, s.opts.ResyncPeriod),
 	}
-	if kind.IsIstio() {
+	if kind.IsConfig() {
 		w.keys = map[model.NamespacedName]struct{}{}
 	}
 	if err := w.informer.SetTransform(stripObject); err != nil {

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
 	"github.com/meshplane/discovery/pkg/config"
 	"github.com/meshplane/discovery/pkg/model"
@@ -49,7 +50,8 @@ type Source struct {
 var _ config.Source = (*Source)(nil)
 
 // New returns a source that reads the API server cfg points at. Core
-// Kubernetes kinds are read as protobuf, Istio's and CRDs as JSON.
+// Kubernetes kinds are read as protobuf, Istio's, the Gateway API's and
+// CRDs as JSON.
 func New(cfg *rest.Config, opts Options, log *slog.Logger, reg prometheus.Registerer) (*Source, error) {
 	kcfg := rest.CopyConfig(cfg)
 	kcfg.ContentType = "application/vnd.kubernetes.protobuf"
@@ -66,7 +68,11 @@ func New(cfg *rest.Config, opts Options, log *slog.Logger, reg prometheus.Regist
 	if err != nil {
 		return nil, fmt.Errorf("apiextensions client: %w", err)
 	}
-	return NewForClients(Clients{Kube: kc, Istio: ic, CRDs: cc}, opts, log, reg)
+	gc, err := gatewayclient.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("gateway API client: %w", err)
+	}
+	return NewForClients(Clients{Kube: kc, Istio: ic, CRDs: cc, Gateway: gc}, opts, log, reg)
 }
 
 // NewForClients returns a source that reads through the given clients.
@@ -87,7 +93,7 @@ func NewForClients(c Clients, opts Options, log *slog.Logger, reg prometheus.Reg
 		log:      log.With("source", sourceLabel),
 		metrics:  m,
 		queue:    newBatchQueue(maxBatch),
-		crdKinds: crdKinds(),
+		crdKinds: crdKinds(c.Gateway != nil),
 		watchers: map[model.Kind]*watcher{},
 	}, nil
 }

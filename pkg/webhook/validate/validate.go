@@ -138,6 +138,9 @@ func Check(gk schema.GroupKind, raw []byte) (Warnings, error) {
 		// not judged again: refusing would keep it forever.
 		return Warnings{}, nil
 	}
+	if gk.Group == gatewayAPIGroup {
+		return checkGatewayAPI(gk, raw, obj.Metadata.Name)
+	}
 	k, ok := kinds[gk]
 	if !ok {
 		return Warnings{Unsupported: []string{fmt.Sprintf("discovery does not read %s: it is stored but has no effect", gk)}}, nil

@@ -187,6 +187,11 @@ func changeMatters(k model.Key, p *model.Proxy, w *model.World, old *gen.Scope) 
 		// (KindEndpoints changes).
 		return false
 	}
+	if k.Kind.IsGatewayAPI() {
+		// Generation reads the Istio Gateways and VirtualServices the
+		// Store derives from them: their effect arrives as those changes.
+		return false
+	}
 	return true
 }
 

@@ -1,0 +1,194 @@
+package gatewayapi
+
+import (
+	"fmt"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	gw "sigs.k8s.io/gateway-api/apis/v1"
+)
+
+// bucketKey names one VirtualService: a served listener and a host.
+type bucketKey struct{ listener, host string }
+
+// bucket gathers the rules of every route attached to one listener for
+// one host, oldest route first.
+type bucket struct {
+	l     *listener
+	host  string
+	ns    string // the oldest route's namespace
+	rules []*rule
+	from  []Ref
+}
+
+// routeInfo is what attach needs of a route of either kind.
+type routeInfo struct {
+	ref        Ref
+	generation int64
+	parents    []gw.ParentReference
+	hostnames  []gw.Hostname
+	rules      []*rule
+	// resolved is the ResolvedRefs condition's verdict for every parent.
+	resolvedOK             bool
+	resolvedReason, resMsg string
+	// partial is set when some rules were replaced by a 500 (a filter
+	// discovery cannot apply): the PartiallyInvalid condition.
+	partial string
+}
+
+// attach binds a route to the listeners of its parents and records its
+// parents' status.
+func (t *translator) attach(ri *routeInfo) {
+	var rep *Report
+	report := func() *Report {
+		if rep == nil {
+			rep = t.report(ri.ref, ri.generation)
+		}
+		return rep
+	}
+	for _, p := range ri.parents {
+		group, kind := string(ptrOr(p.Group, gw.GroupName)), string(ptrOr(p.Kind, "Gateway"))
+		ns := string(ptrOr(p.Namespace, gw.Namespace(ri.ref.Namespace)))
+		switch {
+		case group == "" && kind == "Service":
+			report().Unsupported = append(report().Unsupported,
+				fmt.Sprintf("spec.parentRefs[Service %s/%s]: mesh routing (GAMMA) is not supported by discovery yet", ns, p.Name))
+			t.parentStatus(report(), ri, p, false, string(gw.RouteReasonUnsupportedValue), "a Service parentRef (GAMMA) is not supported by discovery yet")
+			continue
+		case group != gw.GroupName || kind != "Gateway":
+			report().Unsupported = append(report().Unsupported, fmt.Sprintf("spec.parentRefs[%s/%s %s]: not a parent discovery supports", group, kind, p.Name))
+			continue
+		}
+		g := t.gateways[[2]string{ns, string(p.Name)}]
+		if g == nil {
+			if t.gatewayExists(ns, string(p.Name)) {
+				continue // another controller's
+			}
+			t.parentStatus(report(), ri, p, false, string(gw.RouteReasonNoMatchingParent), fmt.Sprintf("gateway %s/%s not found", ns, p.Name))
+			continue
+		}
+		ok, reason, msg := t.attachTo(ri, g, p)
+		t.parentStatus(report(), ri, p, ok, reason, msg)
+	}
+}
+
+func (t *translator) gatewayExists(ns, name string) bool {
+	for _, g := range t.in.Gateways {
+		if g.Namespace == ns && g.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// attachTo binds the route to the listeners of g that p selects and
+// admit it; it returns the Accepted verdict.
+func (t *translator) attachTo(ri *routeInfo, g *gateway, p gw.ParentReference) (bool, string, string) {
+	reason, msg := string(gw.RouteReasonNoMatchingParent), "no listener matches the parentRef"
+	accepted := false
+	for _, l := range g.listeners {
+		if p.SectionName != nil && *p.SectionName != l.spec.Name {
+			continue
+		}
+		if p.Port != nil && *p.Port != l.spec.Port {
+			continue
+		}
+		if !l.valid {
+			reason, msg = string(gw.RouteReasonNoMatchingParent), fmt.Sprintf("listener %s is not valid", l.spec.Name)
+			continue
+		}
+		if ok, why := l.admits(ri.ref.Namespace, ri.ref.Kind); !ok {
+			if reason != string(gw.RouteReasonNoMatchingListenerHostname) {
+				reason, msg = string(gw.RouteReasonNotAllowedByListeners), why
+			}
+			continue
+		}
+		hosts := intersectHosts(ri.hostnames, l.hostname())
+		if len(hosts) == 0 {
+			reason, msg = string(gw.RouteReasonNoMatchingListenerHostname), fmt.Sprintf("no hostname of the route matches listener %s", l.spec.Name)
+			continue
+		}
+		accepted = true
+		l.attached++
+		if !l.served {
+			continue
+		}
+		for _, h := range hosts {
+			t.addToBucket(l, h, ri)
+		}
+	}
+	if accepted {
+		return true, string(gw.RouteReasonAccepted), "Route was valid"
+	}
+	return false, reason, msg
+}
+
+func (t *translator) addToBucket(l *listener, host string, ri *routeInfo) {
+	k := bucketKey{l.istioName(), host}
+	b := t.buckets[k]
+	if b == nil {
+		b = &bucket{l: l, host: host, ns: ri.ref.Namespace}
+		t.buckets[k] = b
+		t.bucketIDs = append(t.bucketIDs, k)
+	}
+	b.rules = append(b.rules, ri.rules...)
+	b.from = append(b.from, ri.ref)
+}
+
+func (t *translator) parentStatus(rep *Report, ri *routeInfo, p gw.ParentReference, ok bool, reason, msg string) {
+	gen := ri.generation
+	conds := []metav1.Condition{condition(string(gw.RouteConditionAccepted), ok, reason, msg, gen)}
+	resReason, resMsg := string(gw.RouteReasonResolvedRefs), "All references resolved"
+	if !ri.resolvedOK {
+		resReason, resMsg = ri.resolvedReason, ri.resMsg
+	}
+	conds = append(conds, condition(string(gw.RouteConditionResolvedRefs), ri.resolvedOK, resReason, resMsg, gen))
+	if ri.partial != "" {
+		conds = append(conds, condition(string(gw.RouteConditionPartiallyInvalid), true, string(gw.RouteReasonUnsupportedValue), ri.partial, gen))
+	}
+	rep.Parents = append(rep.Parents, gw.RouteParentStatus{ParentRef: p, ControllerName: ControllerName, Conditions: conds})
+}
+
+// intersectHosts is the spec's intersection of a route's hostnames with a
+// listener's hostname ("" for any): each route hostname the listener
+// admits, the more specific of the two when both could be wildcards; the
+// listener's own hostname (or "*") for a route that names none.
+func intersectHosts(route []gw.Hostname, listener string) []string {
+	if len(route) == 0 {
+		if listener == "" {
+			return []string{"*"}
+		}
+		return []string{listener}
+	}
+	var out []string
+	seen := map[string]bool{}
+	add := func(h string) {
+		if !seen[h] {
+			seen[h] = true
+			out = append(out, h)
+		}
+	}
+	for _, rh := range route {
+		h := string(rh)
+		switch {
+		case listener == "" || h == listener:
+			add(h)
+		case wildcardCovers(listener, h):
+			add(h)
+		case wildcardCovers(h, listener):
+			add(listener)
+		}
+	}
+	return out
+}
+
+// wildcardCovers reports whether the wildcard pattern ("*.example.com")
+// matches h, a host or a narrower wildcard: a wildcard label stands for
+// one or more labels.
+func wildcardCovers(pattern, h string) bool {
+	suffix, ok := strings.CutPrefix(pattern, "*")
+	if !ok {
+		return false
+	}
+	return strings.HasSuffix(h, suffix) && len(h) > len(suffix) && strings.TrimPrefix(h, "*") != suffix
+}

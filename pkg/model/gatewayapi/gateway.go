@@ -1,0 +1,326 @@
+package gatewayapi
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	networking "istio.io/api/networking/v1alpha3"
+	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	gw "sigs.k8s.io/gateway-api/apis/v1"
+)
+
+// gateway is one Gateway of ours being translated.
+type gateway struct {
+	obj       *gw.Gateway
+	ref       Ref
+	report    *Report
+	listeners []*listener
+}
+
+// listener is one listener of a Gateway of ours.
+type listener struct {
+	gw   *gateway
+	spec gw.Listener
+	// valid is set when routes may attach (Accepted and Programmed as a
+	// listener); served when it also became an Istio Gateway.
+	valid, served bool
+	tls           *networking.ServerTLSSettings
+	// name is its Istio Gateway's name (in the Gateway's namespace).
+	name       string
+	namespaces []string // allowed route namespaces; "*" for all
+	kinds      []gw.RouteGroupKind
+	attached   int32
+	conds      []metav1.Condition
+}
+
+// istioName is the Istio Gateway's namespace/name, as VirtualServices
+// name it in gateways.
+func (l *listener) istioName() string { return l.gw.obj.Namespace + "/" + l.name }
+
+// hostname is the listener's hostname, "" for any.
+func (l *listener) hostname() string { return string(ptrOr(l.spec.Hostname, "")) }
+
+func (t *translator) translateGateway(obj *gw.Gateway) {
+	if !t.ours(string(obj.Spec.GatewayClassName)) {
+		return
+	}
+	g := &gateway{obj: obj, ref: Ref{Kind: KindGateway, Namespace: obj.Namespace, Name: obj.Name}}
+	g.report = t.report(g.ref, obj.Generation)
+	t.gateways[[2]string{obj.Namespace, obj.Name}] = g
+	selector, programmed, why := t.deployment(g)
+	if obj.Spec.Infrastructure != nil {
+		g.unsupported("spec.infrastructure", "not read yet (the Deployment is not created by discovery)")
+	}
+	if obj.Spec.TLS != nil {
+		g.unsupported("spec.tls", "frontend validation and backend client certificates are not read yet")
+	}
+	for _, l := range obj.Spec.Listeners {
+		ls := t.listener(g, l)
+		g.listeners = append(g.listeners, ls)
+		if ls.valid && selector != nil {
+			t.out.Gateways = append(t.out.Gateways, t.istioGateway(ls, selector))
+			ls.served = true
+		}
+	}
+	accepted := 0
+	for _, l := range g.listeners {
+		if listenerAccepted(l) {
+			accepted++
+		}
+	}
+	gen := obj.Generation
+	if accepted == 0 && len(g.listeners) > 0 {
+		g.report.Conditions = append(g.report.Conditions, condition(string(gw.GatewayConditionAccepted), false,
+			string(gw.GatewayReasonListenersNotValid), "no listener is valid", gen))
+	} else {
+		g.report.Conditions = append(g.report.Conditions, condition(string(gw.GatewayConditionAccepted), true,
+			string(gw.GatewayReasonAccepted), "Resource accepted", gen))
+	}
+	reason := string(gw.GatewayReasonProgrammed)
+	if !programmed {
+		reason = string(gw.GatewayReasonNoResources)
+		if len(obj.Spec.Addresses) > 0 {
+			reason = string(gw.GatewayReasonAddressNotAssigned)
+		}
+	}
+	g.report.Conditions = append(g.report.Conditions, condition(string(gw.GatewayConditionProgrammed), programmed, reason, why, gen))
+}
+
+func listenerAccepted(l *listener) bool {
+	for _, c := range l.conds {
+		if c.Type == string(gw.ListenerConditionAccepted) {
+			return c.Status == metav1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func (g *gateway) unsupported(field, what string) {
+	g.report.Unsupported = append(g.report.Unsupported, field+": "+what)
+}
+
+// deployment decides which proxies serve g: the selector of the Service
+// spec.addresses names (manual mode), else the pods of Istio's automated
+// deployment. programmed says whether the Service in front of them
+// exists; why is the Programmed condition's message. A nil selector
+// serves nothing.
+func (t *translator) deployment(g *gateway) (selector map[string]string, programmed bool, why string) {
+	obj := g.obj
+	var hosts []string
+	for i, a := range obj.Spec.Addresses {
+		if a.Type != nil && *a.Type != gw.HostnameAddressType {
+			g.unsupported(fmt.Sprintf("spec.addresses[%d]", i), fmt.Sprintf("type %s is not supported (only Hostname, naming the gateway's Service)", *a.Type))
+			continue
+		}
+		hosts = append(hosts, a.Value)
+	}
+	if len(obj.Spec.Addresses) == 0 {
+		// Istio's automated deployment: pods labelled with the Gateway's
+		// name, behind the Service <name>-<class>.
+		sel := map[string]string{GatewayNameLabel: obj.Name}
+		svc := obj.Name + "-" + string(obj.Spec.GatewayClassName)
+		if _, ok := t.in.Service(obj.Namespace, svc); ok {
+			return sel, true, fmt.Sprintf("Served by the pods labelled %s=%s, behind the Service %s", GatewayNameLabel, obj.Name, svc)
+		}
+		return sel, false, fmt.Sprintf("discovery does not create the gateway's Deployment and Service yet: deploy pods labelled %s=%s and a Service %s, or name an existing gateway Service in spec.addresses",
+			GatewayNameLabel, obj.Name, svc)
+	}
+	for _, h := range hosts {
+		ns, name, ok := serviceOfHost(h, obj.Namespace, t.in.DomainSuffix)
+		if !ok {
+			continue
+		}
+		svc, found := t.in.Service(ns, name)
+		if !found || len(svc.Selector) == 0 {
+			continue
+		}
+		if ns != obj.Namespace {
+			// istiod: the Service may be anywhere; its pods' namespace is
+			// the gateway's. Here the selector applies in every namespace.
+			g.unsupported("spec.addresses", "a Service of another namespace selects pods by its labels in every namespace")
+		}
+		return svc.Selector, true, fmt.Sprintf("Served by the pods of the Service %s/%s", ns, name)
+	}
+	return nil, false, fmt.Sprintf("no Service with a selector found for spec.addresses %v", hosts)
+}
+
+// serviceOfHost reads a Service name (name, or name.ns.svc.<suffix>).
+func serviceOfHost(h, ns, suffix string) (string, string, bool) {
+	if !strings.Contains(h, ".") {
+		return ns, h, h != ""
+	}
+	rest, ok := strings.CutSuffix(h, ".svc."+suffix)
+	if !ok {
+		return "", "", false
+	}
+	name, sns, ok := strings.Cut(rest, ".")
+	return sns, name, ok && !strings.Contains(sns, ".")
+}
+
+// listener judges one listener; valid says whether it can be served.
+func (t *translator) listener(g *gateway, l gw.Listener) *listener {
+	ls := &listener{gw: g, spec: l, name: g.obj.Name + "-" + autogenerated + "-" + string(l.Name)}
+	gen := g.obj.Generation
+	accepted, acceptReason, acceptMsg := true, string(gw.ListenerReasonAccepted), "No errors found"
+	resolved, resolvedReason, resolvedMsg := true, string(gw.ListenerReasonResolvedRefs), "No errors found"
+	switch l.Protocol {
+	case gw.HTTPProtocolType, gw.HTTPSProtocolType:
+	default:
+		accepted, acceptReason = false, string(gw.ListenerReasonUnsupportedProtocol)
+		acceptMsg = fmt.Sprintf("protocol %s is not supported by discovery yet (HTTP and HTTPS are)", l.Protocol)
+		g.unsupported(fmt.Sprintf("spec.listeners[%s].protocol", l.Name), acceptMsg)
+	}
+	kinds, badKinds := supportedKinds(l)
+	ls.kinds = kinds
+	if badKinds != "" {
+		resolved, resolvedReason, resolvedMsg = false, string(gw.ListenerReasonInvalidRouteKinds), badKinds
+	}
+	ls.namespaces = t.allowedNamespaces(g.obj.Namespace, l.AllowedRoutes)
+	var tls *networking.ServerTLSSettings
+	if accepted && l.Protocol == gw.HTTPSProtocolType {
+		var ok bool
+		var reason, msg string
+		tls, ok, reason, msg = t.listenerTLS(g, l)
+		if !ok {
+			resolved, resolvedReason, resolvedMsg = false, reason, msg
+		}
+	}
+	programmed := accepted && (l.Protocol != gw.HTTPSProtocolType || tls != nil)
+	ls.valid = programmed
+	progReason, progMsg := string(gw.ListenerReasonProgrammed), "No errors found"
+	if !programmed {
+		progReason, progMsg = string(gw.ListenerReasonInvalid), "not served"
+	}
+	ls.conds = []metav1.Condition{
+		condition(string(gw.ListenerConditionAccepted), accepted, acceptReason, acceptMsg, gen),
+		condition(string(gw.ListenerConditionConflicted), false, string(gw.ListenerReasonNoConflicts), "No errors found", gen),
+		condition(string(gw.ListenerConditionProgrammed), programmed, progReason, progMsg, gen),
+		condition(string(gw.ListenerConditionResolvedRefs), resolved, resolvedReason, resolvedMsg, gen),
+	}
+	if programmed {
+		ls.tls = tls
+	}
+	return ls
+}
+
+// supportedKinds are the route kinds a listener takes: allowedRoutes.kinds
+// that discovery reads, else HTTPRoute and GRPCRoute. bad names the kinds
+// it does not support.
+func supportedKinds(l gw.Listener) ([]gw.RouteGroupKind, string) {
+	group := gw.Group(gw.GroupName)
+	all := []gw.RouteGroupKind{{Group: &group, Kind: KindHTTPRoute}, {Group: &group, Kind: KindGRPCRoute}}
+	if l.AllowedRoutes == nil || len(l.AllowedRoutes.Kinds) == 0 {
+		return all, ""
+	}
+	var out []gw.RouteGroupKind
+	var bad []string
+	for _, k := range l.AllowedRoutes.Kinds {
+		if ptrOr(k.Group, gw.Group(gw.GroupName)) == gw.GroupName && (k.Kind == KindHTTPRoute || k.Kind == KindGRPCRoute) {
+			out = append(out, gw.RouteGroupKind{Group: &group, Kind: k.Kind})
+			continue
+		}
+		bad = append(bad, string(ptrOr(k.Group, ""))+"/"+string(k.Kind))
+	}
+	if len(bad) > 0 {
+		return out, "route kinds not supported: " + strings.Join(bad, ", ")
+	}
+	return out, ""
+}
+
+// allowedNamespaces resolves allowedRoutes.namespaces (istiod's
+// namespacesFromSelector): the Gateway's own by default, "*" for All,
+// the matching namespaces for a Selector.
+func (t *translator) allowedNamespaces(local string, ar *gw.AllowedRoutes) []string {
+	if ar == nil || ar.Namespaces == nil || ar.Namespaces.From == nil || *ar.Namespaces.From == gw.NamespacesFromSame {
+		return []string{local}
+	}
+	switch *ar.Namespaces.From {
+	case gw.NamespacesFromAll:
+		return []string{"*"}
+	case gw.NamespacesFromSelector:
+		if ar.Namespaces.Selector == nil {
+			return nil
+		}
+		sel, err := metav1.LabelSelectorAsSelector(ar.Namespaces.Selector)
+		if err != nil {
+			return nil
+		}
+		var out []string
+		for name, lbls := range t.in.Namespaces {
+			set := labels.Set{"kubernetes.io/metadata.name": name}
+			for k, v := range lbls {
+				set[k] = v
+			}
+			if sel.Matches(set) {
+				out = append(out, name)
+			}
+		}
+		sort.Strings(out)
+		return out
+	}
+	return nil // None
+}
+
+// admits reports whether a route of namespace ns and kind may attach.
+func (l *listener) admits(ns, kind string) (bool, string) {
+	kindOK := false
+	for _, k := range l.kinds {
+		if string(k.Kind) == kind {
+			kindOK = true
+		}
+	}
+	if !kindOK {
+		return false, fmt.Sprintf("listener %s does not allow %s", l.spec.Name, kind)
+	}
+	for _, n := range l.namespaces {
+		if n == "*" || n == ns {
+			return true, ""
+		}
+	}
+	return false, fmt.Sprintf("listener %s does not allow routes of namespace %s", l.spec.Name, ns)
+}
+
+// istioGateway is the Istio Gateway of one served listener.
+func (t *translator) istioGateway(l *listener, selector map[string]string) *networkingv1.Gateway {
+	host := l.hostname()
+	if host == "" {
+		host = "*"
+	}
+	var hosts []string
+	for _, ns := range l.namespaces {
+		hosts = append(hosts, ns+"/"+host)
+	}
+	if len(hosts) == 0 {
+		hosts = []string{"~/" + host} // istiod: matches no route, keeps the listener
+	}
+	obj := l.gw.obj
+	return &networkingv1.Gateway{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: l.name, Namespace: obj.Namespace, CreationTimestamp: obj.CreationTimestamp,
+			Annotations: map[string]string{AnnotationDerivedFrom: derivedFrom([]Ref{l.gw.ref})},
+		},
+		Spec: networking.Gateway{
+			Selector: selector,
+			Servers: []*networking.Server{{
+				Port:  &networking.Port{Name: "default", Number: uint32(l.spec.Port), Protocol: string(l.spec.Protocol)},
+				Hosts: hosts,
+				Tls:   l.tls,
+			}},
+		},
+	}
+}
+
+// finishGateways writes each Gateway's listener status, with the number
+// of routes attached to each.
+func (t *translator) finishGateways() {
+	for _, g := range t.gateways {
+		for _, l := range g.listeners {
+			g.report.Listeners = append(g.report.Listeners, gw.ListenerStatus{
+				Name: l.spec.Name, SupportedKinds: l.kinds, AttachedRoutes: l.attached, Conditions: l.conds,
+			})
+		}
+	}
+}
