@@ -8,6 +8,9 @@ package kubetest
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +20,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/meshplane/discovery/pkg/model"
 )
@@ -118,4 +122,53 @@ func WaitEstablished(ctx context.Context, c apiextclient.Interface, name string,
 		return fmt.Errorf("CRD %s: %w (last: %v)", name, err, last)
 	}
 	return nil
+}
+
+// GatewayAPICRDs reads the Gateway API's standard-channel CRDs from the
+// sigs.k8s.io/gateway-api module this build uses (config/crd/standard),
+// as a user would install them.
+func GatewayAPICRDs(t testing.TB) []*apiextv1.CustomResourceDefinition {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/gateway-api").Output()
+	if err != nil {
+		t.Fatalf("locate sigs.k8s.io/gateway-api: %v", err)
+	}
+	files, err := filepath.Glob(filepath.Join(strings.TrimSpace(string(out)), "config", "crd", "standard", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no Gateway API CRD files: %v", err)
+	}
+	var crds []*apiextv1.CustomResourceDefinition
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, doc := range strings.Split(string(data), "\n---") {
+			var crd apiextv1.CustomResourceDefinition
+			if err := sigsyaml.Unmarshal([]byte(doc), &crd); err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			if crd.Kind == "CustomResourceDefinition" {
+				crds = append(crds, &crd)
+			}
+		}
+	}
+	return crds
+}
+
+// InstallGatewayAPICRDs creates GatewayAPICRDs and waits until each is
+// Established.
+func InstallGatewayAPICRDs(ctx context.Context, t testing.TB, c apiextclient.Interface) {
+	t.Helper()
+	crds := GatewayAPICRDs(t)
+	for _, crd := range crds {
+		if _, err := c.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("create CRD %s: %v", crd.Name, err)
+		}
+	}
+	for _, crd := range crds {
+		if err := WaitEstablished(ctx, c, crd.Name, 30*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
