@@ -17,11 +17,14 @@ func (c *completer) nodes() {
 	gwPods := map[*Object]bool{}
 	for _, gw := range c.in.Of("Gateway") {
 		sel := stringMap(gw.Spec()["selector"])
+		if gw.Group() == GatewayAPIGroup {
+			sel = GatewayAPISelector(gw)
+		}
 		if len(sel) == 0 {
 			continue
 		}
 		for _, o := range c.in.Objects {
-			if o.Kind == "Pod" && SelectorMatches(sel, o.Labels()) && !gwPods[o] {
+			if o.Kind == "Pod" && SelectorMatches(sel, o.Labels()) && !gwPods[o] && (gw.Group() != GatewayAPIGroup || o.Namespace == gw.Namespace) {
 				gwPods[o] = true
 				c.in.Nodes = append(c.in.Nodes, nodeFor(Gateway, o))
 			}
