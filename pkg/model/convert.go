@@ -33,6 +33,8 @@ func convertService(s *corev1.Service, domainSuffix string) *Service {
 		Labels:    s.Labels,
 		Selector:  s.Spec.Selector,
 		Headless:  s.Spec.ClusterIP == corev1.ClusterIPNone,
+
+		TrafficDistribution: trafficDistribution(s.Spec.TrafficDistribution, s.Annotations),
 	}
 	for _, ip := range s.Spec.ClusterIPs {
 		if ip != "" && ip != corev1.ClusterIPNone {
@@ -173,7 +175,7 @@ func convertPod(p *corev1.Pod) *Pod {
 }
 
 func convertNamespace(n *corev1.Namespace) *Namespace {
-	return &Namespace{Name: n.Name, Labels: n.Labels}
+	return &Namespace{Name: n.Name, Labels: n.Labels, TrafficDistribution: trafficDistribution(nil, n.Annotations)}
 }
 
 // sliceEndpoints turns one EndpointSlice into endpoints, joined with the

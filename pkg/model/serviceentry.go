@@ -136,6 +136,8 @@ func serviceEntryServices(w *World) (map[NamespacedName]*Service, map[Namespaced
 				Ports:     ports, Labels: se.Labels,
 				ExportTo:        se.Spec.GetExportTo(),
 				ResourceVersion: se.ResourceVersion,
+				// A ServiceEntry has no spec field: its annotation only.
+				TrafficDistribution: trafficDistribution(nil, se.Annotations),
 				Entry: &ServiceEntryInfo{
 					Name:       c.Key.Name,
 					Resolution: se.Spec.GetResolution().String(),

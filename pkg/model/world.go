@@ -90,6 +90,10 @@ type Service struct {
 	ResourceVersion string   `json:"resourceVersion,omitempty"`
 	// Entry is set for a host of a ServiceEntry (see serviceentry.go).
 	Entry *ServiceEntryInfo `json:"serviceEntry,omitempty"`
+	// TrafficDistribution is what the Service (spec.trafficDistribution,
+	// else its annotation) or ServiceEntry (its annotation) says; unset
+	// lets the namespace decide (World.TrafficDistribution).
+	TrafficDistribution TrafficDistribution `json:"trafficDistribution,omitempty"`
 }
 
 // Key names the Service.
@@ -182,6 +186,10 @@ type Pod struct {
 type Namespace struct {
 	Name   string            `json:"name"`
 	Labels map[string]string `json:"labels,omitempty"`
+	// TrafficDistribution is the namespace's
+	// networking.istio.io/traffic-distribution annotation, for its
+	// services that say nothing themselves.
+	TrafficDistribution TrafficDistribution `json:"trafficDistribution,omitempty"`
 }
 
 // Config is one configuration object. Object is its istio.io/client-go

@@ -17,13 +17,14 @@ import (
 // weight, as grpc-go requires), health from readiness, weight 1 each.
 // Locality load balancing is not applied (Scope.clusterEndpoints does).
 func loadAssignment(name string, port model.Port, eps *model.ServiceEndpoints, subset map[string]string) *endpointv3.ClusterLoadAssignment {
-	cla, _ := buildLoadAssignment(name, port, eps, subset)
+	cla, _ := buildLoadAssignment(name, port, eps, subset, true)
 	return cla
 }
 
 // buildLoadAssignment is loadAssignment, with the endpoints behind each
-// locality group's LbEndpoints, in order.
-func buildLoadAssignment(name string, port model.Port, eps *model.ServiceEndpoints, subset map[string]string) (*endpointv3.ClusterLoadAssignment, [][]*model.Endpoint) {
+// locality group's LbEndpoints, in order; unready endpoints are left out
+// unless unready is set (sendsUnready).
+func buildLoadAssignment(name string, port model.Port, eps *model.ServiceEndpoints, subset map[string]string, unready bool) (*endpointv3.ClusterLoadAssignment, [][]*model.Endpoint) {
 	cla := &endpointv3.ClusterLoadAssignment{ClusterName: name}
 	if eps == nil {
 		return cla, nil
@@ -32,7 +33,7 @@ func buildLoadAssignment(name string, port model.Port, eps *model.ServiceEndpoin
 	members := map[model.Locality][]*model.Endpoint{}
 	weights := map[model.Locality]uint32{}
 	for _, ep := range eps.Endpoints {
-		if !matchLabels(subset, ep.Labels) {
+		if !matchLabels(subset, ep.Labels) || (!ep.Ready && !unready) {
 			continue
 		}
 		target, ok := endpointPort(ep, port)

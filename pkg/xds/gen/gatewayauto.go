@@ -166,7 +166,7 @@ func (g *Generator) sniClusters(sc *Scope, svc *model.Service, eps *model.Servic
 				// passed through.
 				c.TransportSocket = nil
 			}
-			applyLocalityCluster(c, sc.World.Mesh().LocalityLB(), tp)
+			applyLocalityCluster(c, sc.World.Mesh().LocalityLB(), tp, sc.World.TrafficDistribution(svc))
 			g.addTo(sc, &u.clusters, name, ClusterType, c)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1alpha3"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
@@ -49,9 +50,18 @@ import (
 // (lbDeps) enter the class key, and the shared clusters and endpoints of
 // a service (parts.go), only where some setting in force reads them.
 //
-// Not applied: zoneAwareLbSetting (reported where set), a Service's
-// trafficDistribution (istiod turns it into failoverPriority), and the
-// inline endpoints of DNS clusters, which carry no locality.
+// A service's traffic distribution (model.TrafficDistribution: its
+// spec.trafficDistribution or Istio's annotation, else its namespace's)
+// stands where no DestinationRule sets localityLbSetting, before the
+// mesh's, as istiod's GetEffectiveLbSetting: failoverPriority by network,
+// region and zone (PreferSameZone), or those and subzone and node
+// (PreferSameNode), and failover forced, outlier detection or not; its
+// unready endpoints are always sent (Envoy's health is how it spills
+// over), where a policy with outlierDetection.minHealthPercent would
+// otherwise drop them.
+//
+// Not applied: zoneAwareLbSetting (reported where set), and the inline
+// endpoints of DNS clusters, which carry no locality.
 
 // proxyTopology is what locality load balancing reads of a proxy.
 type proxyTopology struct {
@@ -148,17 +158,53 @@ func endpointLabel(ep *model.Endpoint, k string) string {
 }
 
 // localityLB is the locality load balancing setting in force for a
-// cluster whose traffic policy is tp (nil for none): the rule's, else the
-// mesh's; nil when off.
-func localityLB(mesh *networking.LocalityLoadBalancerSetting, tp *networking.TrafficPolicy) *networking.LocalityLoadBalancerSetting {
-	lb := tp.GetLoadBalancer().GetLocalityLbSetting()
+// cluster whose traffic policy is tp (nil for none) of a service whose
+// traffic distribution is td: the rule's, else td's, else the mesh's; nil
+// when off. force says failover applies without outlier detection (td's).
+func localityLB(mesh *networking.LocalityLoadBalancerSetting, tp *networking.TrafficPolicy, td model.TrafficDistribution) (lb *networking.LocalityLoadBalancerSetting, force bool) {
+	lb = tp.GetLoadBalancer().GetLocalityLbSetting()
 	if lb == nil {
+		if lb = trafficDistributionLB(td); lb != nil {
+			return lb, true
+		}
 		lb = mesh
 	}
 	if lb == nil || (lb.GetEnabled() != nil && !lb.GetEnabled().GetValue()) {
-		return nil
+		return nil, false
 	}
-	return lb
+	return lb, false
+}
+
+// The settings istiod gives a traffic distribution (GetEffectiveLbSetting).
+var (
+	preferSameZoneLB = &networking.LocalityLoadBalancerSetting{
+		Enabled:          wrapperspb.Bool(true),
+		FailoverPriority: []string{model.LabelTopologyNetwork, model.LabelTopologyRegion, model.LabelTopologyZone},
+	}
+	preferSameNodeLB = &networking.LocalityLoadBalancerSetting{
+		Enabled: wrapperspb.Bool(true),
+		FailoverPriority: []string{model.LabelTopologyNetwork, model.LabelTopologyRegion, model.LabelTopologyZone,
+			model.LabelTopologySubzone, model.LabelHostname},
+	}
+)
+
+func trafficDistributionLB(td model.TrafficDistribution) *networking.LocalityLoadBalancerSetting {
+	switch td {
+	case model.TrafficDistributionPreferSameZone:
+		return preferSameZoneLB
+	case model.TrafficDistributionPreferSameNode:
+		return preferSameNodeLB
+	}
+	return nil
+}
+
+// sendsUnready reports whether a cluster of a service whose traffic
+// distribution is td, under policy tp, gets its unready endpoints (marked
+// UNHEALTHY), as istiod's supportsUnhealthyEndpoints: always, unless
+// outlier detection sets a minHealthPercent (Envoy's panic mode would then
+// send traffic to them), which a traffic distribution overrides.
+func sendsUnready(tp *networking.TrafficPolicy, td model.TrafficDistribution) bool {
+	return trafficDistributionLB(td) != nil || tp.GetOutlierDetection().GetMinHealthPercent() <= 0
 }
 
 // applyLocalityCluster sets what locality load balancing changes of an
@@ -166,12 +212,21 @@ func localityLB(mesh *networking.LocalityLoadBalancerSetting, tp *networking.Tra
 // locality_weighted_lb_config when weights are distributed, or when
 // failover applies (the cluster has outlier detection) with failover or
 // failoverPriority set.
-func applyLocalityCluster(c *clusterv3.Cluster, mesh *networking.LocalityLoadBalancerSetting, tp *networking.TrafficPolicy) {
-	lb := localityLB(mesh, tp)
+func applyLocalityCluster(c *clusterv3.Cluster, mesh *networking.LocalityLoadBalancerSetting, tp *networking.TrafficPolicy, td model.TrafficDistribution) {
+	lb, force := localityLB(mesh, tp, td)
 	if lb == nil {
 		return
 	}
-	failover := c.GetOutlierDetection() != nil
+	failover := c.GetOutlierDetection() != nil || force
+	if force {
+		// Its unready endpoints are sent (sendsUnready): the panic
+		// threshold is off, whatever minHealthPercent says, as istiod's
+		// applyOutlierDetection for a service that forces them.
+		if c.CommonLbConfig == nil {
+			c.CommonLbConfig = &clusterv3.Cluster_CommonLbConfig{}
+		}
+		c.CommonLbConfig.HealthyPanicThreshold = &typev3.Percent{Value: 0}
+	}
 	if len(lb.GetDistribute()) == 0 && !(failover && (len(lb.GetFailover()) > 0 || len(lb.GetFailoverPriority()) > 0)) {
 		return
 	}
@@ -188,17 +243,18 @@ func applyLocalityCluster(c *clusterv3.Cluster, mesh *networking.LocalityLoadBal
 // locality, with the priorities and weights locality load balancing gives
 // them for the class's proxies.
 func (sc *Scope) clusterEndpoints(svc *model.Service, name string, port model.Port, eps *model.ServiceEndpoints, ss Subset) *endpointv3.ClusterLoadAssignment {
-	cla, groups := buildLoadAssignment(name, port, eps, ss.Labels)
+	tp := sc.clusterPolicy(svc.Hostname, ss.Name, port.Port)
+	td := sc.World.TrafficDistribution(svc)
+	cla, groups := buildLoadAssignment(name, port, eps, ss.Labels, sendsUnready(tp, td))
 	if len(cla.Endpoints) == 0 {
 		return cla
 	}
-	tp := sc.clusterPolicy(svc.Hostname, ss.Name, port.Port)
-	lb := localityLB(sc.World.Mesh().LocalityLB(), tp)
+	lb, force := localityLB(sc.World.Mesh().LocalityLB(), tp, td)
 	if lb == nil {
 		return cla
 	}
 	top := sc.topology()
-	applyLocalityLB(cla, groups, &top, lb, tp.GetOutlierDetection() != nil)
+	applyLocalityLB(cla, groups, &top, lb, tp.GetOutlierDetection() != nil || force)
 	return cla
 }
 
@@ -517,7 +573,7 @@ func (d *lbDeps) view(t *proxyTopology) string {
 // ruleLBDeps is what the clusters of one DestinationRule read of a proxy
 // under mesh (the MeshConfig's setting): every subset and port-level
 // policy is tried, the mesh's setting where none sets one.
-func ruleLBDeps(mesh *networking.LocalityLoadBalancerSetting, dr *networking.DestinationRule) *lbDeps {
+func ruleLBDeps(mesh *networking.LocalityLoadBalancerSetting, dr *networking.DestinationRule, td model.TrafficDistribution) *lbDeps {
 	d := &lbDeps{}
 	subsets := []string{""}
 	for _, s := range dr.GetSubsets() {
@@ -533,7 +589,8 @@ func ruleLBDeps(mesh *networking.LocalityLoadBalancerSetting, dr *networking.Des
 		}
 		for port := range ports {
 			tp := policy(dr, ss, port)
-			d.add(localityLB(mesh, tp), tp.GetOutlierDetection() != nil)
+			lb, force := localityLB(mesh, tp, td)
+			d.add(lb, tp.GetOutlierDetection() != nil || force)
 		}
 	}
 	return d
@@ -553,14 +610,34 @@ func subsetPolicy(dr *networking.DestinationRule, name string) *networking.Traff
 
 // lbIndex is, for one World, what locality load balancing reads of
 // proxies: per DestinationRule that reads something, and per proxy
-// namespace (the rules that may apply there, and the mesh's setting).
+// namespace (the rules that may apply there, the mesh's setting, and the
+// traffic distributions services have).
 type lbIndex struct {
-	mesh *lbDeps
+	meshLB *networking.LocalityLoadBalancerSetting
+	mesh   *lbDeps
 	// rules are the DestinationRules that read something, by key.
 	rules  []lbRule
 	byRule map[*model.Config]*lbDeps
-	mu     sync.Mutex
-	byNS   map[string]*lbDeps
+	// td is what the traffic distributions in use read (nil for none).
+	td *lbDeps
+	mu sync.Mutex
+	// byRuleTD is a rule's under a traffic distribution (where the rule
+	// sets no localityLbSetting, the distribution's stands).
+	byRuleTD map[ruleTD]*lbDeps
+	byNS     map[string]*lbDeps
+}
+
+func drcObject(drc *model.Config) (*networkingv1.DestinationRule, bool) {
+	if drc == nil {
+		return nil, false
+	}
+	dr, ok := drc.Object.(*networkingv1.DestinationRule)
+	return dr, ok
+}
+
+type ruleTD struct {
+	drc *model.Config
+	td  model.TrafficDistribution
 }
 
 type lbRule struct {
@@ -572,15 +649,25 @@ type lbRule struct {
 
 func newLBIndex(w *model.World) *lbIndex {
 	mesh := w.Mesh().LocalityLB()
-	ix := &lbIndex{mesh: &lbDeps{}, byRule: map[*model.Config]*lbDeps{}, byNS: map[string]*lbDeps{}}
-	ix.mesh.add(localityLB(mesh, nil), false)
+	ix := &lbIndex{meshLB: mesh, mesh: &lbDeps{}, byRule: map[*model.Config]*lbDeps{}, byNS: map[string]*lbDeps{}}
+	meshLB, _ := localityLB(mesh, nil, model.TrafficDistributionAny)
+	ix.mesh.add(meshLB, false)
+	if zone, node := w.TrafficDistributionsInUse(); zone || node {
+		ix.td = &lbDeps{}
+		if zone {
+			ix.td.add(preferSameZoneLB, true)
+		}
+		if node {
+			ix.td.add(preferSameNodeLB, true)
+		}
+	}
 	// Configs are sorted: the views number distribute lists in this order.
 	for _, c := range w.Configs(model.KindDestinationRule) {
 		dr, ok := c.Object.(*networkingv1.DestinationRule)
 		if !ok {
 			continue
 		}
-		d := ruleLBDeps(mesh, &dr.Spec)
+		d := ruleLBDeps(mesh, &dr.Spec, model.TrafficDistributionAny)
 		if d.empty() {
 			continue
 		}
@@ -590,9 +677,13 @@ func newLBIndex(w *model.World) *lbIndex {
 	return ix
 }
 
-// forService is what the clusters of a service read of a proxy, drc
-// being the DestinationRule in force for them (nil for none).
-func (ix *lbIndex) forService(drc *model.Config) *lbDeps {
+// forService is what the clusters of a service whose traffic
+// distribution is td read of a proxy, drc being the DestinationRule in
+// force for them (nil for none).
+func (ix *lbIndex) forService(drc *model.Config, td model.TrafficDistribution) *lbDeps {
+	if trafficDistributionLB(td) != nil {
+		return ix.forRuleTD(drc, td)
+	}
 	if drc == nil {
 		return ix.mesh
 	}
@@ -600,12 +691,32 @@ func (ix *lbIndex) forService(drc *model.Config) *lbDeps {
 	return ix.byRule[drc]
 }
 
+func (ix *lbIndex) forRuleTD(drc *model.Config, td model.TrafficDistribution) *lbDeps {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	k := ruleTD{drc, td}
+	if d, ok := ix.byRuleTD[k]; ok {
+		return d
+	}
+	d := &lbDeps{}
+	if dr, ok := drcObject(drc); ok {
+		d = ruleLBDeps(ix.meshLB, &dr.Spec, td)
+	} else {
+		d.add(trafficDistributionLB(td), true)
+	}
+	if ix.byRuleTD == nil {
+		ix.byRuleTD = map[ruleTD]*lbDeps{}
+	}
+	ix.byRuleTD[k] = d
+	return d
+}
+
 // forNamespace is what the clusters a proxy of ns may see read of it: the
 // mesh's setting and every rule that may apply there (a rule that
 // selects workloads counts for all of its namespace: more than needed,
 // never less).
 func (ix *lbIndex) forNamespace(ns string) *lbDeps {
-	if len(ix.rules) == 0 {
+	if len(ix.rules) == 0 && ix.td == nil {
 		return ix.mesh
 	}
 	ix.mu.Lock()
@@ -615,6 +726,9 @@ func (ix *lbIndex) forNamespace(ns string) *lbDeps {
 	}
 	d := &lbDeps{}
 	d.merge(ix.mesh)
+	// Any service's traffic distribution, visible here or not: more
+	// than needed, never less.
+	d.merge(ix.td)
 	for _, r := range ix.rules {
 		if (r.selects && r.ns == ns) || (!r.selects && exportedTo(r.exportTo, r.ns, ns)) {
 			d.merge(r.deps)

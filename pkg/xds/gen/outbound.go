@@ -92,7 +92,7 @@ func (g *Generator) outboundCluster(sc *Scope, svc *model.Service, eps *model.Se
 	}
 	applyTraffic(c, tp)
 	if !grpc {
-		applyLocalityCluster(c, sc.World.Mesh().LocalityLB(), tp)
+		applyLocalityCluster(c, sc.World.Mesh().LocalityLB(), tp, sc.World.TrafficDistribution(svc))
 	}
 	if grpc {
 		if dr != nil {

@@ -34,6 +34,9 @@ type partKey struct {
 	origDst    bool
 	downstream bool
 	drc        *model.Config
+	// td is the service's traffic distribution in force, which its
+	// namespace can change without changing the Service.
+	td model.TrafficDistribution
 }
 
 // part is one service's clusters and endpoints for one partKey, built once.
@@ -67,8 +70,9 @@ type partOf struct {
 // use; w is the newest World, against which the cache is swept when it
 // outgrows it. Concurrent callers for the same part wait for one build.
 func (pc *partCache) get(g *Generator, sc *Scope, w *model.World, svc *model.Service, eps *model.ServiceEndpoints, drc *model.Config) partOf {
-	k := partKey{svc: svc.Key(), mesh: w.Mesh(), grpc: sc.Proxy.IsGRPC(), origDst: originalDst(sc.Proxy, svc), downstream: sniffsAny(sc.Proxy, svc), drc: drc}
-	deps := indexFor(w).lb.forService(drc)
+	td := w.TrafficDistribution(svc)
+	k := partKey{svc: svc.Key(), mesh: w.Mesh(), grpc: sc.Proxy.IsGRPC(), origDst: originalDst(sc.Proxy, svc), downstream: sniffsAny(sc.Proxy, svc), drc: drc, td: td}
+	deps := indexFor(w).lb.forService(drc, td)
 	pc.mu.Lock()
 	if pc.m == nil {
 		pc.m = map[partKey]*part{}
