@@ -203,6 +203,15 @@ func sliceEndpoints(es *discoveryv1.EndpointSlice, pod func(ns, name string) *Po
 		e := &es.Endpoints[i]
 		// The API says a nil ready condition means ready.
 		ready := e.Conditions.Ready == nil || *e.Conditions.Ready
+		if !ready && (e.Conditions.Terminating == nil || *e.Conditions.Terminating) {
+			// Unready and terminating, or unready saying nothing of it,
+			// which istiod reads as terminating (endpointHealthStatus):
+			// never sent, not even as unhealthy (a pod shutting down
+			// counts for no health percentage). istiod keeps such an
+			// endpoint as draining for persistent sessions, which
+			// discovery does not implement.
+			continue
+		}
 		var loc Locality
 		if e.Zone != nil {
 			loc.Zone = *e.Zone

@@ -220,7 +220,7 @@ endpoints:
   conditions: {ready: true}
   targetRef: {kind: Pod, name: echo-legacy, namespace: ns1}
 - addresses: [10.1.2.1]
-  conditions: {ready: false}
+  conditions: {ready: false, terminating: false}
   targetRef: {kind: Pod, name: echo-v1, namespace: ns1}
 `)
 	if IdentitiesChanged(grpcCls, same, echo) {

@@ -104,7 +104,8 @@ spec: {host: backend, trafficPolicy: {connectionPool: {tcp: {maxConnections: 10}
 // A namespace's annotation changes no Service: the shared parts of its
 // services must still be rebuilt, and unready endpoints follow istiod's
 // rule (left out under outlierDetection.minHealthPercent, unless a
-// traffic distribution needs them to spill over).
+// traffic distribution needs them to spill over; an unready endpoint that
+// says nothing of terminating is terminating to istiod, never sent).
 func TestTrafficDistributionNamespaceChangeAndUnready(t *testing.T) {
 	store := localityStore(t, `
 ---
@@ -114,7 +115,8 @@ metadata: {name: backend-2, namespace: ns, labels: {kubernetes.io/service-name: 
 addressType: IPv4
 ports: [{name: http, port: 8080}]
 endpoints:
-- {addresses: [10.1.0.9], conditions: {ready: false}, nodeName: n-a}
+- {addresses: [10.1.0.9], conditions: {ready: false, terminating: false}, nodeName: n-a}
+- {addresses: [10.1.0.8], conditions: {ready: false}, nodeName: n-a}
 ---
 apiVersion: networking.istio.io/v1
 kind: DestinationRule
