@@ -198,7 +198,7 @@ func (ps *portServers) add(kind serverKind, srv gatewayServer, ts *tlsServer) {
 func (g *Generator) httpPort(sc *Scope, bs map[string]*builder, port uint32, servers []gatewayServer, az gatewayAuthz) string {
 	name := "http." + itoa(int32(port))
 	rc := &routev3.RouteConfiguration{Name: name, ValidateClusters: wrapperspb.Bool(false)}
-	rc.VirtualHosts = g.gatewayHosts(sc, servers)
+	rc.VirtualHosts = redirectHosts(g.gatewayHosts(sc, servers), servers)
 	requireTLS(rc.VirtualHosts, servers)
 	bs[RouteType].add(name, rc)
 	l := &listenerv3.Listener{

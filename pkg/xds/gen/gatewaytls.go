@@ -254,6 +254,56 @@ func requireTLS(vhs []*routev3.VirtualHost, servers []gatewayServer) {
 	}
 }
 
+// redirectHosts adds, as istiod does, a virtual host for each host of an
+// httpsRedirect server that no VirtualService route covered: it has no
+// routes and requires TLS, so Envoy answers 301 to https for it rather
+// than 404. The blackhole host goes when any such host is added (istiod
+// builds blackhole only when the route has no virtual host at all).
+// istiod names the domain with the host as written (ns/host included);
+// discovery uses the host part, with the :* port form beside a host without
+// a wildcard, as its other gateway virtual hosts do.
+func redirectHosts(vhs []*routev3.VirtualHost, servers []gatewayServer) []*routev3.VirtualHost {
+	have := map[string]bool{}
+	var out []*routev3.VirtualHost
+	for _, vh := range vhs {
+		if vh.Name == "blackhole" {
+			continue
+		}
+		out = append(out, vh)
+		for _, d := range vh.Domains {
+			have[d] = true
+		}
+	}
+	added := false
+	for _, s := range servers {
+		if !s.redirect {
+			continue
+		}
+		for _, h := range s.hosts {
+			if _, name, ok := strings.Cut(h, "/"); ok {
+				h = name
+			}
+			h = strings.ToLower(h)
+			if have[h] {
+				continue
+			}
+			domains := []string{h}
+			if !strings.Contains(h, "*") {
+				domains = append(domains, h+":*")
+			}
+			for _, d := range domains {
+				have[d] = true
+			}
+			out = append(out, &routev3.VirtualHost{Name: h, Domains: domains, RequireTls: routev3.VirtualHost_ALL})
+			added = true
+		}
+	}
+	if !added {
+		return vhs
+	}
+	return out
+}
+
 // hostAllowedAnyNS applies a server's hosts to a virtual host name,
 // ignoring the namespace part (the virtual host was admitted already).
 func hostAllowedAnyNS(s gatewayServer, host string) bool {
