@@ -9,6 +9,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 
 	"github.com/meshplane/discovery/pkg/model"
@@ -119,7 +120,13 @@ func dnsAssignment(name string, svc *model.Service, port model.Port, eps *model.
 			if !ok || !matchLabels(subset, ep.Labels) {
 				continue
 			}
-			lbs = append(lbs, dnsEndpoint(ep.Address, target))
+			lb := dnsEndpoint(ep.Address, target)
+			// istiod sets every DNS endpoint's weight (1 when unset);
+			// discovery sets it only above 1, which Envoy reads alike.
+			if ep.Weight > 1 {
+				lb.LoadBalancingWeight = wrapperspb.UInt32(ep.Weight)
+			}
+			lbs = append(lbs, lb)
 		}
 	}
 	if len(lbs) == 0 {
