@@ -187,6 +187,9 @@ func (a *Auditor) audit() {
 		}
 		if c.Key.Kind.IsGatewayAPI() {
 			a.judgeGatewayAPI(w, c)
+			if q != nil && a.gatewayWriter() != nil && !gatewayInStep(c, w.GatewayAPIReport(k)) {
+				(*q).Add(k)
+			}
 			continue
 		}
 		a.judge(c)
@@ -357,6 +360,9 @@ func (a *Auditor) next(ctx context.Context, q workqueue.TypedRateLimitingInterfa
 // reconcile brings key's conditions in step with its config in the
 // current World. A config gone or already right needs nothing.
 func (a *Auditor) reconcile(ctx context.Context, key model.Key, limit *rate.Limiter) error {
+	if key.Kind.IsGatewayAPI() {
+		return a.reconcileGateway(ctx, key, limit)
+	}
 	for _, k := range conditions {
 		c := a.world().Config(key.Kind, key.Namespace, key.Name)
 		if c == nil {
