@@ -66,6 +66,14 @@
 // of its newer spec. Nothing of this runs on the xDS path: Observe only
 // records keys.
 //
+// # Gateway API status
+//
+// On the leader, the same queue, rate limit and back-off keep the status
+// of each Gateway API object in step with its translation's Report
+// (GatewayClass and Gateway conditions, listener status, a route's
+// status.parents entries of istio.io/gateway-controller), merged with
+// what other controllers wrote: see gatewayapi_status.go.
+//
 // Why a condition and not status.validationMessages: Istio's analysis
 // messages (istio.io/api analysis/v1alpha1 AnalysisMessageBase) carry only
 // a type (an IST0000-style code from Istio's own registry), a level and a

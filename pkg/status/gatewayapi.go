@@ -16,8 +16,8 @@ import (
 // discovery_config_unsupported_fields{kind, field} (field: the path
 // before the message), what it refused for safety is logged and counted
 // in discovery_config_refused{kind}. Their status (conditions, listener
-// and parent status) is not written yet: /debug/configz shows it under
-// "translation". Istio configs derived from them (model.Config.Derived)
+// and parent status) is written by the leader (gatewayapi_status.go) and
+// shown in /debug/configz under "translation". Istio configs derived from them (model.Config.Derived)
 // are judged like any other but have no object of their own whose status
 // could be written.
 
