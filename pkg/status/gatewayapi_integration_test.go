@@ -29,7 +29,7 @@ import (
 // generation, the listener counts the one route it admits, a route from a
 // namespace the listener does not allow gets Accepted=False
 // NotAllowedByListeners, and another controller's parent entry on a route
-// stays.
+// stays; and what was written reads back as in step.
 func TestIntegrationGatewayAPIStatus(t *testing.T) {
 	env := testenv.Start(t)
 	ctx := context.Background()
@@ -136,5 +136,22 @@ func TestIntegrationGatewayAPIStatus(t *testing.T) {
 			}
 		}
 		return ours == "False/NotAllowedByListeners/g1" && theirs == "True/Accepted/g0", ours + " " + theirs
+	})
+	// What the API server stored (with its schema's defaults) reads back
+	// as in step, so the leader's own writes do not queue more writes.
+	poll(t, "every Gateway API object of the World in step with its report", 30*time.Second, func() (bool, string) {
+		w := store.World()
+		n := 0
+		for _, kind := range model.GatewayAPIKinds {
+			for _, c := range w.Configs(kind) {
+				if w.GatewayAPIReport(c.Key) != nil {
+					n++
+				}
+				if !gatewayInStep(c, w.GatewayAPIReport(c.Key)) {
+					return false, c.Key.String() + " not in step"
+				}
+			}
+		}
+		return n == 4, fmt.Sprintf("%d objects with a report, want 4 (class, gateway, two routes)", n)
 	})
 }
