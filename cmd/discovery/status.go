@@ -16,8 +16,9 @@ import (
 // (the xDS server observes ACKs and NACKs; the Reporter writes conditions
 // and Events on the leader) and what discovery ignores of each resource
 // (the Auditor judges every config on every replica, logs and counts it,
-// and on the leader keeps a condition in step). Without a cluster both
-// only log.
+// and on the leader keeps a condition in step, and the status of Gateway
+// API objects, through the KubeWriter's SetGatewayStatus). Without a
+// cluster both only log.
 func statusReporter(opts status.Options, cfg *rest.Config, client kubernetes.Interface, p *parts, store *model.Store, log *slog.Logger, reg prometheus.Registerer) error {
 	var kw *status.KubeWriter
 	if cfg != nil && client != nil {
