@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/meshplane/discovery/pkg/model"
 	"github.com/meshplane/discovery/pkg/xds/internal/worldtest"
@@ -100,19 +101,25 @@ func localityClient(t *testing.T, zone string, i int) *model.Proxy {
 	return p
 }
 
-// priorities renders a load assignment as locality=priority/weight.
-func priorities(t *testing.T, cc *ClassConfig, name string) string {
+// classResource decodes the resource name of type typ that cc holds.
+func classResource(t *testing.T, cc *ClassConfig, typ, name string) proto.Message {
 	t.Helper()
-	r := cc.Sets[EndpointType].Get(name)
+	r := cc.Sets[typ].Get(name)
 	if r == nil {
-		t.Fatalf("no endpoints %s", name)
+		t.Fatalf("no %s %s", typ, name)
 	}
 	m, err := r.Any.UnmarshalNew()
 	if err != nil {
 		t.Fatal(err)
 	}
+	return m
+}
+
+// priorities renders a load assignment as locality=priority/weight.
+func priorities(t *testing.T, cc *ClassConfig, name string) string {
+	t.Helper()
 	var parts []string
-	for _, le := range m.(*endpointv3.ClusterLoadAssignment).GetEndpoints() {
+	for _, le := range classResource(t, cc, EndpointType, name).(*endpointv3.ClusterLoadAssignment).GetEndpoints() {
 		parts = append(parts, fmt.Sprintf("%s=%d/%d(%d)", le.GetLocality().GetZone(), le.GetPriority(), le.GetLoadBalancingWeight().GetValue(), len(le.GetLbEndpoints())))
 	}
 	return strings.Join(parts, " ")

@@ -186,29 +186,13 @@ metadata: {name: ns, annotations: ` + annotations + `}
 
 func clusterOf(t *testing.T, cc *ClassConfig, name string) *clusterv3.Cluster {
 	t.Helper()
-	r := cc.Sets[ClusterType].Get(name)
-	if r == nil {
-		t.Fatalf("no cluster %s", name)
-	}
-	m, err := r.Any.UnmarshalNew()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m.(*clusterv3.Cluster)
+	return classResource(t, cc, ClusterType, name).(*clusterv3.Cluster)
 }
 
 func unhealthy(t *testing.T, cc *ClassConfig, name string) int {
 	t.Helper()
-	r := cc.Sets[EndpointType].Get(name)
-	if r == nil {
-		t.Fatalf("no endpoints %s", name)
-	}
-	m, err := r.Any.UnmarshalNew()
-	if err != nil {
-		t.Fatal(err)
-	}
 	n := 0
-	for _, le := range m.(*endpointv3.ClusterLoadAssignment).GetEndpoints() {
+	for _, le := range classResource(t, cc, EndpointType, name).(*endpointv3.ClusterLoadAssignment).GetEndpoints() {
 		for _, e := range le.GetLbEndpoints() {
 			if e.GetHealthStatus().String() == "UNHEALTHY" {
 				n++
