@@ -213,9 +213,7 @@ func (g *Generator) outboundListener(sc *Scope, port int32, svcs []*model.Servic
 			if p.Protocol.IsHTTP() || sniffs {
 				out.addressless = append(out.addressless, svc)
 			}
-			if sniffs && sniff.dflt == nil {
-				sniff.dflt = svc
-			}
+			sniff.addressless(g, svc, port, sniffs, p.Protocol.IsHTTP())
 		default:
 			// A service chain is named after the service port's route.
 			fc := g.serviceChain(sc, svc, p, claims)
@@ -234,8 +232,8 @@ func (g *Generator) outboundListener(sc *Scope, port int32, svcs []*model.Servic
 			}
 		}
 	}
-	sniff.finish(g, sc, l, port)
-	out.portRoute = len(out.addressless) > 0 || (httpPort && l.DefaultFilterChain == nil)
+	sniff.finish(g, sc, l, port, httpPort)
+	out.portRoute = len(out.addressless) > 0 || httpPort
 	if out.portRoute {
 		out.refs = append(out.refs, itoa(port))
 	}
@@ -285,6 +283,19 @@ func (g *Generator) warnUnclaimed(svc *model.Service, port int32) {
 	}
 	g.log.Warn("service port left out of its outbound listener: another service on the port has its addresses",
 		"service", svc.Namespace+"/"+svc.Name, "host", svc.Hostname, "port", port, "addresses", svc.Addresses)
+}
+
+// warnShadowedAddressless reports, once per version of svc, a TCP or
+// sniffed service without address on a port whose default path an earlier
+// one (first) already takes: connections to addresses of no service go
+// to first.
+func (g *Generator) warnShadowedAddressless(svc, first *model.Service, port int32) {
+	key := "shadowed|" + RouteName(svc.Hostname, port) + "@" + svc.ResourceVersion
+	if _, done := g.warns.once.LoadOrStore(key, true); done {
+		return
+	}
+	g.log.Warn("service port without address left out of its outbound listener: another service without address on the port takes the connections no address matches",
+		"service", svc.Namespace+"/"+svc.Name, "host", svc.Hostname, "port", port, "taken by", first.Hostname)
 }
 
 // serviceChain is the filter chain of a plaintext service port, matched by

@@ -117,9 +117,29 @@ type sniffedOutbound struct {
 	mayInspectTLS bool
 	// tls are the TLS chains, dropped unless the listener inspects TLS.
 	tls map[*listenerv3.FilterChain]bool
-	// dflt is the first service without address: its TCP proxy is the
-	// listener's default chain.
+	// dflt is the first TCP or sniffed service without address: its TCP
+	// proxy is the listener's default chain.
 	dflt *model.Service
+	// sniffedDflt is set when a sniffed service without address is on the
+	// port: HTTP on the default path is then read by the port's route.
+	sniffedDflt bool
+}
+
+// addressless records svc, a service without address on the port, which
+// is not per endpoint (endpointChained). The first TCP or sniffed one
+// takes what no address matches, as on istiod's 0.0.0.0_PORT listener (a
+// service without VIP binds the wildcard; TCPOverTCP keeps the first
+// chain); the others are reported.
+func (s *sniffedOutbound) addressless(g *Generator, svc *model.Service, port int32, sniffs, http bool) {
+	if http && !sniffs {
+		return
+	}
+	s.sniffedDflt = s.sniffedDflt || sniffs
+	if s.dflt == nil {
+		s.dflt = svc
+		return
+	}
+	g.warnShadowedAddressless(svc, s.dflt, port)
 }
 
 // add returns chains, the TCP chains of one sniffed service, each with the
@@ -142,8 +162,12 @@ func (s *sniffedOutbound) add(chains []*listenerv3.FilterChain, route string) []
 }
 
 // finish sets l's listener filters and, for services without address,
-// its default chain and the chain of their HTTP.
-func (s *sniffedOutbound) finish(g *Generator, sc *Scope, l *listenerv3.Listener, port int32) {
+// its default chain and the chain of their HTTP. A TCP service without
+// address on a port that has no HTTP (httpPort) and no sniffed service
+// without address gets the whole default path, HTTP included: istiod's
+// 0.0.0.0_PORT listener is then TCP only. With HTTP on the port istiod
+// merges the two into a sniffed listener (HTTPOverTCP), as here.
+func (s *sniffedOutbound) finish(g *Generator, sc *Scope, l *listenerv3.Listener, port int32, httpPort bool) {
 	inspectTLS := usesSNI(l)
 	if !inspectTLS && len(s.tls) > 0 {
 		kept := l.FilterChains[:0]
@@ -157,7 +181,8 @@ func (s *sniffedOutbound) finish(g *Generator, sc *Scope, l *listenerv3.Listener
 	if inspectTLS {
 		l.ListenerFilters = []*listenerv3.ListenerFilter{tlsInspector()}
 	}
-	if s.dflt != nil {
+	httpChain := s.dflt != nil && (s.sniffedDflt || httpPort)
+	if httpChain {
 		l.FilterChains = append(l.FilterChains, &listenerv3.FilterChain{
 			Name: "addressless",
 			FilterChainMatch: &listenerv3.FilterChainMatch{
@@ -165,12 +190,14 @@ func (s *sniffedOutbound) finish(g *Generator, sc *Scope, l *listenerv3.Listener
 			},
 			Filters: []*listenerv3.Filter{hcmFilter(rdsManager(s.tel, "outbound_0.0.0.0_"+itoa(port), itoa(port)))},
 		})
+	}
+	if s.dflt != nil {
 		l.DefaultFilterChain = &listenerv3.FilterChain{
 			Name:    RouteName(s.dflt.Hostname, port),
 			Filters: g.meshTCPFilters(sc, s.dflt, port),
 		}
 	}
-	if s.any || s.dflt != nil {
+	if s.any || httpChain {
 		l.ListenerFilters = append(l.ListenerFilters, httpInspector())
 		sniffingTimeouts(l, sc.World)
 	}
