@@ -13,7 +13,8 @@ import (
 )
 
 var (
-	update = flag.Bool("update", false, "rewrite test/conformance/CONFORMANCE.md and cases.txt")
+	update = flag.Bool("update", false, "rewrite test/conformance/CONFORMANCE.md and cases.txt (refused when a case that passed now differs, unless -accept-regressions)")
+	accept = flag.Bool("accept-regressions", false, "with -update, write even when cases that passed now differ")
 	trace  = flag.String("case", "", "log the decisions of the cases whose ID contains this text")
 	repo   = flag.String("repo", "../..", "the discovery checkout whose golden inputs the corpus reads")
 )
@@ -62,6 +63,18 @@ func TestConformance(t *testing.T) {
 	ratchet := Ratchet(cases, classes)
 	reportPath, ratchetPath := filepath.Join(reportDir, "CONFORMANCE.md"), filepath.Join(reportDir, "cases.txt")
 	if *update {
+		if old, err := os.ReadFile(ratchetPath); err == nil && !*accept {
+			before, err := ParseRatchet(string(old))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if regs := Regressions(before, cases); len(regs) > 0 {
+				for _, r := range regs {
+					t.Errorf("regression: %s", r)
+				}
+				t.Fatalf("not written: %d regressions (fix them, or rerun with -accept-regressions and say why in the commit)", len(regs))
+			}
+		}
 		if err := os.MkdirAll(reportDir, 0o755); err != nil {
 			t.Fatal(err)
 		}

@@ -150,13 +150,18 @@ func serviceEntryServices(w *World) (map[NamespacedName]*Service, map[Namespaced
 	return svcs, eps
 }
 
-// entryAddresses keeps the IP addresses; a CIDR of one address counts as
-// that address, wider CIDRs are not matched on (listeners match single
-// addresses).
+// entryAddresses keeps the IP addresses and CIDRs: a CIDR of one address
+// counts as that address, a wider one is kept in its canonical form
+// (192.192.192.192/24 is 192.192.192.0/24), which listeners match as a
+// prefix range, as istiod's filter chain match for a CIDR VIP does.
 func entryAddresses(in []string) []string {
 	var out []string
 	for _, a := range in {
-		if p, err := netip.ParsePrefix(a); err == nil && p.IsSingleIP() {
+		if p, err := netip.ParsePrefix(a); err == nil {
+			if !p.IsSingleIP() {
+				out = append(out, p.Masked().String())
+				continue
+			}
 			a = p.Addr().String()
 		}
 		if _, err := netip.ParseAddr(a); err == nil {

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -139,4 +140,14 @@ func hasChange(u *Update, k Key) bool {
 		}
 	}
 	return false
+}
+
+// A ServiceEntry's CIDR addresses are kept (canonical), so that listeners
+// match them as prefix ranges; a /32 is its address; names are dropped.
+func TestEntryAddressesKeepsCIDRs(t *testing.T) {
+	got := entryAddresses([]string{"192.192.192.192/24", "10.0.0.1/32", "10.0.0.2", "2001:db8::1/64", "not-an-ip", "10.0.0.0/33"})
+	want := []string{"192.192.192.0/24", "10.0.0.1", "10.0.0.2", "2001:db8::/64"}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("entryAddresses = %v, want %v", got, want)
+	}
 }

@@ -78,8 +78,8 @@ type Port struct {
 type Service struct {
 	Name      string            `json:"name"`
 	Namespace string            `json:"namespace"`
-	Hostname  string            `json:"hostname"` // name.namespace.svc.<domain suffix>
-	Addresses []string          `json:"addresses,omitempty"`
+	Hostname  string            `json:"hostname"`            // name.namespace.svc.<domain suffix>
+	Addresses []string          `json:"addresses,omitempty"` // IPs; a ServiceEntry may also have CIDRs
 	Ports     []Port            `json:"ports"`
 	Labels    map[string]string `json:"labels,omitempty"`
 	Selector  map[string]string `json:"selector,omitempty"`

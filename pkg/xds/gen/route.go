@@ -20,7 +20,11 @@ func hostNames(svc *model.Service, port int32, clientNS string) []string {
 	} else if svc.Namespace == clientNS {
 		bare = append(bare, svc.Name)
 	}
-	bare = append(bare, svc.Addresses...)
+	for _, a := range svc.Addresses {
+		if !strings.Contains(a, "/") { // a ServiceEntry's CIDR is no Host
+			bare = append(bare, a)
+		}
+	}
 	out := make([]string, 0, 2*len(bare))
 	seen := map[string]bool{}
 	for _, n := range bare {
