@@ -23,6 +23,8 @@ const (
 	reportDir = "../../test/conformance"
 	command   = "cd hack/conformance && go test -run TestConformance -update ."
 	minCases  = 300
+	// explainedPath holds the reasons of the differences kept on purpose.
+	explainedPath = "explained.txt"
 )
 
 // kindsRead are the Istio kinds discovery reads, each of which the
@@ -59,7 +61,23 @@ func TestConformance(t *testing.T) {
 		}
 	}
 	classes := Classes(cases)
-	report := Report(cases, inputs, ReportOptions{IstioVersion: version, Command: command})
+	text, err := os.ReadFile(explainedPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	explained, err := ParseExplanations(string(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range Explain(cases, classes, explained) {
+		t.Errorf("%s: class %s is explained but no case differs in it any more (the difference changed or went away): remove or update its line", explainedPath, id)
+	}
+	for _, cl := range Unexplained(classes) {
+		ex := cl.Cases[0]
+		t.Errorf("unexplained difference %s (%s, %d cases): %s; e.g. %s: istiod %s, discovery %s: fix it, or give its reason in %s",
+			cl.ID, cl.Aspect, len(cl.Cases), strings.Join(cl.Facts, " "), ex.ID(), oneLine(ex.Istiod), oneLine(ex.Ours), explainedPath)
+	}
+	report := Report(cases, classes, inputs, ReportOptions{IstioVersion: version, Command: command})
 	ratchet := Ratchet(cases, classes)
 	reportPath, ratchetPath := filepath.Join(reportDir, "CONFORMANCE.md"), filepath.Join(reportDir, "cases.txt")
 	if *update {

@@ -31,6 +31,8 @@ const (
 	Pass         Verdict = "pass"
 	Differs      Verdict = "differs"
 	NotSupported Verdict = "not-supported"
+	// Explained differs in classes explained.txt gives a reason for.
+	Explained Verdict = "explained"
 )
 
 // Case is one (input, proxy, request) and how the two control planes'
@@ -52,6 +54,9 @@ type Case struct {
 	// Unsupported lists what discovery reports it does not support of
 	// the objects the request depends on.
 	Unsupported []string
+	// Explained are the differing aspects whose class has an explanation
+	// (Explain).
+	Explained map[string]bool
 	// IstiodTrace and OursTrace name the resources each decision went
 	// through (for -case; not compared).
 	IstiodTrace, OursTrace []string
@@ -190,18 +195,22 @@ func (c Case) AspectVerdict(aspect string) Verdict {
 		return Pass
 	case len(c.Unsupported) > 0:
 		return NotSupported
+	case c.Explained[aspect]:
+		return Explained
 	}
 	return Differs
 }
 
 // Counts tallies verdicts.
-type Counts struct{ Pass, Differs, NotSupported int }
+type Counts struct{ Pass, Explained, Differs, NotSupported int }
 
 // Add counts one verdict.
 func (c *Counts) Add(v Verdict) {
 	switch v {
 	case Pass:
 		c.Pass++
+	case Explained:
+		c.Explained++
 	case Differs:
 		c.Differs++
 	case NotSupported:
@@ -210,7 +219,7 @@ func (c *Counts) Add(v Verdict) {
 }
 
 // Total is the number of cases counted.
-func (c Counts) Total() int { return c.Pass + c.Differs + c.NotSupported }
+func (c Counts) Total() int { return c.Pass + c.Explained + c.Differs + c.NotSupported }
 
 // Rate is the pass rate in percent.
 func (c Counts) Rate() string {
