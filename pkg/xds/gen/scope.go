@@ -71,11 +71,15 @@ func NewScope(w *model.World, p *model.Proxy) *Scope {
 	sc := &Scope{World: w, Proxy: p, visible: map[model.NamespacedName]bool{}, vs: map[string][]*model.Config{}, topo: topologyOf(w, p)}
 	egress := sidecarScope(w, p)
 	sc.sidecar = egress
+	var seen []*model.Service
 	for _, s := range w.Services() {
 		if exportedTo(serviceExportTo(w, s), s.Namespace, p.Namespace) && egress.allows(s) {
-			sc.Services = append(sc.Services, s)
-			sc.visible[s.Key()] = true
+			seen = append(seen, s)
 		}
+	}
+	for _, s := range ownHosts(seen, p.Namespace) {
+		sc.Services = append(sc.Services, s)
+		sc.visible[s.Key()] = true
 	}
 	sc.indexVirtualServices()
 	sc.dr, sc.drShadowed = indexFor(w).rules.forScope(sc)
@@ -165,3 +169,51 @@ func InboundClusterName(port int32) string { return "inbound|" + itoa(port) + "|
 
 // RouteName names the RouteConfiguration of one service port.
 func RouteName(host string, port int32) string { return host + ":" + itoa(port) }
+
+// ownHosts keeps, of the services a class sees, those that own their
+// hostname, as istiod's sidecar scope does: a hostname seen in several
+// namespaces belongs to the proxy's namespace if it has it, else to the
+// namespace of a Kubernetes Service of that name, else to the first
+// (istiod's oldest; here the first by namespace and name). In the owning
+// namespace a Kubernetes Service takes the hostname from ServiceEntries
+// (no "domain squatting" on a Service's name). ServiceEntries of one
+// namespace that share a hostname are all kept (istiod merges their
+// ports); the others are left out, so no two clusters share a name.
+func ownHosts(svcs []*model.Service, ns string) []*model.Service {
+	type owner struct {
+		ns   string
+		kube bool
+	}
+	own := make(map[string]owner, len(svcs))
+	shared := false
+	for _, s := range svcs {
+		o := owner{s.Namespace, s.Entry == nil}
+		ex, ok := own[s.Hostname]
+		switch {
+		case !ok:
+			own[s.Hostname] = o
+			continue
+		case ex.ns == ns:
+		case s.Namespace == ns, !ex.kube && o.kube:
+			own[s.Hostname] = o
+		}
+		shared = true
+	}
+	if !shared {
+		return svcs
+	}
+	kube := map[string]bool{}
+	for _, s := range svcs {
+		if s.Entry == nil && own[s.Hostname].ns == s.Namespace {
+			kube[s.Hostname] = true
+		}
+	}
+	out := make([]*model.Service, 0, len(svcs))
+	for _, s := range svcs {
+		if s.Namespace != own[s.Hostname].ns || (kube[s.Hostname] && s.Entry != nil) {
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
+}
