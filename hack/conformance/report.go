@@ -50,11 +50,15 @@ func classFact(f string) string {
 	return sign + rest
 }
 
-// Classes groups the cases' differences and names them (classID).
+// Classes groups the differences of the cases that differ (not those
+// discovery reports unsupported) and names them (classID).
 func Classes(cases []Case) map[string]*Class {
 	byKey := map[string]*Class{}
 	for i := range cases {
 		c := &cases[i]
+		if c.Verdict == NotSupported {
+			continue // listed by what discovery reports, not by class
+		}
 		for _, asp := range dataplane.Aspects {
 			d := c.Diff[asp]
 			if len(d) == 0 {

@@ -36,6 +36,9 @@ func convertService(s *corev1.Service, domainSuffix string) *Service {
 
 		TrafficDistribution: trafficDistribution(s.Spec.TrafficDistribution, s.Annotations),
 	}
+	if s.Spec.Type == corev1.ServiceTypeExternalName && s.Spec.ExternalName != "" {
+		out.ExternalName = strings.TrimSuffix(s.Spec.ExternalName, ".")
+	}
 	for _, ip := range s.Spec.ClusterIPs {
 		if ip != "" && ip != corev1.ClusterIPNone {
 			out.Addresses = append(out.Addresses, ip)

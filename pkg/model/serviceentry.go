@@ -216,12 +216,32 @@ func entryEndpoints(w *World, key Key, se *apinetworking.ServiceEntry) []*Endpoi
 	return out
 }
 
+// tlsModeLabel marks a workload that runs Istio's proxy (auto mTLS).
+const tlsModeLabel = "security.istio.io/tlsMode"
+
+// workloadEntryLabels are a WorkloadEntry's labels with its TLS mode as
+// istiod infers it: the entry's own security.istio.io/tlsMode label, else
+// istio when it names a service account (a VM that runs Istio's agent),
+// else none (plaintext). The spec's map is not changed.
+func workloadEntryLabels(we *apinetworking.WorkloadEntry) map[string]string {
+	labels := we.GetLabels()
+	if _, ok := labels[tlsModeLabel]; ok || we.GetServiceAccount() == "" {
+		return labels
+	}
+	out := make(map[string]string, len(labels)+1)
+	for k, v := range labels {
+		out[k] = v
+	}
+	out[tlsModeLabel] = "istio"
+	return out
+}
+
 // workloadEndpoint turns a WorkloadEntry (inline or standalone) into an
 // endpoint. Its ports map service port names to the workload's ports.
 func workloadEndpoint(we *apinetworking.WorkloadEntry, origin string) *Endpoint {
 	ep := &Endpoint{
 		Address: we.GetAddress(), Ready: true, ServiceAccount: we.GetServiceAccount(),
-		Labels: we.GetLabels(), Slice: origin, Weight: we.GetWeight(),
+		Labels: workloadEntryLabels(we), Slice: origin, Weight: we.GetWeight(),
 	}
 	if loc := we.GetLocality(); loc != "" {
 		parts := strings.SplitN(loc, "/", 3)

@@ -94,6 +94,10 @@ type Service struct {
 	// else its annotation) or ServiceEntry (its annotation) says; unset
 	// lets the namespace decide (World.TrafficDistribution).
 	TrafficDistribution TrafficDistribution `json:"trafficDistribution,omitempty"`
+	// ExternalName is set for a Service of type ExternalName: an alias of
+	// that host, as istiod reads it (no clusters or listeners of its own;
+	// the host it names, when in the mesh, also answers to its names).
+	ExternalName string `json:"externalName,omitempty"`
 }
 
 // Key names the Service.

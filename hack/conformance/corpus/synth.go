@@ -19,6 +19,10 @@ func Synthesize(objs []*scenario.Object, portProto string) []*scenario.Object {
 	for _, o := range objs {
 		if o.Namespace == "" && o.Kind != "Namespace" {
 			o.Namespace = "default"
+			// Both control planes read the document: it must say so too.
+			if md, ok := o.Doc["metadata"].(map[string]any); ok {
+				md["namespace"] = "default"
+			}
 		}
 	}
 	for _, o := range objs {

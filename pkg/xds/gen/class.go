@@ -226,7 +226,7 @@ func (g *Generator) sidecarOutbound(sc *Scope, bs map[string]*builder, cc, prev 
 		// (and versions) it was built from.
 		fmt.Fprintf(&kb, "%v|%s|", sc.RegistryOnly(), sc.tel.keyOf())
 		for _, svc := range byPort[port] {
-			fmt.Fprintf(&kb, "%p,", svc)
+			fmt.Fprintf(&kb, "%p%s,", svc, sc.aliasKey(svc))
 			if EndpointsShapeListeners(svc) {
 				// A chain per endpoint address (headless.go).
 				fmt.Fprintf(&kb, "%p,", sc.World.Endpoints(svc.Namespace, svc.Name))
@@ -283,8 +283,8 @@ func (g *Generator) serviceUnit(sc *Scope, svc *model.Service, prev *ClassConfig
 	drc := sc.destinationRuleConfig(svc.Hostname)
 	// Everything depends on these objects only, and the World replaces an
 	// object when it changes.
-	key := partKeyOf(svc, eps, drc) + sniClustersKey(sc, svc)
-	routeKey := fmt.Sprintf("%p|%p", svc, drc)
+	key := partKeyOf(sc.World, svc, eps, drc) + sniClustersKey(sc, svc)
+	routeKey := fmt.Sprintf("%p|%p%s", svc, drc, sc.aliasKey(svc))
 	if vss := sc.vs[svc.Hostname]; len(vss) > 0 {
 		routeKey += "|" + routeDeps(sc, vss)
 	}
@@ -342,8 +342,11 @@ func sameResources(a, b []*Resource) bool {
 	return true
 }
 
-func partKeyOf(svc *model.Service, eps *model.ServiceEndpoints, drc *model.Config) string {
-	return fmt.Sprintf("%p|%p|%p", svc, eps, drc)
+// partKeyOf identifies what a service's clusters and endpoints are built
+// from: the objects, the traffic distribution in force and the
+// PeerAuthentications auto mTLS reads (paIndex.key).
+func partKeyOf(w *model.World, svc *model.Service, eps *model.ServiceEndpoints, drc *model.Config) string {
+	return fmt.Sprintf("%p|%p|%p|%s|%s", svc, eps, drc, w.TrafficDistribution(svc), indexFor(w).pa.key(svc.Namespace))
 }
 
 // addTo builds a resource of sc's class into dst (contain.go: a resource
@@ -410,7 +413,7 @@ func (g *Generator) UpdateEndpoints(prev *ClassConfig, w *model.World, services 
 		// full generation reuses it; otherwise it is rebuilt then.
 		nu.key = ""
 		if sameResources(pt.clusters, u.clusters) {
-			nu.key = partKeyOf(svc, eps, drc) + sniClustersKey(prev.scope, svc)
+			nu.key = partKeyOf(w, svc, eps, drc) + sniClustersKey(prev.scope, svc)
 		}
 		for _, r := range nu.endpoints {
 			if old := next[r.Name]; old == nil || old.Hash != r.Hash {

@@ -88,6 +88,8 @@ type worldIndex struct {
 	rules      *ruleIndex
 	// lb is what locality load balancing reads of proxies (locality.go).
 	lb *lbIndex
+	// pa is what clients read of PeerAuthentication (endpointmtls.go).
+	pa *paIndex
 	// telemetry holds, per namespace, the Telemetry resources that
 	// select workloads, by name (telemetryclass.go).
 	telemetry map[string][]*model.Config
@@ -223,7 +225,7 @@ func evictIndexes() {
 func newWorldIndex(w *model.World, prev *worldIndex) *worldIndex {
 	ix := &worldIndex{
 		version: w.Version, root: RootNamespace(w), vsExportTo: w.Mesh().VirtualServiceExportTo(), selected: map[string][]*model.Config{}, defaults: map[string][]*model.Config{},
-		rules: newRuleIndex(w), lb: newLBIndex(w), telemetry: selectingTelemetries(w), tracing: tracingMayApply(w),
+		rules: newRuleIndex(w), lb: newLBIndex(w), pa: newPAIndex(w), telemetry: selectingTelemetries(w), tracing: tracingMayApply(w),
 		traceNodeCluster: tracingReadsNodeCluster(w),
 	}
 	for _, c := range w.Configs(model.KindSidecar) {

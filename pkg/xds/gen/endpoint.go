@@ -17,14 +17,15 @@ import (
 // weight, as grpc-go requires), health from readiness, weight 1 each.
 // Locality load balancing is not applied (Scope.clusterEndpoints does).
 func loadAssignment(name string, port model.Port, eps *model.ServiceEndpoints, subset map[string]string) *endpointv3.ClusterLoadAssignment {
-	cla, _ := buildLoadAssignment(name, port, eps, subset, true)
+	cla, _ := buildLoadAssignment(name, port, eps, subset, true, nil)
 	return cla
 }
 
 // buildLoadAssignment is loadAssignment, with the endpoints behind each
 // locality group's LbEndpoints, in order; unready endpoints are left out
-// unless unready is set (sendsUnready).
-func buildLoadAssignment(name string, port model.Port, eps *model.ServiceEndpoints, subset map[string]string, unready bool) (*endpointv3.ClusterLoadAssignment, [][]*model.Endpoint) {
+// unless unready is set (sendsUnready). An endpoint for which mtlsOff
+// (nil: none) reports mTLS disabled on its port has no tlsMode metadata.
+func buildLoadAssignment(name string, port model.Port, eps *model.ServiceEndpoints, subset map[string]string, unready bool, mtlsOff func(*model.Endpoint, int32) bool) (*endpointv3.ClusterLoadAssignment, [][]*model.Endpoint) {
 	cla := &endpointv3.ClusterLoadAssignment{ClusterName: name}
 	if eps == nil {
 		return cla, nil
@@ -53,11 +54,15 @@ func buildLoadAssignment(name string, port model.Port, eps *model.ServiceEndpoin
 		if weight == 0 {
 			weight = 1
 		}
+		md := tlsModeMetadata(ep)
+		if md != nil && mtlsOff != nil && mtlsOff(ep, target) {
+			md = nil
+		}
 		groups[ep.Locality] = append(groups[ep.Locality], &endpointv3.LbEndpoint{
 			HostIdentifier:      &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{Address: socketAddress(ep.Address, target)}},
 			HealthStatus:        health,
 			LoadBalancingWeight: wrapperspb.UInt32(weight),
-			Metadata:            tlsModeMetadata(ep),
+			Metadata:            md,
 		})
 		members[ep.Locality] = append(members[ep.Locality], ep)
 		weights[ep.Locality] += weight

@@ -245,7 +245,7 @@ func applyLocalityCluster(c *clusterv3.Cluster, mesh *networking.LocalityLoadBal
 func (sc *Scope) clusterEndpoints(svc *model.Service, name string, port model.Port, eps *model.ServiceEndpoints, ss Subset) *endpointv3.ClusterLoadAssignment {
 	tp := sc.clusterPolicy(svc.Hostname, ss.Name, port.Port)
 	td := sc.World.TrafficDistribution(svc)
-	cla, groups := buildLoadAssignment(name, port, eps, ss.Labels, sendsUnready(tp, td))
+	cla, groups := buildLoadAssignment(name, port, eps, ss.Labels, sendsUnready(tp, td), indexFor(sc.World).pa.mtlsOff(svc.Namespace))
 	if len(cla.Endpoints) == 0 {
 		return cla
 	}

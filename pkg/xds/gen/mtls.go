@@ -59,35 +59,48 @@ func oldest(cs []*model.Config) {
 	})
 }
 
-// peerAuthentication resolves p's mTLS modes: the workload policy (p's
-// namespace, selector matching), else the namespace policy (no selector),
-// else the mesh policy (root namespace, no selector), else PERMISSIVE; an
-// UNSET mode inherits from the next level. Port-level modes come from the
-// workload policy only, as in Istio.
+// peerAuthentication resolves p's mTLS modes (workloadMTLS), and reports
+// the fields of the PeerAuthentications it reads that it cannot apply.
 func (g *Generator) peerAuthentication(w *model.World, p *model.Proxy) inboundMTLS {
-	var workload, namespace, mesh []*model.Config
 	for _, c := range w.Configs(model.KindPeerAuthentication) {
 		pa, ok := c.Object.(*securityv1.PeerAuthentication)
 		if !ok || (c.Key.Namespace != p.Namespace && c.Key.Namespace != RootNamespace(w)) {
 			continue
 		}
 		g.warn(c, pa.ResourceVersion, &pa.Spec, peerAuthnFields)
+		if len(pa.Spec.GetSelector().GetMatchLabels()) == 0 && len(pa.Spec.GetPortLevelMtls()) > 0 {
+			g.warnOnce(c, pa.ResourceVersion, "portLevelMtls", "portLevelMtls needs a workload selector; ignored")
+		}
+	}
+	return workloadMTLS(w.Configs(model.KindPeerAuthentication), RootNamespace(w), p.Namespace, p.Labels())
+}
+
+// workloadMTLS resolves the mTLS modes of a workload of namespace ns with
+// labels, of the PeerAuthentications pas: the workload policy (ns,
+// selector matching), else the namespace policy (no selector), else the
+// mesh policy (root namespace, no selector), else PERMISSIVE; an UNSET
+// mode inherits from the next level. Port-level modes come from the
+// workload policy only, as in Istio.
+func workloadMTLS(pas []*model.Config, root, ns string, labels map[string]string) inboundMTLS {
+	var workload, namespace, mesh []*model.Config
+	for _, c := range pas {
+		pa, ok := c.Object.(*securityv1.PeerAuthentication)
+		if !ok || (c.Key.Namespace != ns && c.Key.Namespace != root) {
+			continue
+		}
 		sel := pa.Spec.GetSelector().GetMatchLabels()
 		switch {
-		case c.Key.Namespace == p.Namespace && len(sel) > 0:
-			if labelsMatch(sel, p.Labels()) {
+		case c.Key.Namespace == ns && len(sel) > 0:
+			if labelsMatch(sel, labels) {
 				workload = append(workload, c)
 			}
 		case len(sel) > 0:
 			// A selector in the root namespace selects root namespace
 			// workloads only, handled above.
-		case c.Key.Namespace == p.Namespace:
+		case c.Key.Namespace == ns:
 			namespace = append(namespace, c)
 		default:
 			mesh = append(mesh, c)
-		}
-		if len(sel) == 0 && len(pa.Spec.GetPortLevelMtls()) > 0 {
-			g.warnOnce(c, pa.ResourceVersion, "portLevelMtls", "portLevelMtls needs a workload selector; ignored")
 		}
 	}
 	out := inboundMTLS{mode: MTLSPermissive}

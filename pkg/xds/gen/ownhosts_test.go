@@ -1,9 +1,14 @@
 package gen
 
 import (
+	"strings"
 	"testing"
 
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/meshplane/discovery/pkg/model"
+	"github.com/meshplane/discovery/pkg/xds/internal/worldtest"
 )
 
 // A hostname several services have belongs to one of them per proxy
@@ -45,5 +50,49 @@ func TestOwnHosts(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// An ExternalName Service is an alias: no clusters of its own, and the
+// host it names answers to its names.
+func TestExternalNameAlias(t *testing.T) {
+	store := model.NewStore(model.StoreOptions{})
+	alias := worldtest.Service("ns-0", "legacy", "")
+	svcObj := alias.Object.(*corev1.Service)
+	svcObj.Spec.Type = corev1.ServiceTypeExternalName
+	svcObj.Spec.ExternalName = "svc-1.ns-1.svc.cluster.local"
+	svcObj.Spec.ClusterIP, svcObj.Spec.ClusterIPs = "", nil
+	if _, err := store.Apply(append(worldtest.Mesh(2, 2, 1), alias)...); err != nil {
+		t.Fatal(err)
+	}
+	g := New(quietLog())
+	p := sidecar(t, "ns-0")
+	cc, err := g.Class(store.World(), p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range cc.Sets[ClusterType].Names {
+		if strings.Contains(n, "legacy.ns-0") {
+			t.Errorf("the alias has a cluster of its own: %s", n)
+		}
+	}
+	rc := classResource(t, cc, RouteType, RouteName("svc-1.ns-1.svc.cluster.local", 80)).(*routev3.RouteConfiguration)
+	domains := strings.Join(rc.GetVirtualHosts()[0].GetDomains(), " ")
+	for _, want := range []string{"legacy.ns-0.svc.cluster.local", "legacy", "legacy.ns-0:80"} {
+		if !strings.Contains(" "+domains+" ", " "+want+" ") {
+			t.Errorf("domains %q lack %s", domains, want)
+		}
+	}
+	// Removing the alias must reach the reused route.
+	if _, err := store.Apply(model.Event{Op: model.OpDelete, Key: alias.Key}); err != nil {
+		t.Fatal(err)
+	}
+	after, err := g.Class(store.World(), p, cc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc = classResource(t, after, RouteType, RouteName("svc-1.ns-1.svc.cluster.local", 80)).(*routev3.RouteConfiguration)
+	if d := strings.Join(rc.GetVirtualHosts()[0].GetDomains(), " "); strings.Contains(d, "legacy") {
+		t.Errorf("after the alias is gone the domains still name it: %s", d)
 	}
 }

@@ -37,6 +37,9 @@ type partKey struct {
 	// td is the service's traffic distribution in force, which its
 	// namespace can change without changing the Service.
 	td model.TrafficDistribution
+	// pa identifies the PeerAuthentications auto mTLS reads for the
+	// service's clusters and endpoints (paIndex.key).
+	pa string
 }
 
 // part is one service's clusters and endpoints for one partKey, built once.
@@ -71,7 +74,7 @@ type partOf struct {
 // outgrows it. Concurrent callers for the same part wait for one build.
 func (pc *partCache) get(g *Generator, sc *Scope, w *model.World, svc *model.Service, eps *model.ServiceEndpoints, drc *model.Config) partOf {
 	td := w.TrafficDistribution(svc)
-	k := partKey{svc: svc.Key(), mesh: w.Mesh(), grpc: sc.Proxy.IsGRPC(), origDst: originalDst(sc.Proxy, svc), downstream: sniffsAny(sc.Proxy, svc), drc: drc, td: td}
+	k := partKey{svc: svc.Key(), mesh: w.Mesh(), grpc: sc.Proxy.IsGRPC(), origDst: originalDst(sc.Proxy, svc), downstream: sniffsAny(sc.Proxy, svc), drc: drc, td: td, pa: indexFor(w).pa.key(svc.Namespace)}
 	deps := indexFor(w).lb.forService(drc, td)
 	pc.mu.Lock()
 	if pc.m == nil {
@@ -114,7 +117,8 @@ func (pc *partCache) get(g *Generator, sc *Scope, w *model.World, svc *model.Ser
 func (pc *partCache) sweepLocked(w *model.World) {
 	for k, p := range pc.m {
 		if k.mesh != w.Mesh() || w.Service(k.svc.Namespace, k.svc.Name) != p.svc || w.Endpoints(k.svc.Namespace, k.svc.Name) != p.eps ||
-			(k.drc != nil && w.Config(k.drc.Key.Kind, k.drc.Key.Namespace, k.drc.Key.Name) != k.drc) {
+			(k.drc != nil && w.Config(k.drc.Key.Kind, k.drc.Key.Namespace, k.drc.Key.Name) != k.drc) ||
+			k.td != w.TrafficDistribution(p.svc) || k.pa != indexFor(w).pa.key(k.svc.Namespace) {
 			delete(pc.m, k)
 		}
 	}

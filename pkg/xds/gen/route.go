@@ -74,7 +74,7 @@ func defaultRoute(cluster string, rp *routev3.RetryPolicy) *routev3.Route {
 
 // serviceRoute is the RouteConfiguration HOST:PORT of one service port.
 func (g *Generator) serviceRoute(sc *Scope, svc *model.Service, port model.Port, extraDomains ...string) *routev3.RouteConfiguration {
-	domains := append(hostNames(svc, port.Port, sc.Proxy.Namespace), extraDomains...)
+	domains := append(append(hostNames(svc, port.Port, sc.Proxy.Namespace), sc.aliasNames(svc, port.Port)...), extraDomains...)
 	return &routev3.RouteConfiguration{
 		Name:             RouteName(svc.Hostname, port.Port),
 		VirtualHosts:     []*routev3.VirtualHost{g.virtualHost(sc, svc, port, "mesh", domains)},
@@ -89,7 +89,7 @@ func (g *Generator) portRoute(sc *Scope, port int32, svcs []*model.Service) *rou
 	rc := &routev3.RouteConfiguration{Name: itoa(port), ValidateClusters: wrapperspb.Bool(false)}
 	for _, svc := range svcs {
 		p, _ := svc.PortByNumber(port)
-		rc.VirtualHosts = append(rc.VirtualHosts, g.virtualHost(sc, svc, p, "mesh", hostNames(svc, port, sc.Proxy.Namespace)))
+		rc.VirtualHosts = append(rc.VirtualHosts, g.virtualHost(sc, svc, p, "mesh", append(hostNames(svc, port, sc.Proxy.Namespace), sc.aliasNames(svc, port)...)))
 	}
 	rc.VirtualHosts = append(rc.VirtualHosts, &routev3.VirtualHost{
 		Name: "allow_any", Domains: []string{"*"},

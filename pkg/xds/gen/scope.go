@@ -1,6 +1,7 @@
 package gen
 
 import (
+	"fmt"
 	"strings"
 
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
@@ -15,7 +16,10 @@ type Scope struct {
 	World *model.World
 	Proxy *model.Proxy
 	// Services are the visible services, sorted by namespace and name.
+	// Services of type ExternalName are not among them: aliases holds
+	// them by the host they name.
 	Services []*model.Service
+	aliases  map[string][]*model.Service
 	visible  map[model.NamespacedName]bool
 	// vs maps a host to the VirtualServices that name it, in precedence
 	// order (vsscope.go); a service host without one for sidecars also
@@ -78,6 +82,14 @@ func NewScope(w *model.World, p *model.Proxy) *Scope {
 		}
 	}
 	for _, s := range ownHosts(seen, p.Namespace) {
+		if s.ExternalName != "" {
+			// An alias: its names go to the host it names (aliasNames).
+			if sc.aliases == nil {
+				sc.aliases = map[string][]*model.Service{}
+			}
+			sc.aliases[s.ExternalName] = append(sc.aliases[s.ExternalName], s)
+			continue
+		}
 		sc.Services = append(sc.Services, s)
 		sc.visible[s.Key()] = true
 	}
@@ -216,4 +228,27 @@ func ownHosts(svcs []*model.Service, ns string) []*model.Service {
 		out = append(out, s)
 	}
 	return out
+}
+
+// aliasNames are the names of the ExternalName Services the class sees
+// that name svc's host, with their short forms, for svc's virtual hosts
+// on port (istiod adds an alias's names to its concrete service's
+// virtual host; an alias of a host not in the mesh has no route, so its
+// traffic goes where the application's DNS sends it).
+func (sc *Scope) aliasNames(svc *model.Service, port int32) []string {
+	var out []string
+	for _, a := range sc.aliases[svc.Hostname] {
+		out = append(out, hostNames(a, port, sc.Proxy.Namespace)...)
+	}
+	return out
+}
+
+// aliasKey identifies the aliases of svc's host (aliasNames) for reuse
+// keys: their virtual hosts carry the aliases' names.
+func (sc *Scope) aliasKey(svc *model.Service) string {
+	var b strings.Builder
+	for _, a := range sc.aliases[svc.Hostname] {
+		fmt.Fprintf(&b, "|alias %p", a)
+	}
+	return b.String()
 }

@@ -163,8 +163,14 @@ func changeMatters(k model.Key, p *model.Proxy, w *model.World, old *gen.Scope) 
 		return k.Namespace == p.Namespace && k.Name == p.PodName
 	case model.KindSidecar:
 		return k.Namespace == p.Namespace || k.Namespace == gen.RootNamespace(w)
-	case model.KindPeerAuthentication, model.KindAuthorizationPolicy:
-		// They shape the proxy's own inbound configuration.
+	case model.KindPeerAuthentication:
+		// It shapes the inbound configuration of the proxies it applies
+		// to and, through auto mTLS, the clusters and endpoints of every
+		// client of its namespace's services (gen/endpointmtls.go): as
+		// istiod, every proxy.
+		return true
+	case model.KindAuthorizationPolicy:
+		// It shapes the proxy's own inbound configuration.
 		return k.Namespace == p.Namespace || k.Namespace == gen.RootNamespace(w)
 	case model.KindRequestAuthentication:
 		// It shapes the HTTP chains of the workloads it selects
