@@ -25,7 +25,7 @@ var Applied = map[string]string{
 	"accessLogFile":                  "the proxies' access log file (used when no Telemetry or default provider configures access logging)",
 	"accessLogFormat":                "the access log format",
 	"accessLogEncoding":              "TEXT or JSON access logs",
-	"extensionProviders":             "providers the Telemetry API and defaultProviders name (prometheus; envoyFileAccessLog, envoyHttpAls, envoyTcpAls, envoyOtelAls; zipkin, opentelemetry, datadog, skywalking)",
+	"extensionProviders":             "providers the Telemetry API and defaultProviders name (prometheus; envoyFileAccessLog, envoyHttpAls, envoyTcpAls, envoyOtelAls; zipkin, opentelemetry, datadog, skywalking), and AuthorizationPolicy CUSTOM names (envoyExtAuthzHttp, envoyExtAuthzGrpc)",
 	"defaultProviders":               "the metrics, access log and tracing providers where no Telemetry names one",
 	"enableTracing":                  "connection managers trace (sampling and tags from defaultConfig.tracing) when neither Telemetry nor defaultProviders.tracing configure tracing",
 	"defaultServiceExportTo":         "the exportTo of Services and ServiceEntries that set none",
@@ -135,6 +135,11 @@ func TracingProvider(p *meshv1alpha1.MeshConfig_ExtensionProvider) bool {
 }
 
 func unsupportedProvider(p *meshv1alpha1.MeshConfig_ExtensionProvider) string {
+	if p.GetEnvoyExtAuthzHttp() != nil || p.GetEnvoyExtAuthzGrpc() != nil {
+		// AuthorizationPolicy CUSTOM's (xds/gen/authzcustom.go); every
+		// field is served (clearRouteCache is not read, as in istiod).
+		return ""
+	}
 	if m, l := SupportedProvider(p); m || l || TracingProvider(p) {
 		return tracingPartlyIgnored(p)
 	}

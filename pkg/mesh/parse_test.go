@@ -112,7 +112,7 @@ func TestParse(t *testing.T) {
 			},
 		},
 		"reports extension providers of a type discovery cannot configure": {
-			yaml: "extensionProviders:\n- name: zipkin\n  zipkin:\n    service: zipkin.istio-system.svc.cluster.local\n    port: 9411\n- name: ls\n  lightstep: {service: ls.observability.svc.cluster.local, port: 8080}\n- name: prom2\n  prometheus: {}\n- name: als\n  envoyHttpAls: {service: als.observability.svc.cluster.local, port: 9000}\n",
+			yaml: "extensionProviders:\n- name: zipkin\n  zipkin:\n    service: zipkin.istio-system.svc.cluster.local\n    port: 9411\n- name: ls\n  lightstep: {service: ls.observability.svc.cluster.local, port: 8080}\n- name: prom2\n  prometheus: {}\n- name: als\n  envoyHttpAls: {service: als.observability.svc.cluster.local, port: 9000}\n- name: authz\n  envoyExtAuthzHttp: {service: authz.foo.svc.cluster.local, port: 8000}\n- name: authz-grpc\n  envoyExtAuthzGrpc: {service: authz.foo.svc.cluster.local, port: 9000}\n",
 			check: func(t *testing.T, c *Config) {
 				if got := paths(c.Ignored()); got != "extensionProviders[ls]" {
 					t.Errorf("ignored %s", got)

@@ -156,7 +156,6 @@ func TestValidate(t *testing.T) {
 		"rejects CUSTOM without a provider": {
 			doc:     "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: a}\nspec:\n  action: CUSTOM",
 			problem: "CUSTOM action without rules is never triggered",
-			warning: "spec.action: this field is not supported",
 		},
 		"rejects port-level mTLS without a selector": {
 			doc:     "apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: p}\nspec:\n  portLevelMtls: {8080: {mode: DISABLE}}",

@@ -38,7 +38,7 @@ const gatewayNameLabel = "gateway.networking.k8s.io/gateway-name"
 
 // authzFields are the AuthorizationPolicy fields generation acts on.
 var authzFields = newFieldSet(
-	"selector", "action", "rules.from.source.principals", "rules.from.source.notPrincipals",
+	"selector", "action", "provider", "provider.name", "rules.from.source.principals", "rules.from.source.notPrincipals",
 	"rules.from.source.namespaces", "rules.from.source.notNamespaces",
 	"rules.from.source.ipBlocks", "rules.from.source.notIpBlocks",
 	"rules.from.source.remoteIpBlocks", "rules.from.source.notRemoteIpBlocks",
@@ -163,7 +163,8 @@ func dryRun(ap *securityv1.AuthorizationPolicy) bool {
 // that is not a dry run applies; a dry-run policy's rules only go to the
 // shadow rules of its action, as istiod builds them: an action whose
 // policies are all dry runs enforces nothing.
-func (g *Generator) rbacRules(trust trustDomains, aps []*model.Config, noJWT bool) builtRules {
+func (g *Generator) rbacRules(trust trustDomains, aps []*model.Config, names rbacNames) builtRules {
+	noJWT := names.noJWT
 	out := builtRules{http: actionRules{}, tcp: actionRules{}, httpShadow: actionRules{}, tcpShadow: actionRules{}}
 	for _, c := range aps {
 		ap := c.Object.(*securityv1.AuthorizationPolicy)
@@ -173,12 +174,14 @@ func (g *Generator) rbacRules(trust trustDomains, aps []*model.Config, noJWT boo
 		}
 		action, suffix := ap.Spec.GetAction(), ""
 		if action == security.AuthorizationPolicy_CUSTOM {
-			// No external authorizer is configured (discovery has no
-			// extension providers yet): what the policy would send to one
-			// is denied, as istiod does for a CUSTOM policy whose provider
-			// it cannot find. Never fail open. Reported as unsupported
-			// (authzvalues.go).
-			action, suffix = security.AuthorizationPolicy_DENY, "-deny-due-to-bad-CUSTOM-action"
+			if !names.customAsDeny {
+				continue // the CUSTOM filters' (authzcustom.go)
+			}
+			// A proxyless gRPC server has no ext_authz: what the policy
+			// would send to the authorizer is denied, as istiod does for
+			// a CUSTOM policy whose provider it cannot use. Never fail
+			// open.
+			action, suffix = security.AuthorizationPolicy_DENY, badCustomSuffix
 		}
 		if _, ok := envoyActions[action]; !ok {
 			g.warnOnce(c, ap.ResourceVersion, "action", "AuthorizationPolicy action not supported; the policy is ignored", "action", action.String())
@@ -283,7 +286,23 @@ func (g *Generator) authorization(w *model.World, p *model.Proxy) inboundAuthz {
 	if p.IsGRPC() {
 		names = grpcRBACNames
 	}
-	return g.withRequestAuthn(w, p, g.rbacFilters(g.trustIn(w), g.authzPolicies(w, p), names))
+	return g.authzFilters(w, p, names)
+}
+
+// authzFilters are the filters of the policies that apply to p, in
+// istiod's order: CUSTOM (its RBAC and ext_authz filters), jwt_authn,
+// then AUDIT, DENY and ALLOW.
+func (g *Generator) authzFilters(w *model.World, p *model.Proxy, names rbacNames) inboundAuthz {
+	trust, aps := g.trustIn(w), g.authzPolicies(w, p)
+	az := g.withRequestAuthn(w, p, g.rbacFilters(trust, aps, names))
+	if names.customAsDeny {
+		g.warnCustomGRPC(aps, p.Namespace)
+		return az
+	}
+	custom := g.customFilters(w, trust, aps, names)
+	az.http = append(custom.http, az.http...)
+	az.tcp = append(custom.tcp, az.tcp...)
+	return az
 }
 
 // rbacNames names the RBAC filters of each action (AUDIT, DENY, ALLOW)
@@ -294,19 +313,25 @@ type rbacNames struct {
 	// noJWT is set for proxyless gRPC servers, which validate no JWT:
 	// requestPrincipals and request.auth.* fail closed there.
 	noJWT bool
+	// custom names the CUSTOM action's RBAC filter (authzcustom.go);
+	// customAsDeny, set for proxyless gRPC servers (no ext_authz), makes
+	// CUSTOM policies deny what they match, in the DENY filter.
+	custom       string
+	customAsDeny bool
 }
 
 // sidecarRBACNames keep HTTP filter names distinct (grpc-go) and give each
 // network filter its own stats (tcp.allow.rbac.allowed...).
 var sidecarRBACNames = rbacNames{
-	http: [3]string{RBACAuditFilter, RBACDenyFilter, RBACAllowFilter},
+	http:   [3]string{RBACAuditFilter, RBACDenyFilter, RBACAllowFilter},
+	custom: RBACCustomFilter,
 	statPrefix: func(a security.AuthorizationPolicy_Action) string {
 		return "tcp." + strings.ToLower(a.String()) + "."
 	},
 }
 
 // grpcRBACNames are the sidecar's, for proxyless gRPC servers.
-var grpcRBACNames = rbacNames{http: sidecarRBACNames.http, statPrefix: sidecarRBACNames.statPrefix, noJWT: true}
+var grpcRBACNames = rbacNames{http: sidecarRBACNames.http, statPrefix: sidecarRBACNames.statPrefix, noJWT: true, customAsDeny: true}
 
 // rbacFilters builds the RBAC filters of the policies aps, HTTP and
 // network, in Istio's order: AUDIT, DENY, ALLOW.
@@ -315,7 +340,7 @@ func (g *Generator) rbacFilters(trust trustDomains, aps []*model.Config, names r
 		return inboundAuthz{}
 	}
 	var out inboundAuthz
-	b := g.rbacRules(trust, aps, names.noJWT)
+	b := g.rbacRules(trust, aps, names)
 	order := []security.AuthorizationPolicy_Action{security.AuthorizationPolicy_AUDIT, security.AuthorizationPolicy_DENY, security.AuthorizationPolicy_ALLOW}
 	for i, action := range order {
 		// A filter with shadow rules only (nil Rules) enforces nothing.
@@ -347,6 +372,8 @@ func (g *Generator) rbacFilters(trust trustDomains, aps []*model.Config, names r
 func (g *Generator) warnFailClosed(c *model.Config, resourceVersion string, i int, action security.AuthorizationPolicy_Action, what []string) {
 	effect := "the rule is enforced without them, so it denies more than written"
 	switch action {
+	case security.AuthorizationPolicy_CUSTOM:
+		effect = "the rule is kept without them, so it sends more to the external authorizer than written"
 	case security.AuthorizationPolicy_ALLOW:
 		effect = "the rule can never be proven true: it is left out and allows nothing"
 	case security.AuthorizationPolicy_AUDIT:

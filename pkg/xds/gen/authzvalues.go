@@ -15,8 +15,6 @@ import (
 // that the webhook warns, the Auditor writes it to the policy's status and
 // discovery_xds_unsupported_fields_total counts it:
 //
-//	action CUSTOM                       "action" (no external authorizer:
-//	                                    its rules deny)
 //	source serviceAccounts,             unsupported fields
 //	trustDomains, ...
 //	when keys Istio knows but           "rules[I].when[J].key=source.trustDomain"
@@ -26,23 +24,25 @@ import (
 //
 // requestPrincipals and request.auth.* are translated (authzjwt.go);
 // on proxyless gRPC servers, which validate no JWT, they fail closed and
-// are logged per rule at generation.
+// are logged per rule at generation. Action CUSTOM is served with the
+// MeshConfig's envoyExtAuthzHttp and envoyExtAuthzGrpc providers
+// (authzcustom.go); a provider it cannot use (missing, invalid, another
+// kind) is a configuration error, as in istiod: the policy's rules deny,
+// and it is logged. On proxyless gRPC servers (no ext_authz) CUSTOM
+// rules deny and are logged per namespace.
 //
 // A key Istio does not know fails closed as well (and is logged), but is
 // not reported here: validation refuses the policy as invalid, which is
 // not a feature discovery lacks.
 
-// authzUnsupportedValues reports action CUSTOM and the condition keys
-// generation cannot translate.
+// authzUnsupportedValues reports the condition keys generation cannot
+// translate.
 func authzUnsupportedValues(spec proto.Message) []string {
 	ap, ok := spec.(*security.AuthorizationPolicy)
 	if !ok {
 		return nil
 	}
 	var out []string
-	if ap.GetAction() == security.AuthorizationPolicy_CUSTOM {
-		out = append(out, "action")
-	}
 	for i, r := range ap.GetRules() {
 		for j, c := range r.GetWhen() {
 			if name, unsupported := unsupportedKey(c.GetKey()); unsupported && name != "" {

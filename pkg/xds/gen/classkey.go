@@ -110,6 +110,9 @@ type worldIndex struct {
 	// parsed are the matches of every VirtualService, for the next World's
 	// index.
 	parsed map[*model.Config]vsSources
+	// extAuthz is the World's resolved ext_authz providers
+	// (resolvedExtAuthz), built on first use.
+	extAuthz extAuthzCache
 }
 
 // vsSources are the sourceLabels matches of one VirtualService.

@@ -20,10 +20,8 @@ import (
 // This file resolves the MeshConfig extension providers a CUSTOM
 // AuthorizationPolicy names (envoyExtAuthzHttp, envoyExtAuthzGrpc) into
 // Envoy ext_authz filter configurations, as istiod's processExtensionProvider
-// does (pilot/pkg/security/authz/builder/extauthz.go). It is not yet wired
-// into the inbound and gateway chains: until it is, a CUSTOM policy is
-// still served as a DENY of what it matches (authz.go), the fail-closed
-// reading.
+// does (pilot/pkg/security/authz/builder/extauthz.go); authzcustom.go puts
+// them on the chains.
 
 // Names of the metadata the CUSTOM action's shadow RBAC filter leaves for
 // the ext_authz filter (filter_enabled_metadata), as istiod names them.
@@ -40,8 +38,8 @@ const (
 
 // extAuthzProvider is one resolved ext_authz provider: its HTTP filter
 // config, its network filter config (gRPC providers only: istiod builds no
-// TCP ext_authz for an HTTP provider, whose CUSTOM policies deny on TCP
-// chains), or the error that makes every CUSTOM policy naming it fail
+// TCP ext_authz for an HTTP provider, whose CUSTOM policies then do not
+// apply to TCP chains), or the error that makes every CUSTOM policy naming it fail
 // closed.
 type extAuthzProvider struct {
 	http *extauthzhttpv3.ExtAuthz
@@ -72,9 +70,9 @@ func extAuthzProviders(look meshLookup) map[string]*extAuthzProvider {
 		var err error
 		switch prov := p.GetProvider().(type) {
 		case *meshv1alpha1.MeshConfig_ExtensionProvider_EnvoyExtAuthzHttp:
-			built, err = extAuthzHTTP(look, prov.EnvoyExtAuthzHttp)
+			built, err = extAuthzHTTP(look, p.GetName(), prov.EnvoyExtAuthzHttp)
 		case *meshv1alpha1.MeshConfig_ExtensionProvider_EnvoyExtAuthzGrpc:
-			built, err = extAuthzGRPC(look, prov.EnvoyExtAuthzGrpc)
+			built, err = extAuthzGRPC(look, p.GetName(), prov.EnvoyExtAuthzGrpc)
 		default:
 			continue
 		}
@@ -172,7 +170,7 @@ func extAuthzTimeout(d *durationpb.Duration) *durationpb.Duration {
 	return d
 }
 
-func extAuthzHTTP(look meshLookup, c *meshv1alpha1.MeshConfig_ExtensionProvider_EnvoyExternalAuthorizationHttpProvider) (*extAuthzProvider, error) {
+func extAuthzHTTP(look meshLookup, name string, c *meshv1alpha1.MeshConfig_ExtensionProvider_EnvoyExternalAuthorizationHttpProvider) (*extAuthzProvider, error) {
 	host, cluster, errs := extAuthzTarget(look, c.GetService(), c.GetPort())
 	status, err := extAuthzStatus(c.GetStatusOnError())
 	if err != nil {
@@ -237,7 +235,7 @@ func extAuthzHTTP(look meshLookup, c *meshv1alpha1.MeshConfig_ExtensionProvider_
 		FailureModeAllow:      c.GetFailOpen(),
 		TransportApiVersion:   corev3.ApiVersion_V3,
 		Services:              &extauthzhttpv3.ExtAuthz_HttpService{HttpService: svc},
-		FilterEnabledMetadata: extAuthzEnabledMetadata(extAuthzHTTPRBACFilterName),
+		FilterEnabledMetadata: extAuthzEnabledMetadata(extAuthzHTTPRBACFilterName, name),
 		WithRequestBody:       extAuthzBody(c.GetIncludeRequestBodyInCheck()),
 	}
 	allowed := extAuthzHeaders(c.GetIncludeRequestHeadersInCheck())
@@ -249,7 +247,7 @@ func extAuthzHTTP(look meshLookup, c *meshv1alpha1.MeshConfig_ExtensionProvider_
 	return &extAuthzProvider{http: h}, nil
 }
 
-func extAuthzGRPC(look meshLookup, c *meshv1alpha1.MeshConfig_ExtensionProvider_EnvoyExternalAuthorizationGrpcProvider) (*extAuthzProvider, error) {
+func extAuthzGRPC(look meshLookup, name string, c *meshv1alpha1.MeshConfig_ExtensionProvider_EnvoyExternalAuthorizationGrpcProvider) (*extAuthzProvider, error) {
 	host, cluster, errs := extAuthzTarget(look, c.GetService(), c.GetPort())
 	status, err := extAuthzStatus(c.GetStatusOnError())
 	if err != nil {
@@ -267,7 +265,7 @@ func extAuthzGRPC(look meshLookup, c *meshv1alpha1.MeshConfig_ExtensionProvider_
 			StatusOnError:         status,
 			FailureModeAllow:      c.GetFailOpen(),
 			Services:              &extauthzhttpv3.ExtAuthz_GrpcService{GrpcService: grpc},
-			FilterEnabledMetadata: extAuthzEnabledMetadata(extAuthzHTTPRBACFilterName),
+			FilterEnabledMetadata: extAuthzEnabledMetadata(extAuthzHTTPRBACFilterName, name),
 			TransportApiVersion:   corev3.ApiVersion_V3,
 			WithRequestBody:       extAuthzBody(c.GetIncludeRequestBodyInCheck()),
 		},
@@ -276,7 +274,7 @@ func extAuthzGRPC(look meshLookup, c *meshv1alpha1.MeshConfig_ExtensionProvider_
 			FailureModeAllow:      c.GetFailOpen(),
 			TransportApiVersion:   corev3.ApiVersion_V3,
 			GrpcService:           grpc,
-			FilterEnabledMetadata: extAuthzEnabledMetadata(extAuthzTCPRBACFilterName),
+			FilterEnabledMetadata: extAuthzEnabledMetadata(extAuthzTCPRBACFilterName, name),
 		},
 	}, nil
 }
@@ -302,17 +300,20 @@ func extAuthzHeaders(headers []string) *matcherv3.ListStringMatcher {
 	return out
 }
 
-// extAuthzEnabledMetadata enables the ext_authz filter only for requests
-// the CUSTOM action's shadow RBAC filter matched: its effective shadow
-// policy id starts with istio-ext-authz.
-func extAuthzEnabledMetadata(rbacFilter string) *matcherv3.MetadataMatcher {
+// extAuthzEnabledMetadata enables the ext_authz filter of provider only
+// for requests the CUSTOM action's shadow RBAC filter matched with one of
+// that provider's rules: its effective shadow policy id starts with
+// istio-ext-authz-PROVIDER (istiod's generateFilterMatcherForProvider).
+// The RBAC filters write their metadata under their canonical names,
+// whatever the filter is named in the chain.
+func extAuthzEnabledMetadata(rbacFilter, provider string) *matcherv3.MetadataMatcher {
 	return &matcherv3.MetadataMatcher{
 		Filter: rbacFilter,
 		Path: []*matcherv3.MetadataMatcher_PathSegment{{
 			Segment: &matcherv3.MetadataMatcher_PathSegment_Key{Key: extAuthzShadowStatPrefix + shadowEffectivePolicyIDKey},
 		}},
 		Value: &matcherv3.ValueMatcher{MatchPattern: &matcherv3.ValueMatcher_StringMatch{
-			StringMatch: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Prefix{Prefix: extAuthzMatchPrefix}},
+			StringMatch: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Prefix{Prefix: extAuthzMatchPrefix + "-" + provider}},
 		}},
 	}
 }

@@ -87,7 +87,7 @@ func TestExtAuthzHTTPProvider(t *testing.T) {
 	}
 	m := p.http.GetFilterEnabledMetadata()
 	if m.GetFilter() != "envoy.filters.http.rbac" || m.GetPath()[0].GetKey() != "istio_ext_authz_shadow_effective_policy_id" ||
-		m.GetValue().GetStringMatch().GetPrefix() != "istio-ext-authz" {
+		m.GetValue().GetStringMatch().GetPrefix() != "istio-ext-authz-http-authz" {
 		t.Errorf("filter enabled metadata %v", m)
 	}
 }

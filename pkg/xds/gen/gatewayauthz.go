@@ -29,8 +29,8 @@ import (
 // Filter names and stat prefixes are Istio's: every HTTP RBAC filter is
 // envoy.filters.http.rbac, every network one envoy.filters.network.rbac
 // with stat prefix "tcp." (tcp.rbac.allowed, tcp.rbac.denied); policies
-// are named ns[NS]-policy[NAME]-rule[N] (-deny-due-to-bad-CUSTOM-action
-// for CUSTOM, which denies what its rules match: authz.go).
+// are named ns[NS]-policy[NAME]-rule[N]. CUSTOM policies put their RBAC
+// and ext_authz filters first, as on sidecars (authzcustom.go).
 //
 // Client addresses. The connection managers of a gateway use the peer's
 // address (use_remote_address) and trust xff_num_trusted_hops proxies in
@@ -57,6 +57,7 @@ type gatewayAuthz struct {
 // action (Envoy accepts repeated names), one stat prefix.
 var gatewayRBACNames = rbacNames{
 	http:       [3]string{RBACAllowFilter, RBACAllowFilter, RBACAllowFilter},
+	custom:     RBACAllowFilter,
 	statPrefix: func(security.AuthorizationPolicy_Action) string { return "tcp." },
 }
 
@@ -64,7 +65,7 @@ var gatewayRBACNames = rbacNames{
 // gateway.
 func (g *Generator) gatewayAuthorization(sc *Scope) gatewayAuthz {
 	return gatewayAuthz{
-		inboundAuthz: g.withRequestAuthn(sc.World, sc.Proxy, g.rbacFilters(g.trustIn(sc.World), g.authzPolicies(sc.World, sc.Proxy), gatewayRBACNames)),
+		inboundAuthz: g.authzFilters(sc.World, sc.Proxy, gatewayRBACNames),
 		trustedHops:  gatewayTrustedHops(sc.Proxy),
 		tel:          sc.outTel(),
 	}

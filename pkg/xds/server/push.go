@@ -154,7 +154,8 @@ func changeMatters(k model.Key, p *model.Proxy, w *model.World, old *gen.Scope) 
 			return true
 		}
 		svc := w.Service(k.Namespace, k.Name)
-		return svc != nil && gen.ServiceExportedTo(w, svc, p.Namespace)
+		return svc != nil && gen.ServiceExportedTo(w, svc, p.Namespace) ||
+			gen.ExtAuthzServiceChanged(w, old.World, k.Namespace, k.Name)
 	case model.KindVirtualService, model.KindDestinationRule:
 		return configVisible(w, k, p.Namespace) || configVisible(old.World, k, p.Namespace)
 	case model.KindGateway:
