@@ -7,6 +7,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	extauthznetv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/ext_authz/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	rbacnetv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/rbac/v3"
 	tcpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
@@ -53,6 +54,11 @@ type evaluator struct {
 	// tcpProxy: the connection is proxied as bytes (HTTP settings of
 	// the upstream cluster do not apply).
 	tcpProxy bool
+	// metadata is the dynamic metadata RBAC filters wrote, by namespace;
+	// netPolicy the facts of network filters before the TCP proxy
+	// (extauthz.go).
+	metadata  map[string]map[string]string
+	netPolicy []string
 }
 
 func (e *evaluator) note(format string, args ...any) {
@@ -240,11 +246,18 @@ func (e *evaluator) chain(fc *listenerv3.FilterChain) Decision {
 			if err := tc.UnmarshalTo(&r); err != nil {
 				return e.reset("invalid network RBAC")
 			}
+			e.shadowRules(r.GetShadowRules(), r.GetShadowRulesStatPrefix(), false)
 			if !e.rbacAllows(r.GetRules(), false) {
 				d := e.reset("rbac: denied")
 				d.Downstream = down
 				return d
 			}
+		case typeNetExtAuthz:
+			var a extauthznetv3.ExtAuthz
+			if err := tc.UnmarshalTo(&a); err != nil {
+				return e.reset("invalid network ext_authz")
+			}
+			e.netPolicy = append(e.netPolicy, e.netExtAuthz(&a)...)
 		case typeSNICluster:
 			e.note("sni_cluster")
 			e.sniCluster = true
@@ -266,6 +279,7 @@ func (e *evaluator) chain(fc *listenerv3.FilterChain) Decision {
 			}
 			d := e.tcp(&t)
 			d.Downstream = down
+			d.Policy = append(e.netPolicy, d.Policy...)
 			return d
 		}
 	}

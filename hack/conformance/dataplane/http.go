@@ -254,6 +254,7 @@ func (e *evaluator) httpFilter(f *hcmv3.HttpFilter, levels perFilter) (policy []
 		if pr, ok := unmarshalAny[rbachttpv3.RBACPerRoute](override); ok {
 			rules = pr.GetRbac().GetRules()
 		}
+		e.shadowRules(r.GetShadowRules(), r.GetShadowRulesStatPrefix(), true) // extauthz.go
 		if rules != nil && !e.rbacAllows(rules, true) {
 			return nil, "rbac: denied"
 		}
@@ -263,11 +264,7 @@ func (e *evaluator) httpFilter(f *hcmv3.HttpFilter, levels perFilter) (policy []
 		if pr, ok := unmarshalAny[extauthzv3.ExtAuthzPerRoute](override); ok && pr.GetDisabled() {
 			return nil, ""
 		}
-		svc := a.GetGrpcService().GetEnvoyGrpc().GetClusterName()
-		if svc == "" {
-			svc = a.GetHttpService().GetServerUri().GetCluster()
-		}
-		return []string{"ext_authz via " + e.describeCluster(svc).brief()}, ""
+		return e.httpExtAuthz(a), ""
 	}
 	if j, ok := unmarshalAny[jwtv3.JwtAuthentication](tc); ok {
 		return jwtFacts(j), ""
