@@ -40,7 +40,9 @@ import (
 // place, named ...-deny-due-to-bad-CUSTOM-action: what would have been
 // sent to the authorizer is denied. Logged once per policy version.
 //
-// Dry run (istio.io/dry-run): the rules go to the shadow rules of an RBAC
+// Dry run (istio.io/dry-run) is refused with CUSTOM by Istio's validation
+// and by /validate; for one that gets in anyway (file mode, a webhook that
+// was down): the rules go to the shadow rules of an RBAC
 // filter of their own (stat prefix istio_dry_run_custom_), which counts
 // and logs what would have been sent to the authorizer, and are never
 // enforced nor sent. Here discovery chooses differently from istiod
