@@ -31,7 +31,9 @@ import (
 //	      authorizer is asked about what the rules match, nothing else
 //	TCP   the same with network filters, for a gRPC provider; an HTTP
 //	      provider cannot judge a connection: istiod builds nothing on TCP
-//	      chains for it, and neither does discovery (logged once per policy)
+//	      chains for it (the connection is not checked); discovery denies
+//	      there what the policy matches (never fail open; logged once per
+//	      policy)
 //
 // Where istiod cannot use the provider (not in the MeshConfig, invalid,
 // its service not found, or policies of one workload naming more than one
@@ -187,11 +189,13 @@ func (g *Generator) customFilters(w *model.World, trust trustDomains, aps []*mod
 		&hcmv3.HttpFilter{Name: ExtAuthzFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(ext.http)}},
 	)
 	if ext.tcp == nil {
+		// Deliberately unlike istiod, which leaves TCP chains unchecked:
+		// a policy that cannot be expressed denies (fail closed).
 		for _, c := range cr.configs {
 			ap := c.Object.(*securityv1.AuthorizationPolicy)
-			g.warnOnce(c, ap.ResourceVersion, "custom-tcp", "CUSTOM policy names an HTTP ext_authz provider, which cannot check TCP connections: as in istiod, it does not apply to TCP chains", "provider", prov)
+			g.warnOnce(c, ap.ResourceVersion, "custom-tcp", "CUSTOM policy names an HTTP ext_authz provider, which cannot check TCP connections: on TCP chains what it matches is denied (istiod leaves them unchecked)", "provider", prov)
 		}
-		return out
+		return out.withDeny(names, nil, set.tcp)
 	}
 	out.tcp = append(out.tcp,
 		netRBAC(&netrbacv3.RBAC{StatPrefix: names.statPrefix(security.AuthorizationPolicy_CUSTOM), ShadowRules: denyRules(set.tcp), ShadowRulesStatPrefix: extAuthzShadowStatPrefix}),

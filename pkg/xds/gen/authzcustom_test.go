@@ -224,10 +224,10 @@ func TestAuthorizationPolicyCustomSidecar(t *testing.T) {
 		http     map[string]customOutcome // request path -> outcome
 		tcp      *customOutcome
 	}{
-		"an HTTP provider is asked about what the rules match, nothing else; TCP is left alone as in istiod": {
+		"an HTTP provider is asked about what the rules match, nothing else; on TCP, which it cannot check, what the rules match (HTTP conditions dropped, as for DENY) is denied": {
 			policies: adminHTTP,
 			http:     map[string]customOutcome{"/admin/x": {asked: []string{httpAuthzCluster}}, "/ratings/1": {}},
-			tcp:      &customOutcome{},
+			tcp:      &customOutcome{denied: true},
 		},
 		"a gRPC provider is asked on HTTP and TCP chains": {
 			policies: adminGRPC,
