@@ -92,6 +92,10 @@ type ProxyMetadata struct {
 	// Tracing is PROXY_CONFIG's tracing as compact JSON ("" for none):
 	// what generation reads of it (the HTTP connection managers' tracing).
 	Tracing string `json:"tracing,omitempty"`
+	// Raw holds every string-valued metadata entry as sent: EnvoyFilter
+	// proxy matches compare them (istiod's Metadata.Raw). Not shown in
+	// debug output.
+	Raw map[string]string `json:"-"`
 }
 
 // Proxy is a connected proxy as its xDS node describes it.
@@ -219,6 +223,14 @@ func parseNodeID(id string) (*Proxy, error) {
 }
 
 func parseMetadata(md *ProxyMetadata, meta map[string]any) error {
+	for k, v := range meta {
+		if s, ok := v.(string); ok {
+			if md.Raw == nil {
+				md.Raw = map[string]string{}
+			}
+			md.Raw[k] = s
+		}
+	}
 	strs := map[string]*string{
 		MetaNamespace: &md.Namespace, MetaServiceAccount: &md.ServiceAccount,
 		MetaIstioVersion: &md.IstioVersion, MetaClusterID: &md.ClusterID,

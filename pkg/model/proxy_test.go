@@ -109,6 +109,14 @@ func TestParseProxy(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// Raw is every string entry as sent (EnvoyFilter proxy
+			// matches read it).
+			for k, v := range tc.meta {
+				if s, ok := v.(string); ok && got.Metadata.Raw[k] != s {
+					t.Errorf("Raw[%s] = %q, want %q", k, got.Metadata.Raw[k], s)
+				}
+			}
+			got.Metadata.Raw = nil
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("got  %+v\nwant %+v", got, tc.want)
 			}
