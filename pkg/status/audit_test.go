@@ -161,7 +161,7 @@ func TestAuditQueuesOnlyResourcesOutOfStep(t *testing.T) {
 		virtualService("ignored-condition-old-generation", 2, true, ours(1)),
 		virtualService("fine-stale-condition", 2, false, ours(1)),
 		virtualService("fine-no-condition", 2, false, rejected),
-		envoyFilter("jwt"),
+		unreadKind("jwt"),
 	)
 	a, _, _ := newAuditor(t, store, &fakeSetter{})
 	q := leading(a)
@@ -187,15 +187,15 @@ func TestAuditLogsOncePerVersionAndCounts(t *testing.T) {
 	gauge := func(kind, field string) float64 {
 		return testutil.ToFloat64(a.m.configs.WithLabelValues(kind, field))
 	}
-	upsert(t, store, virtualService("a", 1, true), envoyFilter("jwt"), virtualService("fine", 1, false))
+	upsert(t, store, virtualService("a", 1, true), unreadKind("jwt"), virtualService("fine", 1, false))
 	a.audit()
 	if logs.count() != 2 {
-		t.Errorf("%d warnings for one VirtualService with an ignored field and one EnvoyFilter: %v", logs.count(), logs.msgs)
+		t.Errorf("%d warnings for one VirtualService with an ignored field and one WasmPlugin: %v", logs.count(), logs.msgs)
 	}
 	if g := gauge("VirtualService", "http.retries.retryRemoteLocalities"); g != 1 {
 		t.Errorf("field gauge = %v, want 1", g)
 	}
-	if g := gauge("EnvoyFilter", "*"); g != 1 {
+	if g := gauge("WasmPlugin", "*"); g != 1 {
 		t.Errorf("kind gauge = %v, want 1", g)
 	}
 
@@ -223,12 +223,12 @@ func TestAuditLogsOncePerVersionAndCounts(t *testing.T) {
 	}
 
 	// Deleting the last of a series removes it.
-	if _, err := store.Apply(model.Event{Op: model.OpDelete, Key: config(envoyFilter("jwt")).Key}); err != nil {
+	if _, err := store.Apply(model.Event{Op: model.OpDelete, Key: config(unreadKind("jwt")).Key}); err != nil {
 		t.Fatal(err)
 	}
 	a.audit()
 	if n := testutil.CollectAndCount(reg, "discovery_config_unsupported_fields"); n != 1 {
-		t.Errorf("%d gauge series after the EnvoyFilter went, want 1 (the VirtualService field)", n)
+		t.Errorf("%d gauge series after the WasmPlugin went, want 1 (the VirtualService field)", n)
 	}
 }
 
@@ -337,7 +337,7 @@ func edited(s *model.Store, name string, gen int64, ignored bool) *networkingv1.
 func TestLeadKeepsConditionInStep(t *testing.T) {
 	store := model.NewStore(model.StoreOptions{})
 	rejected := cond(ConditionType, "True", ReasonRejected, "proxy p rejected", 1)
-	upsert(t, store, virtualService("vs", 1, true, rejected), envoyFilter("jwt"))
+	upsert(t, store, virtualService("vs", 1, true, rejected), unreadKind("jwt"))
 	fs := &fakeSetter{store: store}
 	a, _, _ := newAuditor(t, store, fs)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -349,8 +349,8 @@ func TestLeadKeepsConditionInStep(t *testing.T) {
 	t.Cleanup(func() { stopLeading(); <-led; cancel(); wg.Wait() })
 
 	waitFor(t, "the condition on the VirtualService", func() bool { return conditionIn(store, model.KindVirtualService, "vs") != nil })
-	waitFor(t, "the condition on the EnvoyFilter", func() bool {
-		c := conditionIn(store, model.KindEnvoyFilter, "jwt")
+	waitFor(t, "the condition on the WasmPlugin", func() bool {
+		c := conditionIn(store, model.KindWasmPlugin, "jwt")
 		return c != nil && c.GetReason() == ReasonKindNotSupported
 	})
 	upsert(t, store, edited(store, "vs", 2, false))

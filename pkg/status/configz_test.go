@@ -33,10 +33,10 @@ spec:
   http:
   - route: [{destination: {host: ratings}}]
 ---
-apiVersion: networking.istio.io/v1alpha3
-kind: EnvoyFilter
+apiVersion: extensions.istio.io/v1alpha1
+kind: WasmPlugin
 metadata: {name: jwt, namespace: shop}
-spec: {}
+spec: {url: "oci://ghcr.io/example/plugin:1"}
 `
 	objs, errs := file.Parse("mesh.yaml", []byte(configs))
 	if len(errs) > 0 {
@@ -76,7 +76,7 @@ spec: {}
 				t.Errorf("ratings sets nothing ignored, yet unsupported = %+v", u)
 			}
 		case "jwt":
-			if u == nil || !u.Kind || !strings.HasPrefix(u.Message, "EnvoyFilter is not supported by discovery: its patches") {
+			if u == nil || !u.Kind || !strings.HasPrefix(u.Message, "WasmPlugin is not supported by discovery: its patches") {
 				t.Errorf("jwt: unsupported = %+v", u)
 			}
 		}

@@ -9,8 +9,8 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	metav1alpha1 "istio.io/api/meta/v1alpha1"
 	networkingapi "istio.io/api/networking/v1alpha3"
+	extensionsv1alpha1 "istio.io/client-go/pkg/apis/extensions/v1alpha1"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
-	networkingv1alpha3 "istio.io/client-go/pkg/apis/networking/v1alpha3"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -40,17 +40,18 @@ func virtualService(name string, gen int64, ignored bool, conds ...*metav1alpha1
 	return vs
 }
 
-// envoyFilter is a config of a kind discovery reads but does not act on.
-func envoyFilter(name string) *networkingv1alpha3.EnvoyFilter {
-	return &networkingv1alpha3.EnvoyFilter{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop", Generation: 1, ResourceVersion: "1"}}
+// unreadKind is a config of a kind discovery reads but does not act on
+// (a WasmPlugin).
+func unreadKind(name string) *extensionsv1alpha1.WasmPlugin {
+	return &extensionsv1alpha1.WasmPlugin{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop", Generation: 1, ResourceVersion: "1"}}
 }
 
 func config(obj runtime.Object) *model.Config {
 	m, _ := obj.(metav1.Object)
 	kind := model.KindVirtualService
 	switch obj.(type) {
-	case *networkingv1alpha3.EnvoyFilter:
-		kind = model.KindEnvoyFilter
+	case *extensionsv1alpha1.WasmPlugin:
+		kind = model.KindWasmPlugin
 	case *corev1.Service:
 		kind = model.KindService
 	}
@@ -68,8 +69,8 @@ func TestUnsupported(t *testing.T) {
 		"a VirtualService whose fields are all acted on has nothing ignored": {
 			obj: virtualService("vs", 1, false),
 		},
-		"an EnvoyFilter is ignored as a whole kind": {
-			obj: envoyFilter("jwt"), want: Finding{Kind: true},
+		"a WasmPlugin is ignored as a whole kind": {
+			obj: unreadKind("jwt"), want: Finding{Kind: true},
 		},
 		"a Service is not an Istio config": {
 			obj: &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: "shop"}},
@@ -92,7 +93,7 @@ func TestFindingMessage(t *testing.T) {
 	if got := (Finding{Kind: true}).Message(model.KindWorkloadGroup); !strings.HasPrefix(got, "WorkloadGroup is not supported by discovery: no WorkloadEntry is registered") {
 		t.Errorf("kind message = %q", got)
 	}
-	if got := (Finding{Kind: true}).Message(model.KindEnvoyFilter); got != "EnvoyFilter is not supported by discovery: its patches and extensions are not applied to any proxy" {
+	if got := (Finding{Kind: true}).Message(model.KindWasmPlugin); got != "WasmPlugin is not supported by discovery: its patches and extensions are not applied to any proxy" {
 		t.Errorf("kind message = %q", got)
 	}
 	got := Finding{Fields: []string{"spec.a", "spec.b"}}.Message(model.KindVirtualService)
@@ -159,7 +160,7 @@ func TestWantConditionAndStatusOf(t *testing.T) {
 		!strings.Contains(w.Message, ignoredField) || !w.Time.Equal(now) {
 		t.Errorf("wantCondition = %+v", w)
 	}
-	if w := wantCondition(config(envoyFilter("jwt")), Finding{Kind: true}, now); w == nil || w.Reason != ReasonKindNotSupported {
+	if w := wantCondition(config(unreadKind("jwt")), Finding{Kind: true}, now); w == nil || w.Reason != ReasonKindNotSupported {
 		t.Errorf("kind: wantCondition = %+v", w)
 	}
 	if w := wantCondition(c, Finding{}, now); w != nil {

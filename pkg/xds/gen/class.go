@@ -29,6 +29,9 @@ type Generator struct {
 	// refusals logs and counts resources that broke Envoy's rules
 	// (contain.go).
 	refusals refusals
+	// efRefusals logs and counts EnvoyFilter patches sent unpatched
+	// (envoyfilter_apply.go).
+	efRefusals efRefusals
 }
 
 // New returns a Generator that logs to log.
@@ -52,6 +55,9 @@ type ClassConfig struct {
 	scope       *Scope
 	units       map[model.NamespacedName]*unit
 	ports       map[int32]*portUnit
+	// raw holds, for the types EnvoyFilters patched, the sets as built
+	// (envoyfilter.go); nil when none did.
+	raw map[string]*Set
 }
 
 // portUnit is the outbound listener of one port, reused by the next
@@ -148,7 +154,11 @@ func (g *Generator) Class(w *model.World, p *model.Proxy, prev *ClassConfig) (ou
 		routeRefs = append(routeRefs, g.sidecarOutbound(sc, bs, cc, reuse)...)
 		g.fixed(sc.World, bs)
 	}
-	return g.publish(cc, bs, prev, edsRefs, routeRefs)
+	out, err = g.publish(cc, bs, prev, edsRefs, routeRefs)
+	if err == nil {
+		g.patchClass(w, p, out, prev)
+	}
+	return out, err
 }
 
 // publish turns the builders into cc's sets and returns cc, or prev (the
@@ -162,7 +172,7 @@ func (g *Generator) publish(cc *ClassConfig, bs map[string]*builder, prev *Class
 		errs = append(errs, b.errs...)
 		var prevSet *Set
 		if prev != nil {
-			prevSet = prev.Sets[t]
+			prevSet = prev.baseSet(t)
 		}
 		cc.Sets[t] = b.setFrom(prevSet)
 	}
@@ -454,7 +464,7 @@ func consistentSince(prev *ClassConfig, sets map[string]*Set, edsRefs, routeRefs
 	}
 	same := func(ts ...string) bool {
 		for _, t := range ts {
-			if sets[t] != prev.Sets[t] {
+			if sets[t] != prev.baseSet(t) {
 				return false
 			}
 		}

@@ -35,6 +35,12 @@ import (
 //	               connection managers' tracing reads of p (its canonical
 //	               service and revision, mesh, cluster, node cluster and
 //	               PROXY_CONFIG tracing), when p has some; gateways too
+//	|ef=A@V,B@W#D  the EnvoyFilters that apply to p (its namespace's and
+//	               the root namespace's that select it), in the order
+//	               they apply, with their resource versions, and after
+//	               # which of their patches that match on the proxy's
+//	               version or metadata match p (envoyfilter.go);
+//	               gateways too
 //	|lb=...        when a locality load balancing setting that may apply
 //	               to p's namespace reads something of p (locality.go):
 //	               its locality (failover), the from it matches of each
@@ -56,6 +62,9 @@ func ClassKey(w *model.World, p *model.Proxy) string {
 	if d := ix.lb.forNamespace(p.Namespace); !d.empty() {
 		t := topologyOf(w, p)
 		key += "|lb=" + d.view(&t)
+	}
+	if ef := ix.envoyFilterKey(p); ef != "" {
+		key += "|ef=" + ef
 	}
 	if p.Type == model.ProxyRouter {
 		return key
@@ -90,6 +99,8 @@ type worldIndex struct {
 	lb *lbIndex
 	// pa is what clients read of PeerAuthentication (endpointmtls.go).
 	pa *paIndex
+	// efs are the World's EnvoyFilters, compiled (envoyfilter.go).
+	efs *efIndex
 	// telemetry holds, per namespace, the Telemetry resources that
 	// select workloads, by name (telemetryclass.go).
 	telemetry map[string][]*model.Config
@@ -231,6 +242,11 @@ func newWorldIndex(w *model.World, prev *worldIndex) *worldIndex {
 		rules: newRuleIndex(w), lb: newLBIndex(w), pa: newPAIndex(w), telemetry: selectingTelemetries(w), tracing: tracingMayApply(w),
 		traceNodeCluster: tracingReadsNodeCluster(w),
 	}
+	var prevEFs *efIndex
+	if prev != nil {
+		prevEFs = prev.efs
+	}
+	ix.efs = newEFIndex(w, prevEFs)
 	for _, c := range w.Configs(model.KindSidecar) {
 		if _, ok := c.Object.(*networkingv1.Sidecar); !ok {
 			continue

@@ -24,6 +24,9 @@ import (
 // Envoy then refuses istiod's whole resource; discovery refuses them at
 // the door.
 func EnvoyRefusals(kind model.Kind, spec proto.Message) []string {
+	if ef, ok := spec.(*networking.EnvoyFilter); ok {
+		return envoyFilterRefusals(ef) // envoyfilter.go
+	}
 	var r envoyRules
 	switch s := spec.(type) {
 	case *networking.VirtualService:

@@ -386,7 +386,7 @@ func queryParam(name string) *routev3.HeaderMatcher {
 // unsupported config; "" when the kind simply has no effect.
 func UnreadKindNote(kind model.Kind) string {
 	switch kind {
-	case model.KindEnvoyFilter, model.KindWasmPlugin, model.KindTrafficExtension:
+	case model.KindWasmPlugin, model.KindTrafficExtension:
 		return "its patches and extensions are not applied to any proxy"
 	case model.KindWorkloadGroup:
 		return "no WorkloadEntry is registered for proxies of the group; WorkloadEntries written by hand are served"

@@ -153,6 +153,9 @@ func (g *Generator) RegisterMetrics(reg prometheus.Registerer) error {
 	if err := g.refusals.register(reg); err != nil {
 		return err
 	}
+	if err := g.efRefusals.register(reg); err != nil {
+		return err
+	}
 	g.warns.mu.Lock()
 	defer g.warns.mu.Unlock()
 	for k, n := range g.warns.count {
@@ -187,6 +190,7 @@ var supportedFields = map[model.Kind]fieldSet{
 	model.KindSidecar:               sidecarFields,
 	model.KindTelemetry:             telemetryFields,
 	model.KindRequestAuthentication: requestAuthnFields,
+	model.KindEnvoyFilter:           envoyFilterFields,
 }
 
 // valueChecks are, per kind, the supported fields whose value may still
@@ -195,6 +199,7 @@ var supportedFields = map[model.Kind]fieldSet{
 var valueChecks = map[model.Kind]func(proto.Message) []string{
 	model.KindSidecar: sidecarUnsupportedValues,
 	model.KindGateway: gatewayUnsupportedValues,
+	model.KindEnvoyFilter: envoyFilterUnsupportedValues,
 }
 
 func unsupportedValues(kind model.Kind, spec proto.Message) []string {

@@ -186,6 +186,10 @@ func changeMatters(k model.Key, p *model.Proxy, w *model.World, old *gen.Scope) 
 		// proxies they apply to; a selecting one also moves the proxies
 		// it selects to another class (ClassKey).
 		return k.Namespace == p.Namespace || k.Namespace == gen.RootNamespace(w)
+	case model.KindEnvoyFilter:
+		// Its patches reach the proxies it selects (whose class key
+		// names it: gen/envoyfilter.go), before or after the change.
+		return gen.EnvoyFilterApplies(w, k, p) || gen.EnvoyFilterApplies(old.World, k, p)
 	case model.KindMeshConfig:
 		return true // mesh-wide, as istiod's full push on a mesh change
 	case model.KindNode:

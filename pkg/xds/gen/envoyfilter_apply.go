@@ -1,0 +1,171 @@
+package gen
+
+import (
+	"maps"
+	"strings"
+	"sync"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	networking "istio.io/api/networking/v1alpha3"
+
+	"github.com/meshplane/discovery/pkg/xds/envoyfilter"
+)
+
+// listeners patches the listeners of s (ctxOf gives each one's patch
+// context; ctxOf("") the context whose ADD patches are added).
+func (r *efRun) listeners(s *Set, ctxOf func(string) networking.EnvoyFilter_PatchContext, taken func(string) bool) *Set {
+	addedBy := envoyfilter.Applied{}
+	var added []proto.Message
+	for _, l := range envoyfilter.AddedListeners(ctxOf(""), r.ps, addedBy) {
+		added = append(added, l)
+	}
+	all := func(string) bool { return true }
+	return r.patchSet(ListenerType, s, all, func() proto.Message { return &listenerv3.Listener{} },
+		func(name string, m proto.Message, applied envoyfilter.Applied) bool {
+			l := m.(*listenerv3.Listener)
+			ctx := ctxOf(name)
+			if !envoyfilter.PatchListener(ctx, r.ps, l, applied) {
+				return false
+			}
+			if ctx == networking.EnvoyFilter_SIDECAR_INBOUND && r.ps.Has(routePatchKinds...) {
+				patchInlineRoutes(ctx, r.ps, l, applied)
+			}
+			return true
+		}, added, addedBy, taken)
+}
+
+// patchInlineRoutes applies the route patches to the route
+// configurations inline in l's connection managers (the inbound ones,
+// named inbound|PORT||, as istiod patches them with SIDECAR_INBOUND).
+func patchInlineRoutes(ctx networking.EnvoyFilter_PatchContext, ps envoyfilter.Patches, l *listenerv3.Listener, applied envoyfilter.Applied) {
+	chains := l.GetFilterChains()
+	if l.GetDefaultFilterChain() != nil {
+		chains = append(chains[:len(chains):len(chains)], l.GetDefaultFilterChain())
+	}
+	for _, fc := range chains {
+		for _, f := range fc.GetFilters() {
+			hc := &hcmv3.HttpConnectionManager{}
+			if f.GetTypedConfig() == nil || f.GetTypedConfig().UnmarshalTo(hc) != nil {
+				continue
+			}
+			rc := hc.GetRouteConfig()
+			if rc == nil || !envoyfilter.RouteMatches(ctx, ps, rc.GetName()) {
+				continue
+			}
+			mine := envoyfilter.Applied{}
+			envoyfilter.PatchRouteConfiguration(ctx, ps, rc, mine)
+			if len(mine) == 0 {
+				continue
+			}
+			b, err := marshalOpts.Marshal(hc)
+			if err != nil {
+				continue
+			}
+			f.ConfigType = &listenerv3.Filter_TypedConfig{TypedConfig: &anypb.Any{TypeUrl: f.GetTypedConfig().GetTypeUrl(), Value: b}}
+			for k := range mine {
+				applied[k] = true
+			}
+		}
+	}
+}
+
+// clusters patches the clusters of s (ctxOf gives each one's context;
+// hosts the services of inbound clusters) and adds those addCtx's ADD
+// patches add.
+func (r *efRun) clusters(s *Set, ctxOf func(string) networking.EnvoyFilter_PatchContext, hosts map[string][]string,
+	addCtx networking.EnvoyFilter_PatchContext, taken func(string) bool,
+) *Set {
+	addedBy := envoyfilter.Applied{}
+	var added []proto.Message
+	for _, c := range envoyfilter.AddedClusters(addCtx, r.ps, addedBy) {
+		added = append(added, c)
+	}
+	want := func(name string) bool { return envoyfilter.ClusterMatches(ctxOf(name), r.ps, name, hosts[name]) }
+	return r.patchSet(ClusterType, s, want, func() proto.Message { return &clusterv3.Cluster{} },
+		func(name string, m proto.Message, applied envoyfilter.Applied) bool {
+			return envoyfilter.PatchCluster(ctxOf(name), r.ps, m.(*clusterv3.Cluster), hosts[name], applied)
+		}, added, addedBy, taken)
+}
+
+// routes patches the route configurations of s.
+func (r *efRun) routes(s *Set, ctx networking.EnvoyFilter_PatchContext) *Set {
+	want := func(name string) bool { return envoyfilter.RouteMatches(ctx, r.ps, name) }
+	return r.patchSet(RouteType, s, want, func() proto.Message { return &routev3.RouteConfiguration{} },
+		func(_ string, m proto.Message, applied envoyfilter.Applied) bool {
+			envoyfilter.PatchRouteConfiguration(ctx, r.ps, m.(*routev3.RouteConfiguration), applied)
+			return true
+		}, nil, nil, nil)
+}
+
+// efRefusals logs and counts patched resources sent unpatched: a log line
+// once per resource, filters and error; the counter every generation.
+// last keeps, per EnvoyFilter version, its latest refusal.
+type efRefusals struct {
+	mu      sync.Mutex
+	logged  map[string]bool
+	n       map[string]float64
+	last    map[string]string
+	counter *prometheus.CounterVec
+}
+
+func (r *efRefusals) note(g *Generator, where, typ, name string, filters []string, err error) {
+	key := typ + "|" + name + "|" + strings.Join(filters, ",") + "|" + err.Error()
+	r.mu.Lock()
+	if r.n == nil {
+		r.n, r.last = map[string]float64{}, map[string]string{}
+	}
+	r.n[typ]++
+	if r.counter != nil {
+		r.counter.WithLabelValues(typ).Inc()
+	}
+	if r.logged == nil || len(r.logged) >= maxLogged {
+		r.logged = map[string]bool{}
+	}
+	if len(r.last) >= maxLogged {
+		r.last = map[string]string{}
+	}
+	for _, f := range filters {
+		r.last[f] = typ + " " + name + ": " + err.Error()
+	}
+	done := r.logged[key]
+	r.logged[key] = true
+	r.mu.Unlock()
+	if !done {
+		g.log.Error("EnvoyFilter patch refused: the resource is sent as generated, unpatched", "class", where,
+			"type", typ, "resource", name, "envoyFilters", filters, "error", err)
+	}
+}
+
+// register adds discovery_envoyfilter_patches_refused_total{type}.
+func (r *efRefusals) register(reg prometheus.Registerer) error {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "discovery_envoyfilter_patches_refused_total",
+		Help: "Resources whose EnvoyFilter-patched form broke Envoy's rules, or that a patch added under a taken name, " +
+			"and were sent as generated instead, by type. Counted per generation.",
+	}, []string{"type"})
+	if err := reg.Register(c); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for t, n := range r.n {
+		c.WithLabelValues(t).Add(n)
+	}
+	r.counter = c
+	return nil
+}
+
+// EnvoyFilterRefusals returns, per EnvoyFilter (namespace/name@version),
+// the latest resource its patches could not be applied to and why;
+// empty when every patch applied.
+func (g *Generator) EnvoyFilterRefusals() map[string]string {
+	g.efRefusals.mu.Lock()
+	defer g.efRefusals.mu.Unlock()
+	return maps.Clone(g.efRefusals.last)
+}
