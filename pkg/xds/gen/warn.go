@@ -197,8 +197,8 @@ var supportedFields = map[model.Kind]fieldSet{
 // be unsupported (Sidecar ingress captureMode NONE, Gateway tls.mode
 // OPTIONAL_MUTUAL); they are reported like unsupported fields.
 var valueChecks = map[model.Kind]func(proto.Message) []string{
-	model.KindSidecar: sidecarUnsupportedValues,
-	model.KindGateway: gatewayUnsupportedValues,
+	model.KindSidecar:     sidecarUnsupportedValues,
+	model.KindGateway:     gatewayUnsupportedValues,
 	model.KindEnvoyFilter: envoyFilterUnsupportedValues,
 }
 
