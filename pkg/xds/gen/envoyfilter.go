@@ -412,3 +412,52 @@ func EnvoyFilterApplies(w *model.World, k model.Key, p *model.Proxy) bool {
 	}
 	return envoyfilter.Selects(f, efWorkload(p))
 }
+
+// envoyFilterSources are the EnvoyFilters applying to sc's proxy whose
+// patches may have changed the resource typeURL/name (for provenance: a
+// NACK of a patched resource is reported on them too). Like the rest of
+// provenance it follows from the name: a listener patch that names no
+// listener, or this one, counts.
+func (sc *Scope) envoyFilterSources(typeURL, name string) []*model.Config {
+	ix := indexFor(sc.World)
+	fs := ix.envoyFiltersFor(sc.Proxy)
+	if len(fs) == 0 {
+		return nil
+	}
+	ctx := networking.EnvoyFilter_SIDECAR_OUTBOUND
+	switch {
+	case sc.Proxy.Type == model.ProxyRouter:
+		ctx = networking.EnvoyFilter_GATEWAY
+	case strings.HasPrefix(name, "inbound|") || name == InboundPassthroughCluster || name == VirtualInbound:
+		ctx = networking.EnvoyFilter_SIDECAR_INBOUND
+	}
+	var out []*model.Config
+	for _, f := range fs {
+		ps := envoyfilter.For([]*envoyfilter.Filter{f}, efWorkload(sc.Proxy))
+		if efMayChange(ps, ctx, typeURL, name) {
+			out = append(out, ix.efs.cfg[f])
+		}
+	}
+	return out
+}
+
+func efMayChange(ps envoyfilter.Patches, ctx networking.EnvoyFilter_PatchContext, typeURL, name string) bool {
+	switch typeURL {
+	case ClusterType:
+		return envoyfilter.ClusterMatches(ctx, ps, name, nil)
+	case RouteType:
+		return envoyfilter.RouteMatches(ctx, ps, name)
+	case ListenerType:
+		for _, k := range listenerPatchKinds {
+			for _, p := range ps[k] {
+				if c := p.Match.GetContext(); c != ctx && c != networking.EnvoyFilter_ANY {
+					continue
+				}
+				if n := p.Match.GetListener().GetName(); n == "" || n == name {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}

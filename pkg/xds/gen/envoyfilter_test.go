@@ -335,3 +335,29 @@ func TestEnvoyFilterProxyMetadataMatchSplitsTheClass(t *testing.T) {
 		t.Errorf("connect timeouts %v (FOO=bar) and %v (no metadata): want 3 for the first only", a, b)
 	}
 }
+
+// A NACK of a patched resource names the EnvoyFilters that may have
+// changed it; a proxy they do not select names none.
+func TestEnvoyFilterProvenance(t *testing.T) {
+	w := loadWorld(t, efBase+efLua).World()
+	g, _ := efGen(t)
+	reviews := efGenerate(t, g, w, labelled(t, "sidecar", "default", map[string]string{"app": "reviews"}))
+	product := efGenerate(t, g, w, labelled(t, "sidecar", "default", map[string]string{"app": "productpage"}))
+	has := func(pc *ProxyConfig, typ, name string) bool {
+		for _, r := range pc.Sources(typ, name) {
+			if r.Key.Kind == model.KindEnvoyFilter && r.Key.Name == "lua" {
+				return true
+			}
+		}
+		return false
+	}
+	if !has(reviews, ListenerType, "0.0.0.0_9080") || !has(reviews, ListenerType, VirtualInbound) {
+		t.Error("the patched listeners of reviews do not name the EnvoyFilter")
+	}
+	if has(reviews, ClusterType, "outbound|9080||productpage.default.svc.cluster.local") {
+		t.Error("a cluster no patch touches names the EnvoyFilter")
+	}
+	if has(product, ListenerType, "0.0.0.0_9080") {
+		t.Error("an unselected proxy's listener names the EnvoyFilter")
+	}
+}

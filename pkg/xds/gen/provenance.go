@@ -23,7 +23,8 @@ type ConfigRef struct {
 // from: VirtualServices for routes, DestinationRules and ServiceEntries for
 // clusters and endpoints, Gateways (and their VirtualServices) for a
 // gateway's listeners and routes, the Sidecar for outbound listeners and
-// routes, AuthorizationPolicies and PeerAuthentications for virtualInbound.
+// routes, AuthorizationPolicies and PeerAuthentications for virtualInbound,
+// and the EnvoyFilters whose patches may have changed the resource.
 // Resources built from Kubernetes objects alone have none.
 //
 // Provenance is not stored per resource: it follows from the resource's name
@@ -49,6 +50,7 @@ func (sc *Scope) sources(typeURL, name string) []ConfigRef {
 	case ListenerType:
 		cfgs = sc.listenerSources(name)
 	}
+	cfgs = append(cfgs, sc.envoyFilterSources(typeURL, name)...) // envoyfilter.go
 	return refs(cfgs)
 }
 
