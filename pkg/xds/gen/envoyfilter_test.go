@@ -10,8 +10,10 @@ import (
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	networkingv1alpha3 "istio.io/client-go/pkg/apis/networking/v1alpha3"
 
 	"github.com/meshplane/discovery/pkg/model"
+	"github.com/meshplane/discovery/pkg/xds/internal/worldtest"
 )
 
 // efBase is a mesh of two workloads (reviews, productpage) without
@@ -359,5 +361,39 @@ func TestEnvoyFilterProvenance(t *testing.T) {
 	}
 	if has(product, ListenerType, "0.0.0.0_9080") {
 		t.Error("an unselected proxy's listener names the EnvoyFilter")
+	}
+}
+
+// A patch whose whole value breaks Envoy's rules is refused at the door
+// (EnvoyRefusals: the webhook, the Refused condition); what discovery
+// does not apply is reported as unsupported values.
+func TestEnvoyFilterRefusalsAndUnsupportedValues(t *testing.T) {
+	evs, err := worldtest.Decode([]byte(`apiVersion: networking.istio.io/v1alpha3
+kind: EnvoyFilter
+metadata: {name: e, namespace: default}
+spec:
+  configPatches:
+  - applyTo: HTTP_FILTER
+    patch: {operation: INSERT_FIRST, value: {typed_config: {'@type': type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}}}
+  - applyTo: CLUSTER
+    patch: {operation: MERGE, value: {connect_timeout: -1s}}
+  - applyTo: BOOTSTRAP
+    patch: {operation: MERGE, value: {stats_flush_interval: 5s}}
+  - applyTo: HTTP_FILTER
+    patch: {operation: ADD, value: {name: envoy.filters.http.cors}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := &evs[0].Object.(*networkingv1alpha3.EnvoyFilter).Spec
+	refused := EnvoyRefusals(model.KindEnvoyFilter, spec)
+	if len(refused) != 1 || !strings.HasPrefix(refused[0], "spec.configPatches[0].patch.value: ") {
+		t.Errorf("refusals %v: want the nameless HTTP filter only (a MERGE value is judged on the merged resource)", refused)
+	}
+	if got := UnsupportedFields(model.KindEnvoyFilter, spec); strings.Join(got, ",") != "configPatches[].applyTo" {
+		t.Errorf("unsupported %v, want the BOOTSTRAP patch's applyTo", got)
+	}
+	if !ReadsKind(model.KindEnvoyFilter) || UnreadKindNote(model.KindEnvoyFilter) != "" {
+		t.Error("EnvoyFilter is reported as a kind generation does not read")
 	}
 }
