@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -184,7 +185,9 @@ func (c *sotwClient) send(typeURL string, names []string, version, nonce string,
 	if nack != "" {
 		req.ErrorDetail = &status.Status{Code: 3, Message: nack}
 	}
-	if err := c.stream.Send(req); err != nil {
+	if err := c.stream.Send(req); err != nil && !errors.Is(err, io.EOF) {
+		// io.EOF: the server ended the stream first; its status reaches
+		// the receiving side (ended, errc).
 		c.t.Fatalf("send: %v", err)
 	}
 }
