@@ -98,14 +98,21 @@ func grpcDownstreamMTLS() *corev3.TransportSocket {
 }
 
 // serviceAccounts are the names of the service accounts behind eps,
-// sorted, without repeats.
+// sorted, without repeats. An endpoint backed by a Pod has the pod's
+// account even when the pod names none (""), as istiod's SecureNamingSAN:
+// its identity is then spiffe://TD/ns/NS/sa/, which no certificate the CA
+// issues carries, so a client refuses it rather than accepting any mesh
+// identity (leaving it out would leave a service of such pods with no
+// SAN to verify at all). An endpoint without pod or account (an
+// EndpointSlice address no Pod backs, a WorkloadEntry without account)
+// has no identity.
 func serviceAccounts(eps *model.ServiceEndpoints) []string {
 	if eps == nil {
 		return nil
 	}
 	var out []string
 	for _, ep := range eps.Endpoints {
-		if ep.ServiceAccount != "" {
+		if ep.ServiceAccount != "" || ep.Pod != "" {
 			out = append(out, ep.ServiceAccount)
 		}
 	}

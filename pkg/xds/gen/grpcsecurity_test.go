@@ -246,3 +246,28 @@ endpoints:
 		t.Error("reported for a service whose endpoints did not change")
 	}
 }
+
+// An endpoint backed by a pod without a service account still has an
+// identity to verify (spiffe://TD/ns/NS/sa/, which no issued certificate
+// carries), as istiod's SecureNamingSAN: without it a service of such pods
+// would verify no SAN and accept any mesh identity. An address no pod
+// backs has none.
+func TestServiceAccountsOfPodWithoutAccount(t *testing.T) {
+	eps := &model.ServiceEndpoints{Endpoints: []*model.Endpoint{
+		{Address: "10.0.0.1", Pod: "a", ServiceAccount: "reviews"},
+		{Address: "10.0.0.2", Pod: "b"},
+		{Address: "10.0.0.3"},
+		{Address: "10.0.0.4", Pod: "c", ServiceAccount: "reviews"},
+	}}
+	got := serviceAccounts(eps)
+	if want := []string{"", "reviews"}; !slices.Equal(got, want) {
+		t.Fatalf("serviceAccounts = %q, want %q", got, want)
+	}
+	ids := trustDomains{domain: "cluster.local"}.identities("default", got)
+	if want := []string{"spiffe://cluster.local/ns/default/sa/", "spiffe://cluster.local/ns/default/sa/reviews"}; !slices.Equal(ids, want) {
+		t.Fatalf("identities = %q, want %q", ids, want)
+	}
+	if got := serviceAccounts(&model.ServiceEndpoints{Endpoints: []*model.Endpoint{{Address: "10.0.0.3"}}}); len(got) != 0 {
+		t.Fatalf("an address no pod backs has accounts %q", got)
+	}
+}
