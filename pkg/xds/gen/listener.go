@@ -333,20 +333,15 @@ type inboundSecurity struct {
 }
 
 // virtualInbound accepts inbound traffic on 15006 with filter chains per
-// pod port, to that port's inbound cluster; other ports pass through. The
-// workload's AuthorizationPolicies run as RBAC filters on every chain and
-// its PeerAuthentication mode decides whether a chain takes mTLS,
-// plaintext or both; sniffed ports have HTTP and TCP chains of each
-// (sniff.go). terminated says that chains the caller adds terminate TLS
-// of their own, so that the listener inspects TLS.
-func virtualInbound(ports []InboundPort, sec inboundSecurity, terminated bool) *listenerv3.Listener {
-	passthrough := &listenerv3.FilterChain{
-		Name:    "InboundPassthroughFilterChain",
-		Filters: sec.tel.tcpChain(true, sec.authz.tcp, InboundPassthroughCluster, InboundPassthroughCluster),
-	}
-	if sec.mtls.mode == MTLSStrict {
-		passthrough.TransportSocket = sec.serverTLS.socket(false)
-	}
+// pod port, to that port's inbound cluster; other ports pass through
+// (passthroughChains). The workload's AuthorizationPolicies run as RBAC
+// filters on every chain and its PeerAuthentication mode decides whether
+// a chain takes mTLS, plaintext or both; sniffed ports have HTTP and TCP
+// chains of each (sniff.go). declared are further ports the caller adds
+// chains for (a Sidecar's TLS-terminating ingress ports), which the
+// passthrough leaves alone. The caller sets the listener filters once its
+// chains are complete (setInboundInspectors).
+func virtualInbound(ports []InboundPort, declared []int32, sec inboundSecurity) *listenerv3.Listener {
 	l := &listenerv3.Listener{
 		Name:             VirtualInbound,
 		Address:          socketAddress("0.0.0.0", VirtualInboundPort),
@@ -355,31 +350,17 @@ func virtualInbound(ports []InboundPort, sec inboundSecurity, terminated bool) *
 			Name:       "envoy.filters.listener.original_dst",
 			ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: mustAny(&origdstv3.OriginalDst{})},
 		}},
-		DefaultFilterChain: passthrough,
 	}
-	inspect := terminated
 	for _, p := range ports {
-		mode := sec.mtls.forPort(p.Port)
-		inspect = inspect || mode == MTLSPermissive || (p.Protocol.IsSniffed() && mode == MTLSStrict)
-	}
-	var plaintextSniffed []int32
-	for _, p := range ports {
+		declared = append(declared, p.Port)
 		mode := sec.mtls.forPort(p.Port)
 		if p.Protocol.IsSniffed() {
-			l.FilterChains = append(l.FilterChains, sniffedInboundChains(p, mode, sec, inspect)...)
-			if mode != MTLSStrict {
-				plaintextSniffed = append(plaintextSniffed, p.Port)
-			}
+			l.FilterChains = append(l.FilterChains, sniffedInboundChains(p, mode, sec)...)
 			continue
 		}
 		l.FilterChains = append(l.FilterChains, securedChains(inboundChain(p, sec), p, mode, sec)...)
 	}
-	if inspect {
-		l.ListenerFilters = append(l.ListenerFilters, tlsInspector())
-	}
-	if len(plaintextSniffed) > 0 {
-		l.ListenerFilters = append(l.ListenerFilters, httpInspectorOn(plaintextSniffed))
-	}
+	l.FilterChains = append(passthroughChains(declared, sec), l.FilterChains...)
 	return sec.tel.listener(l)
 }
 
@@ -389,19 +370,26 @@ func virtualInbound(ports []InboundPort, sec inboundSecurity, terminated bool) *
 // around them (telemetryfilters.go).
 func inboundChain(p InboundPort, sec inboundSecurity) *listenerv3.FilterChain {
 	cluster := InboundClusterName(p.Port)
-	fc := &listenerv3.FilterChain{
-		Name:             cluster,
-		FilterChainMatch: &listenerv3.FilterChainMatch{DestinationPort: wrapperspb.UInt32(uint32(p.Port))},
+	return inboundChainTo(cluster, cluster, p.Port, p.Port, p.Protocol, sec)
+}
+
+// inboundChainTo is the plaintext chain name of protocol proto to cluster
+// for connections to port (0: any), its virtual host named after
+// vhostPort as Istio names them (inbound|http|PORT).
+func inboundChainTo(name, cluster string, port, vhostPort int32, proto model.Protocol, sec inboundSecurity) *listenerv3.FilterChain {
+	fc := &listenerv3.FilterChain{Name: name}
+	if port != 0 {
+		fc.FilterChainMatch = &listenerv3.FilterChainMatch{DestinationPort: wrapperspb.UInt32(uint32(port))}
 	}
-	if !p.Protocol.IsHTTP() {
+	if !proto.IsHTTP() {
 		fc.Filters = sec.tel.tcpChain(true, sec.authz.tcp, cluster, cluster)
 		return fc
 	}
 	rc := &routev3.RouteConfiguration{
 		Name: cluster,
 		VirtualHosts: []*routev3.VirtualHost{{
-			Name: "inbound|http|" + itoa(p.Port), Domains: []string{"*"},
-			Routes: []*routev3.Route{inboundRoute(cluster, p.Protocol)},
+			Name: "inbound|http|" + itoa(vhostPort), Domains: []string{"*"},
+			Routes: []*routev3.Route{inboundRoute(cluster, proto)},
 		}},
 	}
 	m := &hcmv3.HttpConnectionManager{

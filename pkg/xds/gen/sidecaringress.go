@@ -252,12 +252,15 @@ func fileTLSContext(tls *apinetworking.ServerTLSSettings) *tlsv3.DownstreamTlsCo
 // the port's certificate.
 func inboundListener(ports []ingressPort, sec inboundSecurity) *listenerv3.Listener {
 	var mesh []InboundPort
+	var terminated []int32
 	for _, ip := range ports {
 		if ip.tls == nil {
 			mesh = append(mesh, ip.InboundPort)
+		} else {
+			terminated = append(terminated, ip.Port)
 		}
 	}
-	l := virtualInbound(mesh, sec, len(mesh) < len(ports))
+	l := virtualInbound(mesh, terminated, sec)
 	for _, ip := range ports {
 		if ip.tls == nil {
 			continue
@@ -269,6 +272,7 @@ func inboundListener(ports []ingressPort, sec inboundSecurity) *listenerv3.Liste
 		fc.TransportSocket = ip.tls
 		l.FilterChains = append(l.FilterChains, fc)
 	}
+	setInboundInspectors(l)
 	return l
 }
 

@@ -3,7 +3,6 @@ package gen
 import (
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	httpinspectorv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/http_inspector/v3"
-	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/meshplane/discovery/pkg/model"
@@ -215,22 +214,18 @@ func (s *sniffedOutbound) finish(g *Generator, sc *Scope, l *listenerv3.Listener
 //	STRICT      mTLS with Istio's HTTP ALPNs (HTTP), mTLS (TCP)
 //	DISABLE     plaintext HTTP, plaintext TCP
 //
-// The HTTP inspector runs on the ports that sniff plaintext (PERMISSIVE,
-// DISABLE), and only there: Istio's passthrough chains sniff too, so Istio
-// disables the inspector on the ports that do not need it instead; here
-// the passthrough is TCP and other ports are left alone.
+// The listener's TLS and HTTP inspectors run where its chains need them,
+// derived from the chains as istiod does (setInboundInspectors): the
+// passthrough chains sniff too (inboundpassthrough.go), so in PERMISSIVE
+// both run everywhere except on the ports that do not need them.
 //
-// Where virtualInbound's default chain (the passthrough) would catch what
-// Istio's chains leave unmatched, they are widened: STRICT chains do not
-// require transport_protocol tls (Istio's do, and what they miss finds no
-// chain; here it would pass through in plaintext where the workload is
-// PERMISSIVE), so plaintext reaches the TCP chain and fails its handshake;
-// a DISABLE port on a listener that inspects TLS (other ports need it) has
-// a chain for TLS to its TCP proxy (Istio does not inspect TLS on that
-// port, so TLS reaches its plaintext TCP chain). A Sidecar ingress port
-// that terminates its own TLS is served as TCP after termination and
-// reported (Istio builds no chain for it either: inboundChainForOpts has
-// none for a sniffed protocol after TLS termination).
+// STRICT chains do not require transport_protocol tls (Istio's do, and
+// what they miss finds no chain and is closed): here plaintext reaches
+// the TCP chain and fails its handshake, the same refusal. A Sidecar
+// ingress port that terminates its own TLS is served as TCP after
+// termination and reported (Istio builds no chain for it either:
+// inboundChainForOpts has none for a sniffed protocol after TLS
+// termination).
 
 // Istio's mTLS application protocols: those its sidecars send for HTTP,
 // and those of TCP with or without metadata exchange.
@@ -240,8 +235,8 @@ var (
 )
 
 // sniffedInboundChains are the virtualInbound chains of sniffed port p in
-// mode; inspectTLS says whether the listener runs the TLS inspector.
-func sniffedInboundChains(p InboundPort, mode MTLSMode, sec inboundSecurity, inspectTLS bool) []*listenerv3.FilterChain {
+// mode.
+func sniffedInboundChains(p InboundPort, mode MTLSMode, sec inboundSecurity) []*listenerv3.FilterChain {
 	http := inboundChain(InboundPort{Port: p.Port, Protocol: model.ProtocolHTTP}, sec)
 	tcp := inboundChain(InboundPort{Port: p.Port, Protocol: model.ProtocolTCP}, sec)
 	chain := func(base *listenerv3.FilterChain, suffix, transport string, alpn []string, mtls bool) *listenerv3.FilterChain {
@@ -264,14 +259,10 @@ func sniffedInboundChains(p InboundPort, mode MTLSMode, sec inboundSecurity, ins
 			chain(tcp, "", "", nil, true),
 		}
 	case MTLSDisable:
-		out := []*listenerv3.FilterChain{
+		return []*listenerv3.FilterChain{
 			chain(http, "-http", rawBufferTransport, plaintextHTTPALPNs, false),
 			chain(tcp, "", rawBufferTransport, nil, false),
 		}
-		if inspectTLS {
-			out = append(out, chain(tcp, "-tls", tlsTransport, nil, false))
-		}
-		return out
 	}
 	return []*listenerv3.FilterChain{
 		chain(http, "-mtls-http", tlsTransport, mtlsHTTPALPNs, true),
@@ -280,31 +271,4 @@ func sniffedInboundChains(p InboundPort, mode MTLSMode, sec inboundSecurity, ins
 		chain(tcp, "", rawBufferTransport, nil, false),
 		chain(tcp, "-tls", tlsTransport, nil, false),
 	}
-}
-
-// httpInspectorOn is the HTTP inspector enabled on ports only (Istio's
-// listenerPredicateIncludePorts): disabled where the destination port is
-// not one of them.
-func httpInspectorOn(ports []int32) *listenerv3.ListenerFilter {
-	rules := make([]*listenerv3.ListenerFilterChainMatchPredicate, len(ports))
-	for i, p := range ports {
-		rules[i] = &listenerv3.ListenerFilterChainMatchPredicate{
-			Rule: &listenerv3.ListenerFilterChainMatchPredicate_DestinationPortRange{
-				DestinationPortRange: &typev3.Int32Range{Start: p, End: p + 1},
-			},
-		}
-	}
-	on := rules[0]
-	if len(rules) > 1 {
-		on = &listenerv3.ListenerFilterChainMatchPredicate{
-			Rule: &listenerv3.ListenerFilterChainMatchPredicate_OrMatch{
-				OrMatch: &listenerv3.ListenerFilterChainMatchPredicate_MatchSet{Rules: rules},
-			},
-		}
-	}
-	f := httpInspector()
-	f.FilterDisabled = &listenerv3.ListenerFilterChainMatchPredicate{
-		Rule: &listenerv3.ListenerFilterChainMatchPredicate_NotMatch{NotMatch: on},
-	}
-	return f
 }

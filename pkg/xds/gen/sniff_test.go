@@ -386,20 +386,19 @@ func TestSniffedInboundChains(t *testing.T) {
 			"inbound|9000||-tls [port=9000 tls] tcp inbound|9000||",
 		},
 		// No transport_protocol: Istio's STRICT chains match "tls", and
-		// what they do not match finds no chain. Here it would find the
-		// workload's PERMISSIVE default chain, so the TCP chain takes
-		// everything else (and plaintext fails its handshake).
+		// what they do not match finds no chain (Envoy does not fall back
+		// to the passthrough's chains, which match no port); here the TCP
+		// chain takes everything else and plaintext fails its handshake.
 		9001: {
 			"inbound|9001||-http [port=9001 " + mtlsHTTP + "] hcm inline inbound|9001|| +tls",
 			"inbound|9001|| [port=9001] tcp inbound|9001|| +tls",
 		},
-		// The listener inspects TLS (PERMISSIVE ports): TLS to a DISABLE
-		// port goes to its TCP proxy, as on Istio's, which does not
-		// inspect TLS on that port.
+		// The TLS inspector does not run on a DISABLE port (no chain of
+		// it matches tls), so TLS to it is raw_buffer and goes to its
+		// TCP proxy, as on Istio's.
 		9002: {
 			"inbound|9002||-http [port=9002 raw_buffer alpn=http/1.1,h2c] hcm inline inbound|9002||",
 			"inbound|9002|| [port=9002 raw_buffer] tcp inbound|9002||",
-			"inbound|9002||-tls [port=9002 tls] tcp inbound|9002||",
 		},
 	}
 	got := map[int32][]string{}
@@ -423,14 +422,23 @@ func TestSniffedInboundChains(t *testing.T) {
 	if got := listenerFilterNames(l); !slices.Equal(got, wantFilters) {
 		t.Fatalf("listener filters %v, want %v", got, wantFilters)
 	}
-	// Enabled on 9000 and 9002 only: not(port 9000 or port 9002).
-	off := l.GetListenerFilters()[2].GetFilterDisabled()
-	var ports []string
-	for _, r := range off.GetNotMatch().GetOrMatch().GetRules() {
-		ports = append(ports, fmt.Sprintf("%d-%d", r.GetDestinationPortRange().GetStart(), r.GetDestinationPortRange().GetEnd()))
+	// The passthrough sniffs plaintext HTTP, so the HTTP inspector runs
+	// everywhere except on the ports that do not sniff it: 9001
+	// (STRICT), 9080 (HTTP) and 15006 (the blackhole chain), as istiod's
+	// populateListenerFilters; the TLS inspector everywhere except on
+	// 9002 (DISABLE) and 15006.
+	disabledOn := func(f *listenerv3.ListenerFilter) []string {
+		var ports []string
+		for _, r := range f.GetFilterDisabled().GetOrMatch().GetRules() {
+			ports = append(ports, fmt.Sprintf("%d-%d", r.GetDestinationPortRange().GetStart(), r.GetDestinationPortRange().GetEnd()))
+		}
+		return ports
 	}
-	if !slices.Equal(ports, []string{"9000-9001", "9002-9003"}) {
-		t.Errorf("http_inspector disabled by %v, want outside 9000 and 9002", off)
+	if got := disabledOn(l.GetListenerFilters()[2]); !slices.Equal(got, []string{"9001-9002", "9080-9081", "15006-15007"}) {
+		t.Errorf("http_inspector disabled on %v, want 9001, 9080 and 15006", got)
+	}
+	if got := disabledOn(l.GetListenerFilters()[1]); !slices.Equal(got, []string{"9002-9003", "15006-15007"}) {
+		t.Errorf("tls_inspector disabled on %v, want 9002 and 15006", got)
 	}
 	if to := l.GetListenerFiltersTimeout(); to == nil || to.AsDuration() != 0 || !l.GetContinueOnListenerFiltersTimeout() {
 		t.Errorf("listener filters timeout %v, continue %v; want Istio's 0s and true", to, l.GetContinueOnListenerFiltersTimeout())
