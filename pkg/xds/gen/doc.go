@@ -25,7 +25,12 @@
 // RouteConfiguration. The proxy pays with one filter chain and one
 // HttpConnectionManager per service address on the port's listener and one
 // RDS subscription per service port; a service added or removed re-sends
-// the port's listener (LDS is state of the world either way). A port
+// the port's listener (LDS is state of the world either way). The
+// destination address picks the service: its virtual host also has the
+// domain "*", so any Host header sent to the address gets its routes,
+// where istiod picks the virtual host of its port route by Host (a Host
+// naming no visible service takes allow_any, plaintext to the address,
+// one naming another service of the port that service's routes). A port
 // without a protocol Istio knows is sniffed on sidecars, as istiod does
 // (sniff.go): its addresses have an HTTP chain, with the route HOST:PORT,
 // beside the TCP one.
