@@ -158,6 +158,9 @@ func (g *Generator) sniClusters(sc *Scope, svc *model.Service, eps *model.Servic
 			c := serviceCluster(svc, name, port, eps, ss.Labels, true)
 			dnsRefresh(c, sc.World)
 			c.ConnectTimeout = connectTimeout(sc.World)
+			// istiod's defaults, as on every outbound cluster (before,
+			// Envoy's: round robin, 1,024 connections, 3 retries).
+			envoyClusterDefaults(c)
 			var tp *networking.TrafficPolicy
 			if dr != nil {
 				tp = policy(&dr.Spec, ss.Name, port.Port)

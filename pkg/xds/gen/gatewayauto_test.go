@@ -1,10 +1,12 @@
 package gen
 
 import (
+	"math"
 	"slices"
 	"strings"
 	"testing"
 
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 
 	"github.com/meshplane/discovery/pkg/model"
@@ -145,5 +147,32 @@ func TestAutoPassthroughClustersStayWithTheGateway(t *testing.T) {
 				t.Errorf("the sidecar got the gateway's %s %s", ShortType(typeURL), n)
 			}
 		}
+	}
+}
+
+// An AUTO_PASSTHROUGH cluster has istiod's defaults of every outbound
+// cluster (unlimited circuit breakers, LEAST_REQUEST, panic threshold 0),
+// not Envoy's (round robin, 1,024 connections, 3 retries) (conformance
+// gw-autopassthrough).
+func TestAutoPassthroughClusterDefaults(t *testing.T) {
+	const sni = "outbound_.8080_._.web.default.svc.cluster.local"
+	cc, _ := classFromYAML(t, routerProxy(t, "istio=eastwestgateway"), eastWest+web+meshPod("web-1", "10.1.0.1"))
+	r := cc.Sets[ClusterType].Get(sni)
+	if r == nil {
+		t.Fatalf("no cluster %s", sni)
+	}
+	c := &clusterv3.Cluster{}
+	if err := r.Any.UnmarshalTo(c); err != nil {
+		t.Fatal(err)
+	}
+	if c.GetLbPolicy() != clusterv3.Cluster_LEAST_REQUEST {
+		t.Errorf("lb policy %v, want LEAST_REQUEST", c.GetLbPolicy())
+	}
+	if p := c.GetCommonLbConfig().GetHealthyPanicThreshold(); p == nil || p.GetValue() != 0 {
+		t.Errorf("healthy panic threshold %v, want 0", p)
+	}
+	th := c.GetCircuitBreakers().GetThresholds()
+	if len(th) == 0 || th[0].GetMaxConnections().GetValue() != math.MaxUint32 || th[0].GetMaxRetries().GetValue() != math.MaxUint32 {
+		t.Errorf("circuit breakers %v, want istiod's unlimited ones", th)
 	}
 }
