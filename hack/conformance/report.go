@@ -198,7 +198,7 @@ func Report(cases []Case, classes map[string]*Class, inputs []InputResult, opts 
 	w("- **cluster policy**: load balancer and connection settings (limits, outlier detection, timeouts, upstream protocol, DNS);")
 	w("- **connection**: how the HTTP connection manager or TCP proxy reads the connection (codec, path normalisation, remote address).")
 	w("")
-	w("A difference in a case whose request depends on a field or kind discovery reports it does not support (`UnsupportedFields`, `EnvoyRefusals`, kinds it does not read) counts as *not supported*, not as *differs*. A difference whose class `hack/conformance/explained.txt` gives a reason for (a choice discovery makes on purpose, or a corner the comparison cannot settle) counts as *explained*; the reason is next to its class below. Differences no reason explains are marked **unexplained** and count as *differs*; the test fails on a reason whose class is gone. The pass rate counts passes only.")
+	w("A difference in a case whose request depends on a field or kind discovery reports it does not support (`UnsupportedFields`, `EnvoyRefusals`, kinds it does not read) counts as *not supported*, not as *differs*. A difference whose class `hack/conformance/explained.txt` gives a reason for (a choice discovery makes on purpose, or a corner the comparison cannot settle) counts as *explained*; the reason is next to its class below. Differences no reason explains are marked **unexplained** and count as *differs*; the test fails on an unexplained difference and on a reason whose class is gone. The pass rate counts passes only.")
 	w("")
 	inputsOK := 0
 	for _, in := range inputs {
