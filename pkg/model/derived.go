@@ -184,6 +184,16 @@ func (b *builder) gatewayInput() gatewayapi.Input {
 			in.GRPCRoutes = append(in.GRPCRoutes, o)
 		}
 	}
+	for _, c := range w.configs[KindTCPRoute] {
+		if o, ok := c.Object.(*gatewayv1.TCPRoute); ok {
+			in.TCPRoutes = append(in.TCPRoutes, o)
+		}
+	}
+	for _, c := range w.configs[KindTLSRoute] {
+		if o, ok := c.Object.(*gatewayv1.TLSRoute); ok {
+			in.TLSRoutes = append(in.TLSRoutes, o)
+		}
+	}
 	for _, c := range w.configs[KindReferenceGrant] {
 		if o, ok := c.Object.(*gatewayv1.ReferenceGrant); ok {
 			in.ReferenceGrants = append(in.ReferenceGrants, o)

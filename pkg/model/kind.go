@@ -45,6 +45,8 @@ const (
 	KindKubernetesGateway Kind = "KubernetesGateway"
 	KindHTTPRoute         Kind = "HTTPRoute"
 	KindGRPCRoute         Kind = "GRPCRoute"
+	KindTCPRoute          Kind = "TCPRoute"
+	KindTLSRoute          Kind = "TLSRoute"
 	KindReferenceGrant    Kind = "ReferenceGrant"
 )
 
@@ -114,6 +116,8 @@ var kindInfos = map[Kind]kindInfo{
 	KindKubernetesGateway:     {GroupGatewayAPI, "v1", "gateways", []string{"v1beta1"}},
 	KindHTTPRoute:             {GroupGatewayAPI, "v1", "httproutes", []string{"v1beta1"}},
 	KindGRPCRoute:             {GroupGatewayAPI, "v1", "grpcroutes", nil},
+	KindTCPRoute:              {GroupGatewayAPI, "v1", "tcproutes", nil},
+	KindTLSRoute:              {GroupGatewayAPI, "v1", "tlsroutes", nil},
 	KindReferenceGrant:        {GroupGatewayAPI, "v1", "referencegrants", []string{"v1beta1"}},
 }
 
@@ -139,9 +143,9 @@ var byGroupKind = func() map[schema.GroupKind]Kind {
 
 // GatewayAPIKinds lists the Gateway API kinds discovery reads, in a fixed
 // order. Their CRDs are the user's: each is read while its CRD is there.
-// Not read yet: TCPRoute, TLSRoute, UDPRoute, BackendTLSPolicy,
-// ListenerSet (see the README's Gateway API section).
-var GatewayAPIKinds = []Kind{KindGatewayClass, KindKubernetesGateway, KindHTTPRoute, KindGRPCRoute, KindReferenceGrant}
+// Not read yet: UDPRoute, BackendTLSPolicy, ListenerSet (see the
+// README's Gateway API section).
+var GatewayAPIKinds = []Kind{KindGatewayClass, KindKubernetesGateway, KindHTTPRoute, KindGRPCRoute, KindTCPRoute, KindTLSRoute, KindReferenceGrant}
 
 // CRDKinds lists every kind whose CRD may come and go: Istio's, then the
 // Gateway API's.

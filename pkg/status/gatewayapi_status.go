@@ -128,7 +128,7 @@ func mergeGatewayStatus(kind model.Kind, cur map[string]any, rep *gatewayapi.Rep
 		if kind == model.KindKubernetesGateway {
 			next["listeners"] = mergeListeners(list(next["listeners"]), list(want["listeners"]), now)
 		}
-	case model.KindHTTPRoute, model.KindGRPCRoute:
+	case model.KindHTTPRoute, model.KindGRPCRoute, model.KindTCPRoute, model.KindTLSRoute:
 		next["parents"] = mergeParents(list(next["parents"]), list(want["parents"]), now)
 	default:
 		return next, false, nil

@@ -128,6 +128,8 @@ var optionalKinds = map[model.Kind]bool{
 	model.KindKubernetesGateway: true,
 	model.KindHTTPRoute:         true,
 	model.KindGRPCRoute:         true,
+	model.KindTCPRoute:          true,
+	model.KindTLSRoute:          true,
 	model.KindReferenceGrant:    true,
 	model.KindTelemetry:         true,
 	model.KindEnvoyFilter:       true,

@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -113,5 +114,53 @@ func TestIntegrationGatewayAPICRDsInstalledAfterStart(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("http.80 has no route /cart to web on shop.example.com: %v", rc2)
+	}
+
+	// A TCP listener and a TCPRoute (standard channel since v1.5): the
+	// gateway proxy gets a TCP proxy to the backend on the port.
+	mustCreate(t, rc.env.Client.CoreV1().Services("default").Create, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "default"},
+		Spec:       corev1.ServiceSpec{Selector: map[string]string{"app": "db"}, Ports: []corev1.ServicePort{{Name: "tcp", Port: 5432}}},
+	})
+	mustCreate(t, gc.GatewayV1().Gateways("default").Create, &gatewayv1.Gateway{
+		ObjectMeta: metav1.ObjectMeta{Name: "tcp", Namespace: "default"},
+		Spec: gatewayv1.GatewaySpec{GatewayClassName: "istio", Listeners: []gatewayv1.Listener{
+			{Name: "db", Port: 5432, Protocol: gatewayv1.TCPProtocolType},
+		}},
+	})
+	dbPort := gatewayv1.PortNumber(5432)
+	mustCreate(t, gc.GatewayV1().TCPRoutes("default").Create, &gatewayv1.TCPRoute{
+		ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "default"},
+		Spec: gatewayv1.TCPRouteSpec{
+			CommonRouteSpec: gatewayv1.CommonRouteSpec{ParentRefs: []gatewayv1.ParentReference{{Name: "tcp"}}},
+			Rules: []gatewayv1.TCPRouteRule{{
+				BackendRefs: []gatewayv1.BackendRef{{BackendObjectReference: gatewayv1.BackendObjectReference{Name: "db", Port: &dbPort}}},
+			}},
+		},
+	})
+	eventually(t, "the TCPRoute is accepted", func() bool {
+		rep := rc.world().GatewayAPIReport(model.Key{Kind: model.KindTCPRoute, Namespace: "default", Name: "db"})
+		return rep != nil && len(rep.Parents) == 1 && rep.Parents[0].Conditions[0].Status == metav1.ConditionTrue
+	})
+	w = rc.world()
+	tp, err := model.ParseProxy("router~10.1.0.101~tcp-istio-1.default~default.svc.cluster.local",
+		map[string]any{"LABELS": map[string]any{"gateway.networking.k8s.io/gateway-name": "tcp"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tcc, err := g.Class(w, tp, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lr := g.Proxy(w, tp, tcc).Get(gen.ListenerType, "0.0.0.0_5432")
+	if lr == nil {
+		t.Fatalf("no listener 0.0.0.0_5432 for the TCP gateway")
+	}
+	lm, err := lr.Any.UnmarshalNew()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(lm); !strings.Contains(got, "outbound|5432||db.default.svc.cluster.local") {
+		t.Errorf("0.0.0.0_5432 does not proxy to db: %v", got)
 	}
 }

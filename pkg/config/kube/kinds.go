@@ -122,6 +122,12 @@ var informers = map[model.Kind]newInformerFunc{
 	model.KindGRPCRoute: func(c Clients, r time.Duration) cache.SharedIndexInformer {
 		return istioInformer[*gatewayv1.GRPCRouteList](c.Gateway, c.Gateway.GatewayV1().GRPCRoutes(all), &gatewayv1.GRPCRoute{}, r)
 	},
+	model.KindTCPRoute: func(c Clients, r time.Duration) cache.SharedIndexInformer {
+		return istioInformer[*gatewayv1.TCPRouteList](c.Gateway, c.Gateway.GatewayV1().TCPRoutes(all), &gatewayv1.TCPRoute{}, r)
+	},
+	model.KindTLSRoute: func(c Clients, r time.Duration) cache.SharedIndexInformer {
+		return istioInformer[*gatewayv1.TLSRouteList](c.Gateway, c.Gateway.GatewayV1().TLSRoutes(all), &gatewayv1.TLSRoute{}, r)
+	},
 	model.KindReferenceGrant: func(c Clients, r time.Duration) cache.SharedIndexInformer {
 		return istioInformer[*gatewayv1.ReferenceGrantList](c.Gateway, c.Gateway.GatewayV1().ReferenceGrants(all), &gatewayv1.ReferenceGrant{}, r)
 	},

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	networking "istio.io/api/networking/v1alpha3"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gw "sigs.k8s.io/gateway-api/apis/v1"
 )
@@ -18,6 +19,8 @@ type bucket struct {
 	host  string
 	ns    string // the oldest route's namespace
 	rules []*rule
+	tcp   []*networking.TCPRoute
+	tls   []*networking.TLSRoute
 	from  []Ref
 }
 
@@ -28,6 +31,10 @@ type routeInfo struct {
 	parents    []gw.ParentReference
 	hostnames  []gw.Hostname
 	rules      []*rule
+	// tcp and tls are the Istio routes of a TCPRoute or TLSRoute (the
+	// TLS ones without match: each host's VirtualService matches its SNI).
+	tcp []*networking.TCPRoute
+	tls []*networking.TLSRoute
 	// resolved is the ResolvedRefs condition's verdict for every parent.
 	resolvedOK             bool
 	resolvedReason, resMsg string
@@ -104,6 +111,9 @@ func (t *translator) attachTo(ri *routeInfo, g *gateway, p gw.ParentReference) (
 			continue
 		}
 		hosts := intersectHosts(ri.hostnames, l.hostname())
+		if ri.ref.Kind == KindTCPRoute {
+			hosts = []string{"*"} // TCP has no host to match
+		}
 		if len(hosts) == 0 {
 			reason, msg = string(gw.RouteReasonNoMatchingListenerHostname), fmt.Sprintf("no hostname of the route matches listener %s", l.spec.Name)
 			continue
@@ -132,6 +142,8 @@ func (t *translator) addToBucket(l *listener, host string, ri *routeInfo) {
 		t.bucketIDs = append(t.bucketIDs, k)
 	}
 	b.rules = append(b.rules, ri.rules...)
+	b.tcp = append(b.tcp, ri.tcp...)
+	b.tls = append(b.tls, ri.tls...)
 	b.from = append(b.from, ri.ref)
 }
 

@@ -71,9 +71,12 @@
 //     not exist or holds no certificate is not reported (istiod sets
 //     ResolvedRefs=False InvalidCertificateRef); the listener is served
 //     and its proxy waits for the Secret over SDS.
+//   - TCP and TLS listeners: TCPRoute on TCP and TLS Terminate,
+//     TLSRoute on TLS Passthrough (istiod also takes TLSRoute on TLS
+//     Terminate); a TLSRoute's VirtualServices, one per hostname shared
+//     with the listener, match that hostname's SNI.
 //   - Not translated yet, reported as Unsupported: GRPCRoute and
-//     HTTPRoute parentRefs to a Service (GAMMA), listeners of protocol
-//     TLS and TCP (and so TLSRoute/TCPRoute), ExtensionRef and
+//     HTTPRoute parentRefs to a Service (GAMMA), ExtensionRef and
 //     ExternalAuth filters, sessionPersistence, IP addresses,
 //     infrastructure and parametersRef, the tls-terminate-mode option,
 //     frontend client validation, ListenerSets. Listener conflicts and

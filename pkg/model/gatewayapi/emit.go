@@ -33,6 +33,12 @@ func (t *translator) virtualServices() {
 		for _, r := range rules {
 			http = append(http, r.emit()...)
 		}
+		var tls []*networking.TLSRoute
+		for _, r := range b.tls {
+			r = proto.Clone(r).(*networking.TLSRoute)
+			r.Match = []*networking.TLSMatchAttributes{{SniHosts: []string{b.host}}}
+			tls = append(tls, r)
+		}
 		from := append([]Ref{b.l.gw.ref}, b.from...)
 		t.out.VirtualServices = append(t.out.VirtualServices, &networkingv1.VirtualService{
 			ObjectMeta: metav1.ObjectMeta{
@@ -41,7 +47,7 @@ func (t *translator) virtualServices() {
 				CreationTimestamp: b.l.gw.obj.CreationTimestamp,
 				Annotations:       map[string]string{AnnotationDerivedFrom: derivedFrom(from)},
 			},
-			Spec: networking.VirtualService{Hosts: []string{b.host}, Gateways: []string{b.l.istioName()}, Http: http},
+			Spec: networking.VirtualService{Hosts: []string{b.host}, Gateways: []string{b.l.istioName()}, Http: http, Tcp: b.tcp, Tls: tls},
 		})
 	}
 	sort.Slice(t.out.Gateways, func(i, j int) bool {

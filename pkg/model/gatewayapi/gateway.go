@@ -2,6 +2,7 @@ package gatewayapi
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -167,10 +168,10 @@ func (t *translator) listener(g *gateway, l gw.Listener) *listener {
 	accepted, acceptReason, acceptMsg := true, string(gw.ListenerReasonAccepted), "No errors found"
 	resolved, resolvedReason, resolvedMsg := true, string(gw.ListenerReasonResolvedRefs), "No errors found"
 	switch l.Protocol {
-	case gw.HTTPProtocolType, gw.HTTPSProtocolType:
+	case gw.HTTPProtocolType, gw.HTTPSProtocolType, gw.TLSProtocolType, gw.TCPProtocolType:
 	default:
 		accepted, acceptReason = false, string(gw.ListenerReasonUnsupportedProtocol)
-		acceptMsg = fmt.Sprintf("protocol %s is not supported by discovery yet (HTTP and HTTPS are)", l.Protocol)
+		acceptMsg = fmt.Sprintf("protocol %s is not supported by discovery yet (HTTP, HTTPS, TLS and TCP are)", l.Protocol)
 		g.unsupported(fmt.Sprintf("spec.listeners[%s].protocol", l.Name), acceptMsg)
 	}
 	kinds, badKinds := supportedKinds(l)
@@ -180,7 +181,19 @@ func (t *translator) listener(g *gateway, l gw.Listener) *listener {
 	}
 	ls.namespaces = t.allowedNamespaces(g.obj.Namespace, l.AllowedRoutes)
 	var tls *networking.ServerTLSSettings
-	if accepted && l.Protocol == gw.HTTPSProtocolType {
+	needsTLS := l.Protocol == gw.HTTPSProtocolType || l.Protocol == gw.TLSProtocolType
+	switch {
+	case !accepted || !needsTLS:
+	case l.Protocol == gw.TLSProtocolType && l.TLS == nil:
+		// istiod builds no server for it either.
+		resolved, resolvedReason, resolvedMsg = false, string(gw.ListenerReasonInvalidCertificateRef), "a TLS listener needs a tls section (mode Passthrough, or Terminate with certificateRefs)"
+	case l.Protocol == gw.TLSProtocolType && ptrOr(l.TLS.Mode, gw.TLSModeTerminate) == gw.TLSModePassthrough:
+		// The client's TLS goes through to the backend, chosen by SNI.
+		tls = &networking.ServerTLSSettings{Mode: networking.ServerTLSSettings_PASSTHROUGH}
+		if len(l.TLS.CertificateRefs) > 0 {
+			g.unsupported(fmt.Sprintf("spec.listeners[%s].tls.certificateRefs", l.Name), "not used in mode Passthrough")
+		}
+	default:
 		var ok bool
 		var reason, msg string
 		tls, ok, reason, msg = t.listenerTLS(g, l)
@@ -188,7 +201,7 @@ func (t *translator) listener(g *gateway, l gw.Listener) *listener {
 			resolved, resolvedReason, resolvedMsg = false, reason, msg
 		}
 	}
-	programmed := accepted && (l.Protocol != gw.HTTPSProtocolType || tls != nil)
+	programmed := accepted && (!needsTLS || tls != nil)
 	ls.valid = programmed
 	progReason, progMsg := string(gw.ListenerReasonProgrammed), "No errors found"
 	if !programmed {
@@ -206,19 +219,38 @@ func (t *translator) listener(g *gateway, l gw.Listener) *listener {
 	return ls
 }
 
-// supportedKinds are the route kinds a listener takes: allowedRoutes.kinds
-// that discovery reads, else HTTPRoute and GRPCRoute. bad names the kinds
-// it does not support.
+// supportedKinds are the route kinds a listener takes, by protocol as
+// istiod's GenerateGatewaySupportedKinds: HTTPRoute and GRPCRoute on HTTP
+// and HTTPS, TCPRoute on TCP, TLSRoute on TLS Passthrough, TCPRoute on
+// TLS Terminate (istiod also lists TLSRoute there; discovery routes a
+// terminated TLS listener's connections by TCPRoute only); limited to
+// allowedRoutes.kinds when given. bad names the kinds it does not
+// support.
 func supportedKinds(l gw.Listener) ([]gw.RouteGroupKind, string) {
 	group := gw.Group(gw.GroupName)
-	all := []gw.RouteGroupKind{{Group: &group, Kind: KindHTTPRoute}, {Group: &group, Kind: KindGRPCRoute}}
+	var names []gw.Kind
+	switch l.Protocol {
+	case gw.TCPProtocolType:
+		names = []gw.Kind{KindTCPRoute}
+	case gw.TLSProtocolType:
+		names = []gw.Kind{KindTCPRoute}
+		if l.TLS != nil && ptrOr(l.TLS.Mode, gw.TLSModeTerminate) == gw.TLSModePassthrough {
+			names = []gw.Kind{KindTLSRoute}
+		}
+	default:
+		names = []gw.Kind{KindHTTPRoute, KindGRPCRoute}
+	}
+	var all []gw.RouteGroupKind
+	for _, n := range names {
+		all = append(all, gw.RouteGroupKind{Group: &group, Kind: n})
+	}
 	if l.AllowedRoutes == nil || len(l.AllowedRoutes.Kinds) == 0 {
 		return all, ""
 	}
 	var out []gw.RouteGroupKind
 	var bad []string
 	for _, k := range l.AllowedRoutes.Kinds {
-		if ptrOr(k.Group, gw.Group(gw.GroupName)) == gw.GroupName && (k.Kind == KindHTTPRoute || k.Kind == KindGRPCRoute) {
+		if ptrOr(k.Group, gw.Group(gw.GroupName)) == gw.GroupName && slices.Contains(names, k.Kind) {
 			out = append(out, gw.RouteGroupKind{Group: &group, Kind: k.Kind})
 			continue
 		}
@@ -286,8 +318,8 @@ func (l *listener) admits(ns, kind string) (bool, string) {
 // istioGateway is the Istio Gateway of one served listener.
 func (t *translator) istioGateway(l *listener, selector map[string]string) *networkingv1.Gateway {
 	host := l.hostname()
-	if host == "" {
-		host = "*"
+	if host == "" || l.spec.Protocol == gw.TCPProtocolType {
+		host = "*" // a TCP listener's hostname means nothing
 	}
 	var hosts []string
 	for _, ns := range l.namespaces {

@@ -87,6 +87,14 @@ func readInput(t *testing.T, path string) Input {
 			o := &gw.GRPCRoute{}
 			must(o)
 			in.GRPCRoutes = append(in.GRPCRoutes, o)
+		case "TCPRoute":
+			o := &gw.TCPRoute{}
+			must(o)
+			in.TCPRoutes = append(in.TCPRoutes, o)
+		case "TLSRoute":
+			o := &gw.TLSRoute{}
+			must(o)
+			in.TLSRoutes = append(in.TLSRoutes, o)
 		case "ReferenceGrant":
 			o := &gw.ReferenceGrant{}
 			must(o)

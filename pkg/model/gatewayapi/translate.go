@@ -35,6 +35,8 @@ const (
 	KindGateway      = "KubernetesGateway"
 	KindHTTPRoute    = "HTTPRoute"
 	KindGRPCRoute    = "GRPCRoute"
+	KindTCPRoute     = "TCPRoute"
+	KindTLSRoute     = "TLSRoute"
 )
 
 // Service is what the translation needs of a Service.
@@ -51,6 +53,8 @@ type Input struct {
 	Gateways        []*gw.Gateway
 	HTTPRoutes      []*gw.HTTPRoute
 	GRPCRoutes      []*gw.GRPCRoute
+	TCPRoutes       []*gw.TCPRoute
+	TLSRoutes       []*gw.TLSRoute
 	ReferenceGrants []*gw.ReferenceGrant
 	// Namespaces maps every namespace to its labels.
 	Namespaces map[string]map[string]string
@@ -126,6 +130,12 @@ func Translate(in Input) Output {
 	}
 	for _, r := range sortedByAge(in.GRPCRoutes) {
 		t.translateGRPCRoute(r)
+	}
+	for _, r := range sortedByAge(in.TCPRoutes) {
+		t.translateTCPRoute(r)
+	}
+	for _, r := range sortedByAge(in.TLSRoutes) {
+		t.translateTLSRoute(r)
 	}
 	t.finishGateways()
 	t.virtualServices()

@@ -34,12 +34,20 @@ func (g *Generator) passthroughChains(sc *Scope, port uint32, servers []gatewayS
 						continue
 					}
 					var names []string
+					all := false
 					for _, sni := range m.GetSniHosts() {
 						if hostAllowed(srv, c.Key.Namespace, sni) {
 							names = append(names, sni)
+							all = all || sni == "*"
 						}
 					}
 					match := &listenerv3.FilterChainMatch{ServerNames: sortedCopy(names)}
+					if all {
+						// sniHosts "*" matches every server name, as
+						// istiod's filter chain without server_names
+						// (Envoy has no "*" server name).
+						match.ServerNames = nil
+					}
 					if len(names) == 0 || !claims.claim(match) {
 						continue
 					}
