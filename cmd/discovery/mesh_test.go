@@ -31,8 +31,8 @@ import (
 )
 
 // ldsWatch is a proxy's outbound listener stream (virtualInbound left
-// out): it ACKs every response, as Envoy
-// does, and hands each one over as JSON.
+// out): it ACKs every response, as Envoy does, and hands each one over as
+// JSON.
 type ldsWatch struct {
 	responses chan string
 	cancel    context.CancelFunc
