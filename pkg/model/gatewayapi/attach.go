@@ -57,10 +57,9 @@ func (t *translator) attach(ri *routeInfo) {
 		group, kind := string(ptrOr(p.Group, gw.GroupName)), string(ptrOr(p.Kind, "Gateway"))
 		ns := string(ptrOr(p.Namespace, gw.Namespace(ri.ref.Namespace)))
 		switch {
-		case group == "" && kind == "Service":
-			report().Unsupported = append(report().Unsupported,
-				fmt.Sprintf("spec.parentRefs[Service %s/%s]: mesh routing (GAMMA) is not supported by discovery yet", ns, p.Name))
-			t.parentStatus(report(), ri, p, false, string(gw.RouteReasonUnsupportedValue), "a Service parentRef (GAMMA) is not supported by discovery yet")
+		case (group == "" || group == "core") && kind == "Service":
+			ok, reason, msg := t.attachToService(ri, p, ns, report())
+			t.parentStatus(report(), ri, p, ok, reason, msg)
 			continue
 		case group != gw.GroupName || kind != "Gateway":
 			report().Unsupported = append(report().Unsupported, fmt.Sprintf("spec.parentRefs[%s/%s %s]: not a parent discovery supports", group, kind, p.Name))

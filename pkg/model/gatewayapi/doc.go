@@ -75,8 +75,10 @@
 //     TLSRoute on TLS Passthrough (istiod also takes TLSRoute on TLS
 //     Terminate); a TLSRoute's VirtualServices, one per hostname shared
 //     with the listener, match that hostname's SNI.
-//   - Not translated yet, reported as Unsupported: GRPCRoute and
-//     HTTPRoute parentRefs to a Service (GAMMA), ExtensionRef and
+//   - Mesh routing (GAMMA, mesh.go): HTTPRoute and GRPCRoute parentRefs
+//     to a Service become VirtualServices bound to mesh, one per route
+//     namespace and host (istiod: one per parentRef port too).
+//   - Not translated yet, reported as Unsupported: ExtensionRef and
 //     ExternalAuth filters, sessionPersistence, IP addresses,
 //     infrastructure and parametersRef, the tls-terminate-mode option,
 //     frontend client validation, ListenerSets. Listener conflicts and

@@ -105,6 +105,8 @@ type translator struct {
 	grants    grants
 	buckets   map[bucketKey]*bucket
 	bucketIDs []bucketKey
+	mesh      map[meshKey]*meshBucket
+	meshIDs   []meshKey
 }
 
 // Translate turns in into Istio configs and reports. It is pure: the same
@@ -117,6 +119,7 @@ func Translate(in Input) Output {
 		gateways: map[[2]string]*gateway{},
 		grants:   newGrants(in.ReferenceGrants),
 		buckets:  map[bucketKey]*bucket{},
+		mesh:     map[meshKey]*meshBucket{},
 	}
 	if t.in.Service == nil {
 		t.in.Service = func(string, string) (Service, bool) { return Service{}, false }
@@ -139,6 +142,7 @@ func Translate(in Input) Output {
 	}
 	t.finishGateways()
 	t.virtualServices()
+	t.meshVirtualServices()
 	return t.out
 }
 

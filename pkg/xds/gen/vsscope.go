@@ -7,6 +7,7 @@ import (
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 
 	"github.com/meshplane/discovery/pkg/model"
+	"github.com/meshplane/discovery/pkg/model/gatewayapi"
 )
 
 // Which VirtualServices route a host, and in what order, as Istio decides:
@@ -17,7 +18,9 @@ import (
 //	          exported to it by name, then the public ones (no exportTo,
 //	          or "*"); within each group oldest first (creation time), then
 //	          by name, then by namespace (pilot's sortConfigByCreationTime
-//	          and VirtualServicesForGateway)
+//	          and VirtualServicesForGateway); before all of them the Gateway
+//	          API mesh routes (GAMMA) of the proxy's own namespace, as
+//	          istiod favours them
 //	http      a sidecar uses the first VirtualService naming the host that
 //	          yields a route for the port and proxy; the others are
 //	          shadowed (Istio's pilot_vservice_dup_domain). A gateway joins
@@ -63,7 +66,14 @@ func sortVirtualServices(vss []*model.Config, ns string, dflt []string) {
 	r := make(map[*model.Config]rank, len(vss))
 	for _, c := range vss {
 		vs := c.Object.(*networkingv1.VirtualService)
-		r[c] = rank{exportBucket(orDefault(vs.Spec.GetExportTo(), dflt), c.Key.Namespace, ns), vs}
+		b := exportBucket(orDefault(vs.Spec.GetExportTo(), dflt), c.Key.Namespace, ns)
+		if c.Key.Namespace == ns && vs.Annotations[gatewayapi.AnnotationRouteSemantics] == gatewayapi.RouteSemanticsGateway {
+			// A Gateway API mesh route of the client's own namespace
+			// comes before every VirtualService of its host, as istiod
+			// favours them (the GAMMA consumer override).
+			b = -1
+		}
+		r[c] = rank{b, vs}
 	}
 	sort.SliceStable(vss, func(i, j int) bool {
 		a, b := r[vss[i]], r[vss[j]]
