@@ -23,7 +23,7 @@ var kept = map[string]map[string]bool{
 // their verdicts are reviewed (many use kinds and features discovery
 // does not translate yet).
 var (
-	gatewayAPIKinds   = map[string]bool{"GatewayClass": true, "Gateway": true, "HTTPRoute": true, "GRPCRoute": true, "ReferenceGrant": true}
+	gatewayAPIKinds   = map[string]bool{"GatewayClass": true, "Gateway": true, "HTTPRoute": true, "GRPCRoute": true, "TCPRoute": true, "TLSRoute": true, "ReferenceGrant": true}
 	gatewayAPISources = map[string]bool{"conformance cases": true, "discovery goldens": true}
 )
 
