@@ -60,6 +60,7 @@ func newEFIndex(w *model.World, prev *efIndex) *efIndex {
 		}
 		if f == nil {
 			f = envoyfilter.Compile(c.Key.Namespace, c.Key.Name, o.ResourceVersion, o.CreationTimestamp.Time, &o.Spec)
+			f.Generation = o.Generation
 		}
 		ix.compiled[c], ix.cfg[f] = f, c
 		ix.byNS[c.Key.Namespace] = append(ix.byNS[c.Key.Namespace], f)
@@ -333,12 +334,14 @@ func resourceName(m proto.Message) string {
 // efRefused logs and counts a patched or added resource left as it was
 // built (or out), naming the EnvoyFilters whose patches made it.
 func (g *Generator) efRefused(where, typeURL, name string, by envoyfilter.Applied, err error) {
-	keys := make([]string, 0, len(by))
+	filters := make([]*envoyfilter.Filter, 0, len(by))
 	for f := range by {
-		keys = append(keys, f.Key()+"@"+f.ResourceVersion)
+		filters = append(filters, f)
 	}
-	sort.Strings(keys)
-	g.efRefusals.note(g, where, ShortType(typeURL), name, keys, err)
+	sort.Slice(filters, func(i, j int) bool {
+		return filters[i].Key()+"@"+filters[i].ResourceVersion < filters[j].Key()+"@"+filters[j].ResourceVersion
+	})
+	g.efRefusals.note(g, where, ShortType(typeURL), name, filters, err)
 }
 
 // envoyFilterFields: generation acts on every field of an EnvoyFilter;
