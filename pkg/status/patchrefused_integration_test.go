@@ -197,4 +197,3 @@ func sameResources(a, b *gen.ProxyConfig) bool {
 	}
 	return true
 }
-
