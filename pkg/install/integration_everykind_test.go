@@ -23,29 +23,9 @@ import (
 	"github.com/meshplane/discovery/internal/testenv"
 	"github.com/meshplane/discovery/pkg/config/file"
 	"github.com/meshplane/discovery/pkg/config/kube"
+	"github.com/meshplane/discovery/pkg/config/kube/kubetest"
 	"github.com/meshplane/discovery/pkg/model"
 )
-
-// everyKindSpec is one valid spec of each Istio kind, by kind: what an
-// istio.io task or sample would apply.
-var everyKindSpec = map[string]string{
-	"VirtualService":        `{hosts: [reviews], http: [{route: [{destination: {host: reviews, subset: v1}}], timeout: 3s}]}`,
-	"DestinationRule":       `{host: reviews, trafficPolicy: {tls: {mode: ISTIO_MUTUAL}}, subsets: [{name: v1, labels: {version: v1}}]}`,
-	"Gateway":               `{selector: {istio: ingressgateway}, servers: [{port: {number: 80, name: http, protocol: HTTP}, hosts: ["*"]}]}`,
-	"ServiceEntry":          `{hosts: [api.example.com], ports: [{number: 443, name: tls, protocol: TLS}], resolution: DNS, location: MESH_EXTERNAL}`,
-	"Sidecar":               `{egress: [{hosts: ["./*", "istio-system/*"]}], outboundTrafficPolicy: {mode: REGISTRY_ONLY}}`,
-	"WorkloadEntry":         `{address: 10.0.0.5, labels: {app: vm}, serviceAccount: vm}`,
-	"PeerAuthentication":    `{selector: {matchLabels: {app: reviews}}, mtls: {mode: STRICT}}`,
-	"AuthorizationPolicy":   `{action: ALLOW, rules: [{from: [{source: {namespaces: [default]}}], to: [{operation: {methods: [GET]}}]}]}`,
-	"RequestAuthentication": `{jwtRules: [{issuer: "https://issuer.example.com", jwksUri: "https://issuer.example.com/jwks"}]}`,
-	"Telemetry":             `{accessLogging: [{providers: [{name: envoy}]}]}`,
-	"EnvoyFilter": `{configPatches: [{applyTo: HTTP_FILTER, match: {context: SIDECAR_INBOUND, listener: {filterChain: {filter: {name: envoy.filters.network.http_connection_manager}}}},
-		patch: {operation: INSERT_BEFORE, value: {name: envoy.filters.http.lua, typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua, inlineCode: "function envoy_on_request(h) end"}}}}]}`,
-	"WorkloadGroup":    `{metadata: {labels: {app: vm}}, template: {serviceAccount: vm}, probe: {httpGet: {path: /ready, port: 8080}}}`,
-	"ProxyConfig":      `{selector: {matchLabels: {app: reviews}}, concurrency: 2, image: {imageType: distroless}, environmentVariables: {A: b}}`,
-	"WasmPlugin":       `{selector: {matchLabels: {app: reviews}}, url: "oci://ghcr.io/example/plugin:1", phase: AUTHN}`,
-	"TrafficExtension": `{lua: {inlineCode: "function envoy_on_request(h) end"}}`,
-}
 
 // everyKindObject is one object: an Istio kind in one version its CRD
 // serves.
@@ -78,7 +58,7 @@ func everyKindObjects(t *testing.T) []everyKindObject {
 		}
 		kind := crd.Spec.Names.Kind
 		crdKinds[kind] = true
-		spec, ok := everyKindSpec[kind]
+		spec, ok := kubetest.ValidSpecs[kind]
 		if !ok {
 			t.Errorf("the chart installs %s, for which this test has no object", kind)
 			continue
@@ -100,7 +80,7 @@ func everyKindObjects(t *testing.T) []everyKindObject {
 			t.Errorf("discovery reads %s, whose CRD the chart does not install", k)
 		}
 	}
-	for k := range everyKindSpec {
+	for k := range kubetest.ValidSpecs {
 		if !crdKinds[k] {
 			t.Errorf("this test has an object of %s, whose CRD the chart does not install", k)
 		}
