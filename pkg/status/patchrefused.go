@@ -15,8 +15,8 @@ const (
 	// EnvoyFilter while generation has refused one of its patches at its
 	// current generation: the resource the patch made broke Envoy's rules
 	// (or a patch added a resource under a name the proxy has already), so
-	// that resource was sent as generated, unpatched, and everything else
-	// was served as usual. It goes when the EnvoyFilter changes (a new
+	// it was not sent (gen keeps the last good patched form, or sends the
+	// resource unpatched), and everything else was served as usual. It goes when the EnvoyFilter changes (a new
 	// generation that generation has not refused) or is deleted.
 	PatchRefusedConditionType = "discovery.meshplane.io/PatchRefused"
 	// ReasonPatchedResourceInvalid is its reason.
@@ -46,7 +46,7 @@ func (a *Auditor) NotePatchRefused(namespace, name string) {
 	a.signal()
 }
 
-const patchRefusedPrefix = "a patch of this EnvoyFilter made a resource Envoy refuses; that resource is sent as generated, unpatched, and nothing else is affected: "
+const patchRefusedPrefix = "a patch of this EnvoyFilter made a resource Envoy refuses; it is not sent (the proxies keep the last good patched form, or get the resource unpatched) and nothing else is affected: "
 
 // wantPatchRefused is the PatchRefusedConditionType condition c should
 // carry: nil for everything but an EnvoyFilter generation refused a patch

@@ -29,7 +29,8 @@ import (
 // TestIntegrationEnvoyFilterPatchRefusedInStatus runs generation and the
 // Auditor against a real API server (issue 18): an EnvoyFilter whose
 // patch makes a cluster Envoy refuses gets the PatchRefused condition
-// with the error; that cluster is sent as generated, the filter's valid
+// with the error; that cluster is sent as generated (no good patched
+// form of it was ever made), the filter's valid
 // patch still applies, and a proxy the filter does not select gets
 // byte-identical configuration. Fixing the patch clears the condition.
 func TestIntegrationEnvoyFilterPatchRefusedInStatus(t *testing.T) {

@@ -29,10 +29,12 @@ import (
 // Where discovery differs from istiod:
 //   - proxyless gRPC proxies get no patches (istiod's gRPC generator does
 //     not apply EnvoyFilters either);
-//   - a patched resource that breaks Envoy's rules (ValidateAll) is sent
-//     unpatched; the filters that changed it are logged and counted
-//     (discovery_envoyfilter_patches_refused_total); istiod sends it and
-//     the proxy NACKs the whole response;
+//   - a patched resource that breaks Envoy's rules (ValidateAll) is not
+//     sent: the last good patched form stays while generation builds the
+//     same resource (envoyfilter_lastgood.go), else it is sent unpatched;
+//     the filters that changed it are logged, counted
+//     (discovery_envoyfilter_patches_refused_total) and reported on their
+//     status; istiod sends it and the proxy NACKs the whole response;
 //   - a resource a patch adds under a name the proxy already has is not
 //     added (istiod sends both, which Envoy refuses);
 //   - after patching, the references between types are not checked again
@@ -280,12 +282,19 @@ func (r *efRun) patchSet(typeURL string, s *Set, want func(string) bool, newMsg 
 			edit()
 			delete(out, name)
 		default:
+			base := s.Resources[name].Hash
+			key := lastGoodKey(typeURL, r.where, name, applied)
 			res, err := NewResource(name, typeURL, m)
 			if err != nil {
 				r.g.efRefused(r.where, typeURL, name, applied, err)
+				if good := r.g.efLastGood.get(key, base); good != nil {
+					edit()
+					out[name] = good
+				}
 				continue
 			}
-			if res.Hash != s.Resources[name].Hash {
+			r.g.efLastGood.put(key, base, res)
+			if res.Hash != base {
 				edit()
 				out[name] = res
 			}

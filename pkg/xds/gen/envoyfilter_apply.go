@@ -103,7 +103,7 @@ func (r *efRun) routes(s *Set, ctx networking.EnvoyFilter_PatchContext) *Set {
 		}, nil, nil, nil)
 }
 
-// efRefusals logs and counts patched resources sent unpatched: a log line
+// efRefusals logs and counts patched resources not sent: a log line
 // once per resource, filters and error; the counter every generation.
 // last keeps, per EnvoyFilter version, its latest refusal; latest, per
 // EnvoyFilter version, one refusal with the version it was made at
@@ -167,7 +167,7 @@ func (r *efRefusals) note(g *Generator, where, typ, name string, filters []*envo
 	hook := r.hook
 	r.mu.Unlock()
 	if !done {
-		g.log.Error("EnvoyFilter patch refused: the resource is sent as generated, unpatched", "class", where,
+		g.log.Error("EnvoyFilter patch refused: the patched resource breaks Envoy's rules and is not sent (its last good patched form, or the resource as built)", "class", where,
 			"type", typ, "resource", name, "envoyFilters", keys, "error", err)
 	}
 	if hook != nil {
@@ -182,7 +182,7 @@ func (r *efRefusals) register(reg prometheus.Registerer) error {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "discovery_envoyfilter_patches_refused_total",
 		Help: "Resources whose EnvoyFilter-patched form broke Envoy's rules, or that a patch added under a taken name, " +
-			"and were sent as generated instead, by type. Counted per generation.",
+			"and were not sent (the last good patched form, or the resource as built, instead), by type. Counted per generation.",
 	}, []string{"type"})
 	if err := reg.Register(c); err != nil {
 		return err

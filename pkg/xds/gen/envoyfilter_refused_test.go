@@ -5,6 +5,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	"google.golang.org/protobuf/encoding/protojson"
 )
 
 // efBrokenForReviews breaks, for the reviews workloads only, the reviews
@@ -30,10 +33,9 @@ spec:
 // resource is not sent patched, the EnvoyFilter's refusal is recorded
 // for its status (at its generation, and the status writer is told), and
 // nothing else is affected: the other patch applies, and a proxy the
-// EnvoyFilter does not select gets exactly what it got without it. Where
-// discovery differs from the issue's wording: the resource is sent as
-// generated (unpatched), not as it was under an earlier, good version of
-// the EnvoyFilter.
+// EnvoyFilter does not select gets exactly what it got without it. No good
+// patched form of the cluster was ever made, so it is sent as generated
+// (TestEnvoyFilterRefusalKeepsTheLastGoodPatch has the other case).
 func TestEnvoyFilterRefusalIsRecordedForStatusAndContained(t *testing.T) {
 	before := loadWorld(t, efBase).World()
 	after := loadWorld(t, efBase+efBrokenForReviews).World()
@@ -95,4 +97,67 @@ func TestEnvoyFilterRefusalWithoutGenerationIsKeyedByResourceVersion(t *testing.
 	if _, ok := g.EnvoyFilterRefused("default", "broken", 0, "8"); ok {
 		t.Error("a refusal at resourceVersion 8")
 	}
+}
+
+// efGoodForReviews is efBrokenForReviews' earlier, valid version.
+var efGoodForReviews = strings.Replace(strings.Replace(efBrokenForReviews, "connect_timeout: -1s", "connect_timeout: 3s", 1),
+	`resourceVersion: "7", generation: 2`, `resourceVersion: "6", generation: 1`, 1)
+
+// Issue 18, "the last good one stays": an edit that breaks an
+// EnvoyFilter's patch leaves the proxies the resource as its last good
+// version patched it, while generation builds the same resource; once
+// what the patch applies to changes, the old patched form may be stale,
+// and the resource is sent as built.
+func TestEnvoyFilterRefusalKeepsTheLastGoodPatch(t *testing.T) {
+	g, _ := efGen(t)
+	selected := labelled(t, "sidecar", "default", map[string]string{"app": "reviews"})
+	const bad = "outbound|9080||reviews.default.svc.cluster.local"
+	good := efGenerate(t, g, loadWorld(t, efBase+efGoodForReviews).World(), selected)
+	if !strings.Contains(clusterJSON(t, good, bad), `"connectTimeout":"3s"`) {
+		t.Fatalf("the good version was not applied: %s", clusterJSON(t, good, bad))
+	}
+	broken := efGenerate(t, g, loadWorld(t, efBase+efBrokenForReviews).World(), selected)
+	if !bytes.Equal(broken.Get(ClusterType, bad).Any.GetValue(), good.Get(ClusterType, bad).Any.GetValue()) {
+		t.Errorf("the broken version did not keep the last good cluster: %s", clusterJSON(t, broken, bad))
+	}
+	if _, ok := g.EnvoyFilterRefused("default", "broken", 2, ""); !ok {
+		t.Error("the refusal is not recorded")
+	}
+
+	// What the patch applies to changes: a DestinationRule for reviews.
+	const dr = `
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: reviews, namespace: default}
+spec: {host: reviews.default.svc.cluster.local, trafficPolicy: {connectionPool: {tcp: {maxConnections: 7}}}}
+`
+	plain := efGenerate(t, efGenNoLog(t), loadWorld(t, efBase+dr).World(), selected)
+	changed := efGenerate(t, g, loadWorld(t, efBase+dr+efBrokenForReviews).World(), selected)
+	if !bytes.Equal(changed.Get(ClusterType, bad).Any.GetValue(), plain.Get(ClusterType, bad).Any.GetValue()) {
+		t.Errorf("with the cluster rebuilt, the stale patched form was kept: %s", clusterJSON(t, changed, bad))
+	}
+}
+
+func efGenNoLog(t *testing.T) *Generator {
+	t.Helper()
+	g, _ := efGen(t)
+	return g
+}
+
+func clusterJSON(t *testing.T, pc *ProxyConfig, name string) string {
+	t.Helper()
+	r := pc.Get(ClusterType, name)
+	if r == nil {
+		t.Fatalf("no cluster %s", name)
+	}
+	c := &clusterv3.Cluster{}
+	if err := r.Any.UnmarshalTo(c); err != nil {
+		t.Fatal(err)
+	}
+	b, err := protojson.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.ReplaceAll(string(b), " ", "")
 }
