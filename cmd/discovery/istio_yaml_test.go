@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
 	corev1 "k8s.io/api/core/v1"
+	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -27,6 +28,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/meshplane/discovery/internal/testenv"
+	"github.com/meshplane/discovery/pkg/config/kube/kubetest"
 )
 
 const listenerType = "type.googleapis.com/envoy.config.listener.v3.Listener"
@@ -144,6 +146,9 @@ func TestIstioYAMLOnARealAPIServer(t *testing.T) {
 		return err != nil && strings.Contains(err.Error(), "admission webhook")
 	})
 
+	t.Run("one object of every Istio kind, in every version its CRD serves, is accepted", func(t *testing.T) {
+		applyEveryIstioKind(ctx, t, env, a)
+	})
 	t.Run("a DestinationRule with Go-style durations is accepted", func(t *testing.T) {
 		if err := a.apply(ctx, t, `apiVersion: networking.istio.io/v1
 kind: DestinationRule
@@ -214,4 +219,46 @@ spec:
 			return strings.Contains(listenersOf(t, plain, sidecar, meta), "istio-ext-authz-opa-ns[shop]-policy[ext-authz]-rule[0]-deny-due-to-bad-CUSTOM-action")
 		})
 	})
+}
+
+// applyEveryIstioKind applies, through the validating webhook, one object
+// of every kind whose CRD bootstrap installed in an Istio group
+// (kubetest.ValidSpecs), in every version the CRD serves (issue 18:
+// bootstrap, then kubectl apply of any Istio object, succeeds).
+func applyEveryIstioKind(ctx context.Context, t *testing.T, env *testenv.Env, a *applier) {
+	t.Helper()
+	crds, err := apiextclient.NewForConfigOrDie(env.Config).ApiextensionsV1().CustomResourceDefinitions().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds, applied := map[string]bool{}, 0
+	for _, crd := range crds.Items {
+		if !strings.HasSuffix(crd.Spec.Group, ".istio.io") {
+			continue
+		}
+		kind := crd.Spec.Names.Kind
+		kinds[kind] = true
+		spec, ok := kubetest.ValidSpecs[kind]
+		if !ok {
+			t.Errorf("bootstrap installed %s, for which the test has no object", kind)
+			continue
+		}
+		for _, v := range crd.Spec.Versions {
+			if !v.Served {
+				continue
+			}
+			name := strings.ToLower(kind) + "-" + v.Name
+			doc := "apiVersion: " + crd.Spec.Group + "/" + v.Name + "\nkind: " + kind + "\nmetadata: {name: " + name + ", namespace: shop}\nspec: " + spec
+			if err := a.apply(ctx, t, doc); err != nil {
+				t.Errorf("%s/%s %s: %v", crd.Spec.Group, v.Name, kind, err)
+			}
+			applied++
+		}
+	}
+	for kind := range kubetest.ValidSpecs {
+		if !kinds[kind] {
+			t.Errorf("bootstrap installed no CRD for %s", kind)
+		}
+	}
+	t.Logf("%d objects of %d kinds applied", applied, len(kinds))
 }

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
+	networkingv1beta1 "istio.io/client-go/pkg/apis/networking/v1beta1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -247,6 +248,18 @@ func (o *serveOptions) build(ctx context.Context, cfg *rest.Config, client kuber
 	return p, nil
 }
 
+// proxyConfigs are the ProxyConfig resources of w, for the injector.
+func proxyConfigs(w *model.World) []*networkingv1beta1.ProxyConfig {
+	cs := w.Configs(model.KindProxyConfig)
+	out := make([]*networkingv1beta1.ProxyConfig, 0, len(cs))
+	for _, c := range cs {
+		if pc, ok := c.Object.(*networkingv1beta1.ProxyConfig); ok {
+			out = append(out, pc)
+		}
+	}
+	return out
+}
+
 // component is a long-running part for the leader.Runner.
 type component struct {
 	name        string
@@ -262,6 +275,7 @@ func (o *serveOptions) webhooks(ctx context.Context, authority *ca.CA, client ku
 		return nil, err
 	}
 	injector.SetMesh(func() *meshv1alpha1.MeshConfig { return store.World().Mesh().Proto() })
+	injector.SetProxyConfigs(func() []*networkingv1beta1.ProxyConfig { return proxyConfigs(store.World()) })
 	injector.RegisterDebug(mon.Mux())
 	mon.AddReadyCheck("injection config", func() error {
 		if !injector.HasSynced() {

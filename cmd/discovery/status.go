@@ -45,6 +45,10 @@ func statusReporter(opts status.Options, cfg *rest.Config, client kubernetes.Int
 		return err
 	}
 	store.Subscribe(a.Observe)
+	// EnvoyFilter patches refused at generation time reach the
+	// EnvoyFilter's status through the Auditor (the leader writes).
+	a.SetPatchRefusals(p.xds.Generator())
+	p.xds.Generator().OnEnvoyFilterRefused(a.NotePatchRefused)
 	p.runner.Add("unsupported-field audit", false, a.Start)
 	if cw != nil {
 		p.runner.Add("unsupported-field status", true, a.Lead)

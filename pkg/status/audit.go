@@ -55,6 +55,10 @@ type Auditor struct {
 	// should be. nil while this replica does not lead.
 	queue atomic.Pointer[workqueue.TypedRateLimitingInterface[model.Key]]
 
+	// patches says what generation refused of EnvoyFilters (nil: none
+	// reported). Set before Start.
+	patches PatchRefusals
+
 	// Owned by Start's goroutine.
 	seen    map[model.Key]seenConfig
 	counts  map[[2]string]int // kind, field -> configs
@@ -72,19 +76,24 @@ type seenConfig struct {
 // should carry.
 type condition struct {
 	typ  string
-	want func(c *model.Config, now time.Time) *Condition
+	want func(a *Auditor, c *model.Config, now time.Time) *Condition
 }
 
 // conditions are the conditions the Auditor keeps in step.
 var conditions = []condition{
-	{UnsupportedConditionType, func(c *model.Config, now time.Time) *Condition { return wantCondition(c, Unsupported(c), now) }},
-	{RefusedConditionType, func(c *model.Config, now time.Time) *Condition { return wantRefusedCondition(c, Refused(c), now) }},
+	{UnsupportedConditionType, func(_ *Auditor, c *model.Config, now time.Time) *Condition {
+		return wantCondition(c, Unsupported(c), now)
+	}},
+	{RefusedConditionType, func(_ *Auditor, c *model.Config, now time.Time) *Condition {
+		return wantRefusedCondition(c, Refused(c), now)
+	}},
+	{PatchRefusedConditionType, (*Auditor).wantPatchRefused},
 }
 
 // inStep reports whether every condition of c is what it should be.
-func inStep(c *model.Config) bool {
+func (a *Auditor) inStep(c *model.Config) bool {
 	for _, k := range conditions {
-		if !inSync(conditionsOf(c.Object), k.typ, k.want(c, time.Time{})) {
+		if !inSync(conditionsOf(c.Object), k.typ, k.want(a, c, time.Time{})) {
 			return false
 		}
 	}
@@ -193,7 +202,7 @@ func (a *Auditor) audit() {
 			continue
 		}
 		a.judge(c)
-		if q != nil && !c.Derived && !inStep(c) {
+		if q != nil && !c.Derived && !a.inStep(c) {
 			(*q).Add(k)
 		}
 	}
@@ -368,7 +377,7 @@ func (a *Auditor) reconcile(ctx context.Context, key model.Key, limit *rate.Limi
 		if c == nil {
 			return nil
 		}
-		want := k.want(c, a.now())
+		want := k.want(a, c, a.now())
 		if inSync(conditionsOf(c.Object), k.typ, want) {
 			continue
 		}

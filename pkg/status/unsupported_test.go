@@ -11,6 +11,7 @@ import (
 	networkingapi "istio.io/api/networking/v1alpha3"
 	extensionsv1alpha1 "istio.io/client-go/pkg/apis/extensions/v1alpha1"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
+	networkingv1alpha3 "istio.io/client-go/pkg/apis/networking/v1alpha3"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -52,6 +53,8 @@ func config(obj runtime.Object) *model.Config {
 	switch obj.(type) {
 	case *extensionsv1alpha1.WasmPlugin:
 		kind = model.KindWasmPlugin
+	case *networkingv1alpha3.EnvoyFilter:
+		kind = model.KindEnvoyFilter
 	case *corev1.Service:
 		kind = model.KindService
 	}

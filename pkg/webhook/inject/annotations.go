@@ -13,7 +13,6 @@ import (
 	meshconfig "istio.io/api/mesh/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"sigs.k8s.io/yaml"
 )
 
 // Annotations read by the injector and its templates, checked before any
@@ -99,11 +98,12 @@ func checkPort(s string) error {
 
 // proxyConfig builds the proxy's configuration: the MeshConfig's
 // defaultConfig (Istio's defaults with the mesh's own applied), or without
-// a MeshConfig values' meshConfig.defaultConfig, then the pod's
-// proxy.istio.io/config on top.
-func proxyConfig(pod *corev1.Pod, values Values, mc *meshconfig.MeshConfig) (*meshconfig.ProxyConfig, error) {
+// a MeshConfig values' meshConfig.defaultConfig, then the ProxyConfig
+// resources that apply to the pod and its proxy.istio.io/config, with
+// istiod's precedence (withProxyConfigs).
+func proxyConfig(pod *corev1.Pod, values Values, env Env) (*meshconfig.ProxyConfig, error) {
 	pc := &meshconfig.ProxyConfig{}
-	if mc.GetDefaultConfig() != nil {
+	if mc := env.Mesh; mc.GetDefaultConfig() != nil {
 		pc = proto.Clone(mc.GetDefaultConfig()).(*meshconfig.ProxyConfig)
 	} else if d := values.Get("meshConfig.defaultConfig"); d != nil {
 		js, err := toJSON(d)
@@ -120,18 +120,7 @@ func proxyConfig(pod *corev1.Pod, values Values, mc *meshconfig.MeshConfig) (*me
 	if pc.HoldApplicationUntilProxyStarts == nil && values.Bool("global.proxy.holdApplicationUntilProxyStarts") {
 		pc.HoldApplicationUntilProxyStarts = wrapperspb.Bool(true)
 	}
-	if text, ok := pod.Annotations[annotation.ProxyConfig.Name]; ok {
-		js, err := yaml.YAMLToJSON([]byte(text))
-		if err != nil {
-			return nil, fmt.Errorf("annotation %s is not YAML: %w", annotation.ProxyConfig.Name, err)
-		}
-		over := &meshconfig.ProxyConfig{}
-		if err := protojson.Unmarshal(js, over); err != nil {
-			return nil, fmt.Errorf("annotation %s is not a ProxyConfig: %w", annotation.ProxyConfig.Name, err)
-		}
-		proto.Merge(pc, over)
-	}
-	return pc, nil
+	return withProxyConfigs(pc, env, pod)
 }
 
 // discoveryAddress is istiod[-<rev>].<istioNamespace>.svc:15012 unless the
@@ -171,8 +160,13 @@ func nativeSidecars(pod *corev1.Pod, values Values) bool {
 
 // proxyImage is the pod's sidecar.istio.io/proxyImage, else
 // global.proxy.image (used as is when it names a registry), else
-// <global.hub>/<global.proxy.image>:<global.tag>.
-func proxyImage(pod *corev1.Pod, values Values) string {
+// <global.hub>/<global.proxy.image>:<global.tag> with the image type on
+// the tag as Istio's injector puts it: the pod's
+// sidecar.istio.io/proxyImageType, else the ProxyConfig's image.imageType
+// (from a ProxyConfig resource, the mesh's defaultConfig or the pod's
+// proxy.istio.io/config), else global.variant. A type needs a tag to go
+// on: without global.tag the image is left untyped.
+func proxyImage(pod *corev1.Pod, values Values, pc *meshconfig.ProxyConfig) string {
 	if v := pod.Annotations[annotation.SidecarProxyImage.Name]; v != "" {
 		return v
 	}
@@ -184,7 +178,14 @@ func proxyImage(pod *corev1.Pod, values Values) string {
 		img = hub + "/" + img
 	}
 	if tag := toString(values.Get("global.tag")); tag != "" {
-		img += ":" + tag
+		imageType := pc.GetImage().GetImageType()
+		if imageType == "" {
+			imageType = values.String("global.variant")
+		}
+		if v, ok := pod.Annotations[annotation.SidecarProxyImageType.Name]; ok {
+			imageType = v
+		}
+		img += ":" + withImageType(tag, imageType)
 	}
 	return img
 }

@@ -4,7 +4,9 @@
 // In: a Pod from an AdmissionReview (Pod CREATE), its Namespace, and the
 // injection configuration of the istio-sidecar-injector ConfigMap (key
 // "config": policy, selectors and Go templates; key "values": Helm-style
-// values).
+// values); with a cluster, the MeshConfig and the ProxyConfig resources in
+// force (Env), merged into the proxy's configuration with the pod's
+// proxy.istio.io/config as istiod merges them (proxyconfig.go).
 //
 // Out: the decision (inject or skip, with the reason) and, when injecting,
 // the injected Pod, plus an RFC 6902 JSON patch that only adds to what the

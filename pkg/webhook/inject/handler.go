@@ -81,7 +81,7 @@ func (i *Injector) admit(ctx context.Context, req *admissionv1.AdmissionRequest)
 		return admission.Deny(http.StatusInternalServerError, fmt.Sprintf("sidecar injection: cannot read namespace %q", work.Namespace))
 	}
 	snap := i.snap.Load()
-	out, d, err := InjectWith(work, ns, snap.Config, snap.Values, i.Selection(), i.meshConfig())
+	out, d, err := InjectWith(work, ns, snap.Config, snap.Values, i.Selection(), i.env())
 	if err != nil {
 		i.metrics.failures.WithLabelValues(failInject).Inc()
 		log.Info("injection refused", "err", err)

@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"istio.io/api/annotation"
-	meshconfig "istio.io/api/mesh/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -26,26 +25,27 @@ func Inject(pod *corev1.Pod, ns *corev1.Namespace, cfg *Config, values Values) (
 // InjectFor is Inject for the control plane sel describes: its revision
 // and the revision tags that point at it.
 func InjectFor(pod *corev1.Pod, ns *corev1.Namespace, cfg *Config, values Values, sel Selection) (*corev1.Pod, Decision, error) {
-	return InjectWith(pod, ns, cfg, values, sel, nil)
+	return InjectWith(pod, ns, cfg, values, sel, Env{})
 }
 
-// InjectWith is InjectFor with the MeshConfig in force: its defaultConfig
-// is the proxies' configuration before the pod's proxy.istio.io/config,
-// as istiod's injector takes it, and templates see it as .MeshConfig.
-// Without one (nil), values' meshConfig.defaultConfig is used.
-func InjectWith(pod *corev1.Pod, ns *corev1.Namespace, cfg *Config, values Values, sel Selection, mc *meshconfig.MeshConfig) (*corev1.Pod, Decision, error) {
+// InjectWith is InjectFor with the MeshConfig and the ProxyConfig
+// resources in force (env): the mesh's defaultConfig, the ProxyConfig
+// resources that apply to the pod and its proxy.istio.io/config make the
+// proxy's configuration, with istiod's precedence (see withProxyConfigs),
+// and templates see the MeshConfig as .MeshConfig.
+func InjectWith(pod *corev1.Pod, ns *corev1.Namespace, cfg *Config, values Values, sel Selection, env Env) (*corev1.Pod, Decision, error) {
 	d := Decide(pod, ns, cfg, sel)
 	if !d.Inject {
 		return pod, d, nil
 	}
-	out, err := injectPod(pod, cfg, values, mc)
+	out, err := injectPod(pod, cfg, values, env)
 	if err != nil {
 		return nil, d, err
 	}
 	return out, d, nil
 }
 
-func injectPod(pod *corev1.Pod, cfg *Config, values Values, mc *meshconfig.MeshConfig) (*corev1.Pod, error) {
+func injectPod(pod *corev1.Pod, cfg *Config, values Values, env Env) (*corev1.Pod, error) {
 	if err := checkAnnotations(pod); err != nil {
 		return nil, err
 	}
@@ -53,7 +53,7 @@ func injectPod(pod *corev1.Pod, cfg *Config, values Values, mc *meshconfig.MeshC
 	if err != nil {
 		return nil, err
 	}
-	data, err := templateData(pod, values, mc)
+	data, err := templateData(pod, values, env)
 	if err != nil {
 		return nil, err
 	}
@@ -96,8 +96,8 @@ func templateNames(pod *corev1.Pod, cfg *Config) ([]string, error) {
 	return cfg.resolve(names, "injection template")
 }
 
-func templateData(pod *corev1.Pod, values Values, mc *meshconfig.MeshConfig) (*TemplateData, error) {
-	pc, err := proxyConfig(pod, values, mc)
+func templateData(pod *corev1.Pod, values Values, env Env) (*TemplateData, error) {
+	pc, err := proxyConfig(pod, values, env)
 	if err != nil {
 		return nil, err
 	}
@@ -117,10 +117,11 @@ func templateData(pod *corev1.Pod, values Values, mc *meshconfig.MeshConfig) (*T
 		Spec:             *pod.Spec.DeepCopy(),
 		DeploymentMeta:   deploymentMeta(pod),
 		ProxyConfig:      pc,
-		MeshConfig:       mc,
+		MeshConfig:       env.Mesh,
 		Values:           values,
 		Revision:         rev,
-		ProxyImage:       proxyImage(pod, values),
+		ProxyImage:       proxyImage(pod, values, pc),
+		ProxyInitImage:   proxyImage(pod, values, nil),
 		ProxyUID:         ProxyUID,
 		ProxyGID:         ProxyGID,
 		NativeSidecars:   nativeSidecars(pod, values),

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 	meshconfig "istio.io/api/mesh/v1alpha1"
+	networkingv1beta1 "istio.io/client-go/pkg/apis/networking/v1beta1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -81,6 +82,7 @@ type Injector struct {
 
 	snap       atomic.Pointer[Snapshot]
 	mesh       atomic.Pointer[func() *meshconfig.MeshConfig]
+	proxyCfgs  atomic.Pointer[func() []*networkingv1beta1.ProxyConfig]
 	namespaces atomic.Pointer[corelisters.NamespaceLister]
 	sel        atomic.Pointer[Selection] // the revision and its tags (tags.go)
 	synced     atomic.Bool
@@ -104,6 +106,23 @@ func (i *Injector) meshConfig() *meshconfig.MeshConfig {
 		return (*f)()
 	}
 	return nil
+}
+
+// SetProxyConfigs gives the injector the ProxyConfig resources in force,
+// read at each injection (any order; the injector does not modify them):
+// with the MeshConfig's defaultConfig and the pod's proxy.istio.io/config
+// they make the proxy's configuration, as in istiod's injector.
+func (i *Injector) SetProxyConfigs(list func() []*networkingv1beta1.ProxyConfig) {
+	i.proxyCfgs.Store(&list)
+}
+
+// env is what an injection reads besides the pod and the injection config.
+func (i *Injector) env() Env {
+	e := Env{Mesh: i.meshConfig()}
+	if f := i.proxyCfgs.Load(); f != nil {
+		e.ProxyConfigs = (*f)()
+	}
+	return e
 }
 
 // SetNamespaceLister provides them.
@@ -200,7 +219,7 @@ func LoadConfigMap(cm *corev1.ConfigMap, revision string) (*Snapshot, error) {
 	values = withRevision(values, revision)
 	for _, name := range cfg.TemplateNames() {
 		probe := probePod(name)
-		if _, err := injectPod(probe, cfg, values, nil); err != nil {
+		if _, err := injectPod(probe, cfg, values, Env{}); err != nil {
 			return nil, fmt.Errorf("template %q fails on a probe pod: %w", name, err)
 		}
 	}

@@ -58,7 +58,7 @@ func TestInjectWithMeshConfig(t *testing.T) {
 				}
 				pod.Annotations["proxy.istio.io/config"] = tt.annotation
 			}
-			out, _, err := InjectWith(pod, injectionNamespace(), cfg, values, RevisionSelection(""), mc.Proto())
+			out, _, err := InjectWith(pod, injectionNamespace(), cfg, values, RevisionSelection(""), Env{Mesh: mc.Proto()})
 			if err != nil {
 				t.Fatal(err)
 			}

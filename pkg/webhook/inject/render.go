@@ -40,10 +40,14 @@ type TemplateData struct {
 	ProxyConfig    *meshconfig.ProxyConfig
 	// MeshConfig is the MeshConfig in force (nil when the injector has
 	// none, as in unit tests).
-	MeshConfig       *meshconfig.MeshConfig
-	Values           map[string]any
-	Revision         string
-	ProxyImage       string
+	MeshConfig *meshconfig.MeshConfig
+	Values     map[string]any
+	Revision   string
+	ProxyImage string
+	// ProxyInitImage is istio-init's image: ProxyImage without the
+	// ProxyConfig's image type (Istio's ProxyInitImage takes only
+	// global.variant and the pod's sidecar.istio.io/proxyImageType).
+	ProxyInitImage   string
 	ProxyUID         int64
 	ProxyGID         int64
 	NativeSidecars   bool

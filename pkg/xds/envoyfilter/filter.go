@@ -19,8 +19,12 @@ type Filter struct {
 	// ResourceVersion is the object's version: ClassKey names it, so that
 	// an edit moves the proxies it selects to a new class.
 	ResourceVersion string
-	Priority        int32
-	Created         time.Time
+	// Generation is the object's metadata.generation (0 in file mode):
+	// unlike ResourceVersion, a status write leaves it alone, so what is
+	// reported on the object's status is keyed by it.
+	Generation int64
+	Priority   int32
+	Created    time.Time
 	// Selector is spec.workloadSelector.labels; nil when there is no
 	// selector (every workload of the namespace, or of the mesh for the
 	// root namespace).

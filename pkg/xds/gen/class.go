@@ -32,6 +32,9 @@ type Generator struct {
 	// efRefusals logs and counts EnvoyFilter patches sent unpatched
 	// (envoyfilter_apply.go).
 	efRefusals efRefusals
+	// efLastGood keeps the last good EnvoyFilter-patched resources
+	// (envoyfilter_lastgood.go).
+	efLastGood efLastGood
 }
 
 // New returns a Generator that logs to log.

@@ -29,10 +29,12 @@ import (
 // Where discovery differs from istiod:
 //   - proxyless gRPC proxies get no patches (istiod's gRPC generator does
 //     not apply EnvoyFilters either);
-//   - a patched resource that breaks Envoy's rules (ValidateAll) is sent
-//     unpatched; the filters that changed it are logged and counted
-//     (discovery_envoyfilter_patches_refused_total); istiod sends it and
-//     the proxy NACKs the whole response;
+//   - a patched resource that breaks Envoy's rules (ValidateAll) is not
+//     sent: the last good patched form stays while generation builds the
+//     same resource (envoyfilter_lastgood.go), else it is sent unpatched;
+//     the filters that changed it are logged, counted
+//     (discovery_envoyfilter_patches_refused_total) and reported on their
+//     status; istiod sends it and the proxy NACKs the whole response;
 //   - a resource a patch adds under a name the proxy already has is not
 //     added (istiod sends both, which Envoy refuses);
 //   - after patching, the references between types are not checked again
@@ -60,6 +62,7 @@ func newEFIndex(w *model.World, prev *efIndex) *efIndex {
 		}
 		if f == nil {
 			f = envoyfilter.Compile(c.Key.Namespace, c.Key.Name, o.ResourceVersion, o.CreationTimestamp.Time, &o.Spec)
+			f.Generation = o.Generation
 		}
 		ix.compiled[c], ix.cfg[f] = f, c
 		ix.byNS[c.Key.Namespace] = append(ix.byNS[c.Key.Namespace], f)
@@ -279,12 +282,19 @@ func (r *efRun) patchSet(typeURL string, s *Set, want func(string) bool, newMsg 
 			edit()
 			delete(out, name)
 		default:
+			base := s.Resources[name].Hash
+			key := lastGoodKey(typeURL, r.where, name, applied)
 			res, err := NewResource(name, typeURL, m)
 			if err != nil {
 				r.g.efRefused(r.where, typeURL, name, applied, err)
+				if good := r.g.efLastGood.get(key, base); good != nil {
+					edit()
+					out[name] = good
+				}
 				continue
 			}
-			if res.Hash != s.Resources[name].Hash {
+			r.g.efLastGood.put(key, base, res)
+			if res.Hash != base {
 				edit()
 				out[name] = res
 			}
@@ -333,12 +343,14 @@ func resourceName(m proto.Message) string {
 // efRefused logs and counts a patched or added resource left as it was
 // built (or out), naming the EnvoyFilters whose patches made it.
 func (g *Generator) efRefused(where, typeURL, name string, by envoyfilter.Applied, err error) {
-	keys := make([]string, 0, len(by))
+	filters := make([]*envoyfilter.Filter, 0, len(by))
 	for f := range by {
-		keys = append(keys, f.Key()+"@"+f.ResourceVersion)
+		filters = append(filters, f)
 	}
-	sort.Strings(keys)
-	g.efRefusals.note(g, where, ShortType(typeURL), name, keys, err)
+	sort.Slice(filters, func(i, j int) bool {
+		return filters[i].Key()+"@"+filters[i].ResourceVersion < filters[j].Key()+"@"+filters[j].ResourceVersion
+	})
+	g.efRefusals.note(g, where, ShortType(typeURL), name, filters, err)
 }
 
 // envoyFilterFields: generation acts on every field of an EnvoyFilter;

@@ -103,22 +103,39 @@ func (r *efRun) routes(s *Set, ctx networking.EnvoyFilter_PatchContext) *Set {
 		}, nil, nil, nil)
 }
 
-// efRefusals logs and counts patched resources sent unpatched: a log line
+// efRefusals logs and counts patched resources not sent: a log line
 // once per resource, filters and error; the counter every generation.
-// last keeps, per EnvoyFilter version, its latest refusal.
+// last keeps, per EnvoyFilter version, its latest refusal; latest, per
+// EnvoyFilter version, one refusal with the version it was made at
+// (what its status reports); hook is told when latest changes.
 type efRefusals struct {
 	mu      sync.Mutex
 	logged  map[string]bool
 	n       map[string]float64
 	last    map[string]string
+	latest  map[string]efRefusal
 	counter *prometheus.CounterVec
+	hook    func(namespace, name string)
 }
 
-func (r *efRefusals) note(g *Generator, where, typ, name string, filters []string, err error) {
-	key := typ + "|" + name + "|" + strings.Join(filters, ",") + "|" + err.Error()
+// efRefusal is a refusal of one version of an EnvoyFilter.
+type efRefusal struct {
+	generation      int64
+	resourceVersion string
+	message         string
+}
+
+func (r *efRefusals) note(g *Generator, where, typ, name string, filters []*envoyfilter.Filter, err error) {
+	keys := make([]string, len(filters))
+	for i, f := range filters {
+		keys[i] = f.Key() + "@" + f.ResourceVersion
+	}
+	key := typ + "|" + name + "|" + strings.Join(keys, ",") + "|" + err.Error()
+	msg := typ + " " + name + ": " + err.Error()
+	var changed []*envoyfilter.Filter
 	r.mu.Lock()
 	if r.n == nil {
-		r.n, r.last = map[string]float64{}, map[string]string{}
+		r.n, r.last, r.latest = map[string]float64{}, map[string]string{}, map[string]efRefusal{}
 	}
 	r.n[typ]++
 	if r.counter != nil {
@@ -130,15 +147,33 @@ func (r *efRefusals) note(g *Generator, where, typ, name string, filters []strin
 	if len(r.last) >= maxLogged {
 		r.last = map[string]string{}
 	}
-	for _, f := range filters {
-		r.last[f] = typ + " " + name + ": " + err.Error()
+	if len(r.latest) >= maxLogged {
+		r.latest = map[string]efRefusal{}
+	}
+	for i, f := range filters {
+		r.last[keys[i]] = msg
+		// Of several refusals of one version, the first by message is
+		// kept, so that the status does not change with every generation
+		// that meets them in another order.
+		want := efRefusal{generation: f.Generation, resourceVersion: f.ResourceVersion, message: msg}
+		prev, ok := r.latest[f.Key()]
+		if !ok || prev.generation != want.generation || prev.resourceVersion != want.resourceVersion || want.message < prev.message {
+			r.latest[f.Key()] = want
+			changed = append(changed, f)
+		}
 	}
 	done := r.logged[key]
 	r.logged[key] = true
+	hook := r.hook
 	r.mu.Unlock()
 	if !done {
-		g.log.Error("EnvoyFilter patch refused: the resource is sent as generated, unpatched", "class", where,
-			"type", typ, "resource", name, "envoyFilters", filters, "error", err)
+		g.log.Error("EnvoyFilter patch refused: the patched resource breaks Envoy's rules and is not sent (its last good patched form, or the resource as built)", "class", where,
+			"type", typ, "resource", name, "envoyFilters", keys, "error", err)
+	}
+	if hook != nil {
+		for _, f := range changed {
+			hook(f.Namespace, f.Name)
+		}
 	}
 }
 
@@ -147,7 +182,7 @@ func (r *efRefusals) register(reg prometheus.Registerer) error {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "discovery_envoyfilter_patches_refused_total",
 		Help: "Resources whose EnvoyFilter-patched form broke Envoy's rules, or that a patch added under a taken name, " +
-			"and were sent as generated instead, by type. Counted per generation.",
+			"and were not sent (the last good patched form, or the resource as built, instead), by type. Counted per generation.",
 	}, []string{"type"})
 	if err := reg.Register(c); err != nil {
 		return err
@@ -159,6 +194,37 @@ func (r *efRefusals) register(reg prometheus.Registerer) error {
 	}
 	r.counter = c
 	return nil
+}
+
+// EnvoyFilterRefused returns a refusal of a patch of the EnvoyFilter
+// namespace/name at its generation (or, with generation 0 as in file
+// mode, at its resourceVersion): the resource that broke Envoy's rules
+// once patched, or that a patch added under a taken name, and why. Of
+// several, the first by message; it stays until the EnvoyFilter changes.
+// The status writer reports it on the EnvoyFilter (pkg/status).
+func (g *Generator) EnvoyFilterRefused(namespace, name string, generation int64, resourceVersion string) (string, bool) {
+	g.efRefusals.mu.Lock()
+	defer g.efRefusals.mu.Unlock()
+	r, ok := g.efRefusals.latest[namespace+"/"+name]
+	if !ok {
+		return "", false
+	}
+	if generation > 0 {
+		ok = r.generation == generation
+	} else {
+		ok = r.resourceVersion == resourceVersion
+	}
+	return r.message, ok
+}
+
+// OnEnvoyFilterRefused sets a function told the namespace and name of an
+// EnvoyFilter whose latest refusal (EnvoyFilterRefused) changed. It is
+// called from generation, outside the Generator's locks, and must not
+// block.
+func (g *Generator) OnEnvoyFilterRefused(hook func(namespace, name string)) {
+	g.efRefusals.mu.Lock()
+	defer g.efRefusals.mu.Unlock()
+	g.efRefusals.hook = hook
 }
 
 // EnvoyFilterRefusals returns, per EnvoyFilter (namespace/name@version),

@@ -390,8 +390,6 @@ func UnreadKindNote(kind model.Kind) string {
 		return "its patches and extensions are not applied to any proxy"
 	case model.KindWorkloadGroup:
 		return "no WorkloadEntry is registered for proxies of the group; WorkloadEntries written by hand are served"
-	case model.KindProxyConfig:
-		return "its settings (concurrency, image, environment variables) are not applied to proxies"
 	}
 	return ""
 }

@@ -113,6 +113,10 @@ func New(opts Options, world World, log *slog.Logger, reg prometheus.Registerer)
 	return s, nil
 }
 
+// Generator is the server's generator, for the parts that report what it
+// did (the status writer reads its EnvoyFilter refusals).
+func (s *Server) Generator() *gen.Generator { return s.gen }
+
 // Register adds the AggregatedDiscoveryService and the per-type CDS, EDS,
 // LDS and RDS services to gs. Call it for every gRPC server that serves
 // xDS (plaintext and TLS).
