@@ -77,13 +77,21 @@ func New(opts Options, world func() *model.World, client istioclient.Interface, 
 	}
 	c := &Controller{
 		opts: opts, world: world, client: client, log: log, now: time.Now,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[types.NamespacedName](50*time.Millisecond, opts.MaxRetryDelay),
-			workqueue.TypedRateLimitingQueueConfig[types.NamespacedName]{Name: "workloadentry-autoregistration"}),
 		entries: map[types.NamespacedName]*entry{},
 		streams: map[*model.Proxy]types.NamespacedName{},
 	}
-	c.m = newMetrics(reg, func() float64 { return float64(c.queue.Len()) }, func() float64 {
+	if client != nil {
+		// Its goroutine runs from here: only with something to write.
+		c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[types.NamespacedName](50*time.Millisecond, opts.MaxRetryDelay),
+			workqueue.TypedRateLimitingQueueConfig[types.NamespacedName]{Name: "workloadentry-autoregistration"})
+	}
+	c.m = newMetrics(reg, func() float64 {
+		if c.queue == nil {
+			return 0
+		}
+		return float64(c.queue.Len())
+	}, func() float64 {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		return float64(len(c.entries))
@@ -184,6 +192,10 @@ func (c *Controller) Disconnect(p *model.Proxy, at time.Time) {
 
 // Start runs the worker until ctx ends.
 func (c *Controller) Start(ctx context.Context) error {
+	if c.queue == nil {
+		<-ctx.Done()
+		return nil
+	}
 	go func() {
 		<-ctx.Done()
 		c.queue.ShutDown()
