@@ -191,6 +191,7 @@ var supportedFields = map[model.Kind]fieldSet{
 	model.KindTelemetry:             telemetryFields,
 	model.KindRequestAuthentication: requestAuthnFields,
 	model.KindEnvoyFilter:           envoyFilterFields,
+	model.KindWorkloadGroup:         workloadGroupFields,
 }
 
 // valueChecks are, per kind, the supported fields whose value may still
