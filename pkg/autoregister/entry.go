@@ -249,18 +249,3 @@ func setCondition(we *networkingv1.WorkloadEntry, cond *metav1alpha1.IstioCondit
 	we.Status.Conditions = append(we.Status.Conditions, cond)
 	return true
 }
-
-// Healthy reports whether a WorkloadEntry is ready to receive traffic: an
-// entry without health checks always is; one with them only once its
-// Healthy condition is True (istiod's rule for health-checked entries).
-func Healthy(we *networkingv1.WorkloadEntry) bool {
-	if _, ok := we.Annotations[AnnotationHealthChecks]; !ok {
-		return true
-	}
-	for _, c := range we.Status.Conditions {
-		if c.GetType() == ConditionHealthy {
-			return c.GetStatus() == "True"
-		}
-	}
-	return false
-}
