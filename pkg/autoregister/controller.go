@@ -117,6 +117,13 @@ func (c *Controller) Connect(p *model.Proxy, caller *ca.Identity, at time.Time) 
 		c.m.errors.WithLabelValues("unsupported").Inc()
 		return false, nil
 	}
+	if caller == nil {
+		// Before any lookup: an unauthenticated stream may register
+		// nothing, whatever exists.
+		c.m.errors.WithLabelValues("identity").Inc()
+		log.Warn("refused auto-registration", "reason", CheckIdentity(nil, p.Namespace, "").Error())
+		return false, status.Errorf(codes.PermissionDenied, "auto-registration in WorkloadGroup %s/%s: permission denied", p.Namespace, model.Clip(groupName))
+	}
 	name := EntryName(p)
 	if name == "" {
 		c.m.errors.WithLabelValues("invalid_node").Inc()
