@@ -317,3 +317,33 @@ func TestIdentityOfAnExistingEntryIsChecked(t *testing.T) {
 func keyOf(ns, name string) types.NamespacedName {
 	return types.NamespacedName{Namespace: ns, Name: name}
 }
+
+func TestSweepDeletesWhatDeadReplicasLeft(t *testing.T) {
+	old := time.Now().Add(-time.Hour).UTC().Format(timeFormat)
+	entry := func(name string, kv ...string) *networkingv1.WorkloadEntry {
+		we := EntryFromGroup(name, vm(t, "10.0.0.1"), group())
+		for i := 0; i+1 < len(kv); i += 2 {
+			we.Annotations[kv[i]] = kv[i+1]
+		}
+		return we
+	}
+	left := entry("ratings-10.0.0.1", AnnotationDisconnectedAt, old)
+	stale := entry("ratings-10.0.0.2", AnnotationController, "discovery-dead", AnnotationConnectedAt, old)
+	live := entry("ratings-10.0.0.3", AnnotationController, "discovery-b", AnnotationConnectedAt, time.Now().UTC().Format(timeFormat))
+	byHand := &networkingv1.WorkloadEntry{ObjectMeta: metav1.ObjectMeta{Name: "by-hand", Namespace: "shop",
+		Annotations: map[string]string{AnnotationDisconnectedAt: old}}}
+	f := newFixture(t, time.Second, left, stale, live, byHand)
+	f.c.opts.MaxConnectionAge = 30 * time.Minute
+	for _, we := range []*networkingv1.WorkloadEntry{left, stale, live, byHand} {
+		if _, err := f.store.Apply(model.Event{Op: model.OpUpsert, Key: model.Key{Kind: model.KindWorkloadEntry, Namespace: "shop", Name: we.Name}, Object: we}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.c.sweepOnce(context.Background())
+	for name, want := range map[string]bool{left.Name: false, stale.Name: false, live.Name: true, byHand.Name: true} {
+		_, err := f.client.NetworkingV1().WorkloadEntries("shop").Get(context.Background(), name, metav1.GetOptions{})
+		if got := err == nil; got != want {
+			t.Errorf("%s exists = %v, want %v (%v)", name, got, want, err)
+		}
+	}
+}
