@@ -43,6 +43,9 @@ type Controller struct {
 // of it has been written.
 type entry struct {
 	group string
+	// auto is set for an auto-registered entry; unset, the entry existed
+	// (WORKLOAD_ENTRY) and only its connection and health are written.
+	auto bool
 	// conns are the open streams of the proxy (a proxy may hold more than
 	// one: a reconnect can open before the old stream is seen to end),
 	// with the time each opened.
@@ -100,56 +103,38 @@ func New(opts Options, world func() *model.World, client istioclient.Interface, 
 }
 
 // Connect implements server.Registrar. It reads only the World and
-// memory: the entry is written by the worker.
+// memory: the entry is written by the worker. A proxy is tracked when its
+// node asks for auto-registration (AUTO_REGISTER_GROUP) or names an
+// existing, health-checked entry (WORKLOAD_ENTRY), as istiod's OnConnect.
 func (c *Controller) Connect(p *model.Proxy, caller *ca.Identity, at time.Time) (bool, error) {
-	groupName := p.Metadata.AutoRegisterGroup
-	if groupName == "" {
+	groupName, named := p.Metadata.AutoRegisterGroup, p.Metadata.WorkloadEntry
+	if groupName == "" && named == "" {
 		return false, nil
 	}
-	log := c.log.With("proxy", model.Clip(p.ID), "workloadGroup", p.Namespace+"/"+model.Clip(groupName))
+	what := "auto-registration in WorkloadGroup " + p.Namespace + "/" + model.Clip(groupName)
+	if groupName == "" {
+		what = "health checks of WorkloadEntry " + p.Namespace + "/" + model.Clip(named)
+	}
+	log := c.log.With("proxy", model.Clip(p.ID), "for", what)
 	if !c.opts.Enabled {
-		log.Warn("proxy asks for WorkloadEntry auto-registration, which --workload-entry-auto-registration=false turns off; served without an entry")
+		log.Warn("proxy asks for a WorkloadEntry, which --workload-entry-auto-registration=false turns off; served without one")
 		c.m.errors.WithLabelValues("disabled").Inc()
 		return false, nil
 	}
 	if c.client == nil {
-		log.Warn("proxy asks for WorkloadEntry auto-registration, which needs a Kubernetes API server: not supported in file mode; served without an entry")
+		log.Warn("proxy asks for a WorkloadEntry, which needs a Kubernetes API server: not supported in file mode; served without one")
 		c.m.errors.WithLabelValues("unsupported").Inc()
 		return false, nil
 	}
 	if caller == nil {
-		// Before any lookup: an unauthenticated stream may register
+		// Before any lookup: an unauthenticated stream may control
 		// nothing, whatever exists.
-		c.m.errors.WithLabelValues("identity").Inc()
-		log.Warn("refused auto-registration", "reason", CheckIdentity(nil, p.Namespace, "").Error())
-		return false, status.Errorf(codes.PermissionDenied, "auto-registration in WorkloadGroup %s/%s: permission denied", p.Namespace, model.Clip(groupName))
+		return false, c.refuseIdentity(log, what, CheckIdentity(nil, p.Namespace, ""))
 	}
-	name := EntryName(p)
-	if name == "" {
-		c.m.errors.WithLabelValues("invalid_node").Inc()
-		return false, status.Error(codes.InvalidArgument, "auto-registration needs the proxy's IP address (INSTANCE_IPS or the node ID's)")
+	key, auto, err := c.entryFor(p, caller, what, log)
+	if err != nil || key.Name == "" {
+		return false, err
 	}
-	w := c.world()
-	gc := w.Config(model.KindWorkloadGroup, p.Namespace, groupName)
-	group, _ := objectOf[*networkingv1.WorkloadGroup](gc)
-	if group == nil {
-		// istiod refuses the stream too (FailedPrecondition); the agent
-		// retries, and the group may exist by then.
-		c.m.errors.WithLabelValues("no_group").Inc()
-		log.Warn("refused auto-registration: no such WorkloadGroup")
-		return false, status.Errorf(codes.FailedPrecondition, "auto-registration: WorkloadGroup %s/%s not found", p.Namespace, model.Clip(groupName))
-	}
-	sa := group.Spec.GetTemplate().GetServiceAccount()
-	if existing, _ := objectOf[*networkingv1.WorkloadEntry](w.Config(model.KindWorkloadEntry, p.Namespace, name)); existing != nil {
-		sa = existing.Spec.GetServiceAccount()
-	}
-	if err := CheckIdentity(caller, p.Namespace, sa); err != nil {
-		// Opaque to the caller, the reason in the log.
-		c.m.errors.WithLabelValues("identity").Inc()
-		log.Warn("refused auto-registration", "entry", name, "reason", err.Error())
-		return false, status.Errorf(codes.PermissionDenied, "auto-registration in WorkloadGroup %s/%s: permission denied", p.Namespace, model.Clip(groupName))
-	}
-	key := types.NamespacedName{Namespace: p.Namespace, Name: name}
 	c.mu.Lock()
 	e := c.entries[key]
 	if e == nil {
@@ -158,13 +143,64 @@ func (c *Controller) Connect(p *model.Proxy, caller *ca.Identity, at time.Time) 
 	}
 	e.conns[p] = at
 	if !at.Before(e.connectedAt) {
-		e.group, e.proxy, e.caller, e.connectedAt = groupName, p, *caller, at
+		e.group, e.auto, e.proxy, e.caller, e.connectedAt = groupName, auto, p, *caller, at
 	}
 	e.disconnectedAt, e.settled = time.Time{}, false
 	c.streams[p] = key
 	c.mu.Unlock()
 	c.queue.Add(key)
 	return true, nil
+}
+
+// entryFor finds the entry p stands for and checks that caller may
+// control it; an empty key means nothing to track.
+func (c *Controller) entryFor(p *model.Proxy, caller *ca.Identity, what string, log *slog.Logger) (types.NamespacedName, bool, error) {
+	w := c.world()
+	if p.Metadata.AutoRegisterGroup == "" {
+		key := types.NamespacedName{Namespace: p.Namespace, Name: p.Metadata.WorkloadEntry}
+		we, _ := objectOf[*networkingv1.WorkloadEntry](w.Config(model.KindWorkloadEntry, key.Namespace, key.Name))
+		if we == nil {
+			c.m.errors.WithLabelValues("no_entry").Inc()
+			log.Warn("refused: no such WorkloadEntry")
+			return types.NamespacedName{}, false, status.Errorf(codes.FailedPrecondition, "%s: not found", what)
+		}
+		if _, ok := we.Annotations[AnnotationHealthChecks]; !ok {
+			return types.NamespacedName{}, false, nil // not health-checked: nothing to do, as istiod
+		}
+		if err := CheckIdentity(caller, key.Namespace, we.Spec.GetServiceAccount()); err != nil {
+			return types.NamespacedName{}, false, c.refuseIdentity(log, what, err)
+		}
+		return key, false, nil
+	}
+	name := EntryName(p)
+	if name == "" {
+		c.m.errors.WithLabelValues("invalid_node").Inc()
+		return types.NamespacedName{}, false, status.Error(codes.InvalidArgument, "auto-registration needs the proxy's IP address (INSTANCE_IPS or the node ID's)")
+	}
+	group, _ := objectOf[*networkingv1.WorkloadGroup](w.Config(model.KindWorkloadGroup, p.Namespace, p.Metadata.AutoRegisterGroup))
+	if group == nil {
+		// istiod refuses the stream too (FailedPrecondition); the agent
+		// retries, and the group may exist by then.
+		c.m.errors.WithLabelValues("no_group").Inc()
+		log.Warn("refused auto-registration: no such WorkloadGroup")
+		return types.NamespacedName{}, false, status.Errorf(codes.FailedPrecondition, "%s: WorkloadGroup not found", what)
+	}
+	sa := group.Spec.GetTemplate().GetServiceAccount()
+	if existing, _ := objectOf[*networkingv1.WorkloadEntry](w.Config(model.KindWorkloadEntry, p.Namespace, name)); existing != nil {
+		sa = existing.Spec.GetServiceAccount()
+	}
+	if err := CheckIdentity(caller, p.Namespace, sa); err != nil {
+		return types.NamespacedName{}, false, c.refuseIdentity(log, what, err)
+	}
+	return types.NamespacedName{Namespace: p.Namespace, Name: name}, true, nil
+}
+
+// refuseIdentity counts and logs a refusal; the caller gets an opaque
+// PermissionDenied, the log the reason.
+func (c *Controller) refuseIdentity(log *slog.Logger, what string, reason error) error {
+	c.m.errors.WithLabelValues("identity").Inc()
+	log.Warn("refused", "reason", reason.Error())
+	return status.Errorf(codes.PermissionDenied, "%s: permission denied", what)
 }
 
 // Health implements server.Registrar.

@@ -347,3 +347,46 @@ func TestSweepDeletesWhatDeadReplicasLeft(t *testing.T) {
 		}
 	}
 }
+
+func TestAnExistingHealthCheckedEntryGetsHealthAndLosesItOnDisconnect(t *testing.T) {
+	byHand := &networkingv1.WorkloadEntry{ObjectMeta: metav1.ObjectMeta{Name: "ratings-vm-1", Namespace: "shop",
+		Annotations: map[string]string{AnnotationHealthChecks: "true"}}}
+	byHand.Spec.Address, byHand.Spec.ServiceAccount = "10.0.0.7", "ratings-vm"
+	plain := &networkingv1.WorkloadEntry{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: "shop"}}
+	f := newFixture(t, 50*time.Millisecond, byHand, plain)
+	for _, we := range []*networkingv1.WorkloadEntry{byHand, plain} {
+		if _, err := f.store.Apply(model.Event{Op: model.OpUpsert, Key: model.Key{Kind: model.KindWorkloadEntry, Namespace: "shop", Name: we.Name}, Object: we}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	named := func(name string) *model.Proxy { return proxy(t, "10.0.0.7", map[string]any{"WORKLOAD_ENTRY": name}) }
+	if tracked, err := f.c.Connect(named("plain"), vmIdentity, time.Now()); tracked || err != nil {
+		t.Errorf("an entry without health checks: Connect = %v, %v; want untracked", tracked, err)
+	}
+	if _, err := f.c.Connect(named("missing"), vmIdentity, time.Now()); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("a missing entry: Connect = %v; want FailedPrecondition", err)
+	}
+	other := &ca.Identity{TrustDomain: "cluster.local", Namespace: "shop", ServiceAccount: "payments"}
+	if _, err := f.c.Connect(named("ratings-vm-1"), other, time.Now()); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("another service account: Connect = %v; want PermissionDenied", err)
+	}
+
+	p := named("ratings-vm-1")
+	if tracked, err := f.c.Connect(p, vmIdentity, time.Now()); !tracked || err != nil {
+		t.Fatalf("Connect = %v, %v", tracked, err)
+	}
+	f.c.Health(p, false, "probe failed", time.Now())
+	f.waitEntry("ratings-vm-1", "controller and Healthy=False", func(we *networkingv1.WorkloadEntry, err error) bool {
+		return err == nil && we.Annotations[AnnotationController] == "discovery-a" && hasCondition(we, ConditionHealthy)
+	})
+	f.c.Disconnect(p, time.Now())
+	we := f.waitEntry("ratings-vm-1", "the Healthy condition removed", func(we *networkingv1.WorkloadEntry, err error) bool {
+		return err == nil && we.Annotations[AnnotationDisconnectedAt] != "" && !hasCondition(we, ConditionHealthy)
+	})
+	if we.Spec.GetAddress() != "10.0.0.7" {
+		t.Errorf("entry changed: %v", &we.Spec)
+	}
+	if n := testutil.ToFloat64(f.c.m.deletes); n != 0 {
+		t.Errorf("an entry registered by hand was deleted (%v deletes)", n)
+	}
+}

@@ -201,8 +201,13 @@ func disconnectVerdict(we *networkingv1.WorkloadEntry, replica string, connected
 // deletion at now, as istiod's shouldCleanupEntry: disconnected for at
 // least grace, or marked connected for longer than maxAge (a replica died
 // before it could mark the disconnect; maxAge 0 means never).
+//
+// An entry that was not auto-registered is never deleted: it is due for
+// losing its Healthy condition under the same rules, when a replica
+// controlled it (istiod's health-checked entries).
 func ShouldCleanup(we *networkingv1.WorkloadEntry, now time.Time, grace, maxAge time.Duration) bool {
-	if we.Annotations[AnnotationGroup] == "" {
+	auto := we.Annotations[AnnotationGroup] != ""
+	if !auto && (we.Annotations[AnnotationController] == "" || !hasCondition(we, ConditionHealthy)) {
 		return false
 	}
 	if _, ok := we.Annotations[AnnotationConnectedAt]; ok {
@@ -248,4 +253,13 @@ func setCondition(we *networkingv1.WorkloadEntry, cond *metav1alpha1.IstioCondit
 	}
 	we.Status.Conditions = append(we.Status.Conditions, cond)
 	return true
+}
+
+func hasCondition(we *networkingv1.WorkloadEntry, t string) bool {
+	for _, c := range we.Status.Conditions {
+		if c.GetType() == t {
+			return true
+		}
+	}
+	return false
 }

@@ -26,6 +26,11 @@ func (c *Controller) connect(ctx context.Context, key types.NamespacedName, s sn
 	api := c.client.NetworkingV1().WorkloadEntries(key.Namespace)
 	log := c.log.With("entry", key.String(), "proxy", model.Clip(s.proxy.ID))
 	we, err := api.Get(ctx, key.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) && !s.auto {
+		c.m.errors.WithLabelValues("no_entry").Inc()
+		log.Warn("the WorkloadEntry the proxy names was deleted; its health is not written")
+		return true, nil
+	}
 	if apierrors.IsNotFound(err) {
 		group, gerr := c.client.NetworkingV1().WorkloadGroups(key.Namespace).Get(ctx, s.group, metav1.GetOptions{})
 		if apierrors.IsNotFound(gerr) {
@@ -144,6 +149,9 @@ func (c *Controller) deleteIfDue(ctx context.Context, we *networkingv1.WorkloadE
 	if !ShouldCleanup(we, c.now(), c.opts.GracePeriod, c.opts.staleAfter()) {
 		return nil
 	}
+	if we.Annotations[AnnotationGroup] == "" {
+		return c.dropHealth(ctx, we, why)
+	}
 	rv, uid := we.ResourceVersion, we.UID
 	err := c.client.NetworkingV1().WorkloadEntries(we.Namespace).Delete(ctx, we.Name,
 		metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv, UID: &uid}})
@@ -155,6 +163,30 @@ func (c *Controller) deleteIfDue(ctx context.Context, we *networkingv1.WorkloadE
 	}
 	c.m.deletes.Inc()
 	c.log.Info("deleted auto-registered WorkloadEntry", "entry", we.Namespace+"/"+we.Name, "after", why)
+	return nil
+}
+
+// dropHealth removes the Healthy condition of an entry that was not
+// auto-registered once its proxy is gone (istiod's deleteHealthCondition):
+// nobody knows its health any more. The update carries the resource
+// version read, so a reconnect meanwhile wins.
+func (c *Controller) dropHealth(ctx context.Context, we *networkingv1.WorkloadEntry, why string) error {
+	we = we.DeepCopy()
+	kept := we.Status.Conditions[:0]
+	for _, cond := range we.Status.Conditions {
+		if cond.GetType() != ConditionHealthy {
+			kept = append(kept, cond)
+		}
+	}
+	we.Status.Conditions = kept
+	_, err := c.client.NetworkingV1().WorkloadEntries(we.Namespace).UpdateStatus(ctx, we, metav1.UpdateOptions{FieldManager: fieldManager})
+	switch {
+	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("remove the Healthy condition: %w", err)
+	}
+	c.log.Info("removed the Healthy condition of a WorkloadEntry whose proxy is gone", "entry", we.Namespace+"/"+we.Name, "after", why)
 	return nil
 }
 

@@ -47,6 +47,10 @@ const (
 	// MetaAutoRegisterGroup names the WorkloadGroup a VM's proxy asks to
 	// be registered in (pilot-agent's ISTIO_META_AUTO_REGISTER_GROUP).
 	MetaAutoRegisterGroup = "AUTO_REGISTER_GROUP"
+	// MetaWorkloadEntry names an existing WorkloadEntry of the proxy's
+	// namespace that stands for it (a VM registered by hand): its health
+	// reports then go to that entry.
+	MetaWorkloadEntry = "WORKLOAD_ENTRY"
 )
 
 // ErrInvalidNode is wrapped by every error ParseProxy returns.
@@ -90,6 +94,9 @@ type ProxyMetadata struct {
 	// AutoRegisterGroup is AUTO_REGISTER_GROUP: the WorkloadGroup whose
 	// WorkloadEntry this proxy asks the control plane to create.
 	AutoRegisterGroup string `json:"autoRegisterGroup,omitempty"`
+	// WorkloadEntry is WORKLOAD_ENTRY: the existing entry that stands for
+	// this proxy, when it is not auto-registered.
+	WorkloadEntry string `json:"workloadEntry,omitempty"`
 	// ReadinessProbe is set when PROXY_CONFIG carries a readinessProbe:
 	// the agent probes the workload and reports its health over xDS
 	// (istiod then marks the auto-registered WorkloadEntry health-checked).
@@ -247,6 +254,7 @@ func parseMetadata(md *ProxyMetadata, meta map[string]any) error {
 		MetaGenerator: &md.Generator, MetaWorkloadName: &md.WorkloadName,
 		MetaName: &md.Name, MetaMeshID: &md.MeshID, MetaInterceptionMode: &md.InterceptionMode,
 		MetaNodeName: &md.NodeName, MetaNetwork: &md.Network, MetaAutoRegisterGroup: &md.AutoRegisterGroup,
+		MetaWorkloadEntry: &md.WorkloadEntry,
 	}
 	for key, dst := range strs {
 		v, ok := meta[key]
