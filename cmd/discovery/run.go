@@ -225,6 +225,9 @@ func (o *serveOptions) build(ctx context.Context, cfg *rest.Config, client kuber
 	if err := statusReporter(o.status, cfg, client, p, store, log, reg); err != nil {
 		return nil, err
 	}
+	if err := autoRegistration(o.autoreg, cfg, p, store, log, reg); err != nil {
+		return nil, err
+	}
 	if client != nil {
 		if err := gatewayCredentials(ctx, client, p, mon, log, reg); err != nil {
 			return nil, err

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/meshplane/discovery/pkg/autoregister"
 	"github.com/meshplane/discovery/pkg/ca"
 	"github.com/meshplane/discovery/pkg/config"
 	"github.com/meshplane/discovery/pkg/config/file"
@@ -58,6 +59,7 @@ type serveOptions struct {
 	patcher webhookserver.PatcherOptions
 	status  status.Options
 	jwks    jwks.Options
+	autoreg autoregister.Options
 }
 
 func defaultServeOptions() *serveOptions {
@@ -80,6 +82,7 @@ func defaultServeOptions() *serveOptions {
 		webhook:      webhookserver.DefaultOptions(),
 		status:       status.DefaultOptions(),
 		jwks:         jwks.DefaultOptions(),
+		autoreg:      autoregister.DefaultOptions(),
 	}
 }
 
@@ -128,6 +131,7 @@ files in DIR, watched for changes.`,
 	o.patcher.AddFlags(fs)
 	o.status.AddFlags(fs)
 	o.jwks.AddFlags(fs)
+	o.autoreg.AddFlags(fs)
 	return cmd
 }
 
@@ -157,7 +161,8 @@ func (o *serveOptions) validate() error {
 	o.xds.SystemNamespace, o.xds.Instance = o.namespace, xdsInstance()
 	o.inject.Namespace, o.inject.Revision = o.namespace, o.revision
 	o.patcher.Namespace, o.patcher.Revision = o.namespace, o.revision
-	for _, v := range []interface{ Validate() error }{&o.file, &o.kube, &o.mesh, &o.monitor, &o.leader, &o.xds, &o.webhook, &o.inject, &o.patcher, &o.status, &o.jwks} {
+	o.autoreg.Replica, o.autoreg.MaxConnectionAge = instanceName(), o.maxStreamAge
+	for _, v := range []interface{ Validate() error }{&o.file, &o.kube, &o.mesh, &o.monitor, &o.leader, &o.xds, &o.webhook, &o.inject, &o.patcher, &o.status, &o.jwks, &o.autoreg} {
 		if err := v.Validate(); err != nil {
 			errs = append(errs, err)
 		}

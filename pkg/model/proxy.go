@@ -44,6 +44,13 @@ const (
 	MetaProxyConfig      = "PROXY_CONFIG"
 	MetaNodeName         = "NODE_NAME"
 	MetaNetwork          = "NETWORK"
+	// MetaAutoRegisterGroup names the WorkloadGroup a VM's proxy asks to
+	// be registered in (pilot-agent's ISTIO_META_AUTO_REGISTER_GROUP).
+	MetaAutoRegisterGroup = "AUTO_REGISTER_GROUP"
+	// MetaWorkloadEntry names an existing WorkloadEntry of the proxy's
+	// namespace that stands for it (a VM registered by hand): its health
+	// reports then go to that entry.
+	MetaWorkloadEntry = "WORKLOAD_ENTRY"
 )
 
 // ErrInvalidNode is wrapped by every error ParseProxy returns.
@@ -84,6 +91,16 @@ type ProxyMetadata struct {
 	// network (topology labels Istio adds to the proxy's labels).
 	NodeName string `json:"nodeName,omitempty"`
 	Network  string `json:"network,omitempty"`
+	// AutoRegisterGroup is AUTO_REGISTER_GROUP: the WorkloadGroup whose
+	// WorkloadEntry this proxy asks the control plane to create.
+	AutoRegisterGroup string `json:"autoRegisterGroup,omitempty"`
+	// WorkloadEntry is WORKLOAD_ENTRY: the existing entry that stands for
+	// this proxy, when it is not auto-registered.
+	WorkloadEntry string `json:"workloadEntry,omitempty"`
+	// ReadinessProbe is set when PROXY_CONFIG carries a readinessProbe:
+	// the agent probes the workload and reports its health over xDS
+	// (istiod then marks the auto-registered WorkloadEntry health-checked).
+	ReadinessProbe bool `json:"readinessProbe,omitempty"`
 	// ProxyConfig is set when the node sends PROXY_CONFIG (pilot-agent
 	// does: its ProxyConfig, the mesh's defaultConfig with the pod's
 	// proxy.istio.io/config on top); istiod then reads the proxy's
@@ -236,7 +253,8 @@ func parseMetadata(md *ProxyMetadata, meta map[string]any) error {
 		MetaIstioVersion: &md.IstioVersion, MetaClusterID: &md.ClusterID,
 		MetaGenerator: &md.Generator, MetaWorkloadName: &md.WorkloadName,
 		MetaName: &md.Name, MetaMeshID: &md.MeshID, MetaInterceptionMode: &md.InterceptionMode,
-		MetaNodeName: &md.NodeName, MetaNetwork: &md.Network,
+		MetaNodeName: &md.NodeName, MetaNetwork: &md.Network, MetaAutoRegisterGroup: &md.AutoRegisterGroup,
+		MetaWorkloadEntry: &md.WorkloadEntry,
 	}
 	for key, dst := range strs {
 		v, ok := meta[key]
@@ -269,6 +287,9 @@ func parseMetadata(md *ProxyMetadata, meta map[string]any) error {
 			return &NodeError{Field: MetaProxyConfig, Reason: fmt.Sprintf("is a %s, expected an object (a ProxyConfig)", jsonKind(v))}
 		}
 		md.ProxyConfig = true
+		if rp, ok := pc["readinessProbe"]; ok && rp != nil {
+			md.ReadinessProbe = true
+		}
 		if t, ok := pc["tracing"]; ok && t != nil {
 			b, err := json.Marshal(t)
 			if err != nil {

@@ -198,7 +198,7 @@ func entryEndpoints(w *World, key Key, se *apinetworking.ServiceEntry) []*Endpoi
 	if sel := se.GetWorkloadSelector().GetLabels(); sel != nil {
 		for nn, c := range w.configs[KindWorkloadEntry] {
 			we, ok := c.Object.(*networkingv1.WorkloadEntry)
-			if ok && nn.Namespace == key.Namespace && selects(sel, we.Spec.GetLabels()) {
+			if ok && nn.Namespace == key.Namespace && selects(sel, we.Spec.GetLabels()) && workloadEntryHealthy(we) {
 				out = append(out, workloadEndpoint(&we.Spec, string(KindWorkloadEntry)+"/"+nn.String()))
 			}
 		}
@@ -214,6 +214,28 @@ func entryEndpoints(w *World, key Key, se *apinetworking.ServiceEntry) []*Endpoi
 	}
 	sortEndpoints(out)
 	return out
+}
+
+// Health checks of WorkloadEntries (istio.io/api's status names): an entry
+// annotated proxy.istio.io/health-checks-enabled=true is an endpoint only
+// once its Healthy condition is True, which the VM's agent reports
+// (pkg/autoregister); until then, and while it is False, it is left out,
+// as istiod's ServiceEntry controller leaves it out.
+const (
+	healthChecksAnnotation = "proxy.istio.io/health-checks-enabled"
+	conditionHealthy       = "Healthy"
+)
+
+func workloadEntryHealthy(we *networkingv1.WorkloadEntry) bool {
+	if on, _ := strconv.ParseBool(we.Annotations[healthChecksAnnotation]); !on {
+		return true
+	}
+	for _, c := range we.Status.Conditions {
+		if c.GetType() == conditionHealthy {
+			return c.GetStatus() == "True"
+		}
+	}
+	return false
 }
 
 // tlsModeLabel marks a workload that runs Istio's proxy (auto mTLS).

@@ -93,7 +93,7 @@ func TestUnsupported(t *testing.T) {
 }
 
 func TestFindingMessage(t *testing.T) {
-	if got := (Finding{Kind: true}).Message(model.KindWorkloadGroup); !strings.HasPrefix(got, "WorkloadGroup is not supported by discovery: no WorkloadEntry is registered") {
+	if got := (Finding{Kind: true}).Message(model.KindProxyConfig); !strings.HasPrefix(got, "ProxyConfig is not supported by discovery: its settings") {
 		t.Errorf("kind message = %q", got)
 	}
 	if got := (Finding{Kind: true}).Message(model.KindWasmPlugin); got != "WasmPlugin is not supported by discovery: its patches and extensions are not applied to any proxy" {

@@ -388,8 +388,6 @@ func UnreadKindNote(kind model.Kind) string {
 	switch kind {
 	case model.KindWasmPlugin, model.KindTrafficExtension:
 		return "its patches and extensions are not applied to any proxy"
-	case model.KindWorkloadGroup:
-		return "no WorkloadEntry is registered for proxies of the group; WorkloadEntries written by hand are served"
 	}
 	return ""
 }

@@ -192,6 +192,7 @@ var supportedFields = map[model.Kind]fieldSet{
 	model.KindRequestAuthentication: requestAuthnFields,
 	model.KindEnvoyFilter:           envoyFilterFields,
 	model.KindProxyConfig:           proxyConfigFields,
+	model.KindWorkloadGroup:         workloadGroupFields,
 }
 
 // valueChecks are, per kind, the supported fields whose value may still

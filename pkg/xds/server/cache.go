@@ -33,6 +33,9 @@ func (wt watcher) CreateWatch(req *cachev3.Request, sub cachev3.Subscription, ch
 	if c.reqs[t] == req {
 		delete(c.reqs, t)
 	}
+	if t == HealthType {
+		return func() {}, nil // a health report is never answered (register.go)
+	}
 	c.observe(t, req.GetResponseNonce(), req.GetVersionInfo(), req.GetErrorDetail())
 	w := &sotwWatch{req: req, sub: sub, ch: ch}
 	if c.wave != nil {
@@ -63,6 +66,9 @@ func (wt watcher) CreateDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Subscr
 	t := req.GetTypeUrl()
 	if c.reqs[t] == req {
 		delete(c.reqs, t)
+	}
+	if t == HealthType {
+		return func() {}, nil // a health report is never answered (register.go)
 	}
 	c.observe(t, req.GetResponseNonce(), "", req.GetErrorDetail())
 	if knownType(t) {

@@ -47,6 +47,7 @@ func (cb callbacks) closed(key streamKey) {
 	for _, r := range c.reqs {
 		cb.s.reqs.Delete(r)
 	}
+	c.unregister()
 	if c.proxy != nil {
 		cb.s.m.proxies.Dec()
 		c.logger().Info("proxy disconnected", "connected", time.Since(c.connected).Round(time.Millisecond).String())
@@ -83,10 +84,20 @@ func (cb callbacks) request(key streamKey, typeURL string, node *corev3.Node, re
 			cb.s.refusals.Warn("node", "refused xDS stream", "error", model.Clip(err.Error()))
 			return status.Error(codes.InvalidArgument, model.Clip(err.Error()))
 		}
+		if err := c.register(p); err != nil {
+			cb.s.refusals.Warn("registration", "refused xDS stream", "proxy", model.Clip(p.ID), "error", model.Clip(err.Error()))
+			return err
+		}
 		c.proxy = p
 		cb.s.m.proxies.Inc()
 		c.logger().Info("proxy connected", "class", p.Class(), "delta", key.delta)
 		cb.s.enqueueInitial(c)
+	}
+	if typeURL == HealthType {
+		// Never answered (watcher parks no watch for it).
+		c.health(req)
+		cb.register(c, typeURL, req)
+		return nil
 	}
 	// misses counts the request's names c's configuration does not hold
 	// (all of them before it is known), for checkNames.

@@ -112,6 +112,9 @@ type conn struct {
 	// caller is the stream's verified identity (streamauth on the TLS
 	// port); nil on the plaintext port, whose streams get no credentials.
 	caller *ca.Identity
+	// registered is set while the Registrar tracks this stream
+	// (register.go).
+	registered bool
 	// debugOnly marks a stream whose first request was for a debug type
 	// (debugxds.go): it is no proxy and gets no configuration.
 	// debugAnswered holds the names each debug type was last answered for.

@@ -47,6 +47,9 @@ type Server struct {
 	gen   *gen.Generator
 	// observer learns of ACKs and NACKs (verdict.go); nil for none.
 	observer Observer
+	// registrar learns of streams that connect, report health and end
+	// (register.go); nil for none.
+	registrar Registrar
 
 	xds       serverv3.Server
 	xdsCancel context.CancelFunc
