@@ -340,4 +340,3 @@ func (c *Controller) parameters(ctx context.Context, g *gw.Gateway) (map[string]
 type errTransient struct{ error }
 
 func (e errTransient) Unwrap() error { return e.error }
-

@@ -240,7 +240,7 @@ func TestRenderRefuses(t *testing.T) {
 		params  map[string]string
 		want    string
 	}{
-		"an unknown service type": {gateway(func(g *gw.Gateway) { g.Annotations[ServiceTypeAnnotation] = "ExternalName" }), nil, "ExternalName"},
+		"an unknown service type":                      {gateway(func(g *gw.Gateway) { g.Annotations[ServiceTypeAnnotation] = "ExternalName" }), nil, "ExternalName"},
 		"an overlay of a kind discovery does not make": {gateway(), map[string]string{"horizontalPodAutoscaler": "spec: {}"}, `key "horizontalPodAutoscaler" is not supported`},
 		"an overlay that renames the object":           {gateway(), map[string]string{"service": "metadata:\n  name: other\n"}, "may not change"},
 		"an overlay that drops the owner":              {gateway(), map[string]string{"deployment": "metadata:\n  ownerReferences: null\n"}, "may not change"},
