@@ -20,6 +20,7 @@ import (
 	"github.com/meshplane/discovery/pkg/config/file"
 	"github.com/meshplane/discovery/pkg/config/kube"
 	"github.com/meshplane/discovery/pkg/config/meshconfig"
+	"github.com/meshplane/discovery/pkg/gatewaydeploy"
 	"github.com/meshplane/discovery/pkg/jwks"
 	"github.com/meshplane/discovery/pkg/leader"
 	"github.com/meshplane/discovery/pkg/monitor"
@@ -46,18 +47,19 @@ type serveOptions struct {
 	// line: it then wins over the MeshConfig's trustDomain.
 	trustDomainFlag bool
 
-	file    file.Options
-	kube    kube.Options
-	mesh    meshconfig.Options
-	ca      ca.Options
-	monitor monitor.Options
-	leader  leader.Options
-	xds     xdsserver.Options
-	webhook webhookserver.Options
-	inject  inject.Options
-	patcher webhookserver.PatcherOptions
-	status  status.Options
-	jwks    jwks.Options
+	file     file.Options
+	kube     kube.Options
+	mesh     meshconfig.Options
+	ca       ca.Options
+	monitor  monitor.Options
+	leader   leader.Options
+	xds      xdsserver.Options
+	webhook  webhookserver.Options
+	inject   inject.Options
+	patcher  webhookserver.PatcherOptions
+	status   status.Options
+	jwks     jwks.Options
+	gwDeploy gatewaydeploy.Options
 }
 
 func defaultServeOptions() *serveOptions {
@@ -80,6 +82,7 @@ func defaultServeOptions() *serveOptions {
 		webhook:      webhookserver.DefaultOptions(),
 		status:       status.DefaultOptions(),
 		jwks:         jwks.DefaultOptions(),
+		gwDeploy:     gatewaydeploy.DefaultOptions(),
 	}
 }
 
@@ -128,6 +131,7 @@ files in DIR, watched for changes.`,
 	o.patcher.AddFlags(fs)
 	o.status.AddFlags(fs)
 	o.jwks.AddFlags(fs)
+	o.gwDeploy.AddFlags(fs)
 	return cmd
 }
 
@@ -157,7 +161,8 @@ func (o *serveOptions) validate() error {
 	o.xds.SystemNamespace, o.xds.Instance = o.namespace, xdsInstance()
 	o.inject.Namespace, o.inject.Revision = o.namespace, o.revision
 	o.patcher.Namespace, o.patcher.Revision = o.namespace, o.revision
-	for _, v := range []interface{ Validate() error }{&o.file, &o.kube, &o.mesh, &o.monitor, &o.leader, &o.xds, &o.webhook, &o.inject, &o.patcher, &o.status, &o.jwks} {
+	o.gwDeploy.Revision, o.gwDeploy.DomainSuffix = o.revision, o.domainSuffix
+	for _, v := range []interface{ Validate() error }{&o.file, &o.kube, &o.mesh, &o.monitor, &o.leader, &o.xds, &o.webhook, &o.inject, &o.patcher, &o.status, &o.jwks, &o.gwDeploy} {
 		if err := v.Validate(); err != nil {
 			errs = append(errs, err)
 		}

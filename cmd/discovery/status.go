@@ -44,6 +44,7 @@ func statusReporter(opts status.Options, cfg *rest.Config, client kubernetes.Int
 	if err != nil {
 		return err
 	}
+	p.auditor = a
 	store.Subscribe(a.Observe)
 	p.runner.Add("unsupported-field audit", false, a.Start)
 	if cw != nil {

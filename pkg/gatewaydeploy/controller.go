@@ -39,6 +39,14 @@ type Options struct {
 	// DomainSuffix is the cluster's DNS suffix, in the Service hostnames
 	// reported as addresses.
 	DomainSuffix string
+	// Revision is this control plane's revision: it deploys the Gateways
+	// whose istio.io/rev label names it, or that have none when it is the
+	// default revision ("").
+	Revision string
+	// Resync is how often every Gateway is reconciled again, so that a
+	// change of the injection configuration or of a parameters ConfigMap
+	// (neither watched) reaches the gateways.
+	Resync time.Duration
 	// CRDPoll is how often the controller looks for the Gateway API CRDs
 	// while they are not installed.
 	CRDPoll time.Duration
@@ -46,7 +54,7 @@ type Options struct {
 
 // DefaultOptions has the controller on, as istiod does.
 func DefaultOptions() Options {
-	return Options{Enabled: true, DomainSuffix: "cluster.local", CRDPoll: 10 * time.Second}
+	return Options{Enabled: true, DomainSuffix: "cluster.local", Resync: 5 * time.Minute, CRDPoll: 10 * time.Second}
 }
 
 // AddFlags registers the options' flags.
@@ -57,8 +65,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 
 // Validate checks the options.
 func (o *Options) Validate() error {
-	if o.CRDPoll <= 0 {
-		return errors.New("gateway deployment: CRD poll period must be positive")
+	if o.CRDPoll <= 0 || o.Resync <= 0 {
+		return errors.New("gateway deployment: the CRD poll and resync periods must be positive")
 	}
 	return nil
 }
@@ -126,7 +134,7 @@ func (c *Controller) Start(ctx context.Context) error {
 	if err := wait.PollUntilContextCancel(ctx, c.opts.CRDPoll, true, c.crdsInstalled); err != nil {
 		return nil // ctx ended
 	}
-	gwf := gatewayinformers.NewSharedInformerFactory(c.gwc, 0)
+	gwf := gatewayinformers.NewSharedInformerFactory(c.gwc, c.opts.Resync)
 	gwInf, classInf := gwf.Gateway().V1().Gateways(), gwf.Gateway().V1().GatewayClasses()
 	kf := informers.NewSharedInformerFactoryWithOptions(c.kube, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.LabelSelector = ManagedLabel + "=" + ManagedValue

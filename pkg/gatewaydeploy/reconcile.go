@@ -22,6 +22,10 @@ import (
 	"github.com/meshplane/discovery/pkg/status"
 )
 
+// revisionLabel names the control plane revision of a Gateway. Chosen
+// differently from istiod: revision tags are not followed.
+const revisionLabel = "istio.io/rev"
+
 // reconcile brings the objects of the Gateway key in step with it.
 func (c *Controller) reconcile(ctx context.Context, key types.NamespacedName) error {
 	g, err := c.gateways.Gateways(key.Namespace).Get(key.Name)
@@ -32,7 +36,7 @@ func (c *Controller) reconcile(ctx context.Context, key types.NamespacedName) er
 	if err != nil {
 		return err
 	}
-	if !c.ours(string(g.Spec.GatewayClassName)) || !Managed(&g.Spec) || !ManagedByUs(g) {
+	if !c.ours(string(g.Spec.GatewayClassName)) || !Managed(&g.Spec) || !ManagedByUs(g) || g.Labels[revisionLabel] != c.opts.Revision {
 		// As istiod: what was made for it before stays until the Gateway
 		// is deleted (the garbage collector's owner references).
 		c.setInfra(key, nil)
