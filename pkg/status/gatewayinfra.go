@@ -57,6 +57,12 @@ func (a *Auditor) gatewayReport(w *model.World, key model.Key) *gatewayapi.Repor
 	if !ok {
 		return rep
 	}
+	return withInfra(rep, inf)
+}
+
+// withInfra is a copy of rep with inf's addresses and Programmed
+// condition (at rep's generation).
+func withInfra(rep *gatewayapi.Report, inf GatewayInfra) *gatewayapi.Report {
 	out := *rep
 	out.Conditions = slices.Clone(rep.Conditions)
 	for i, c := range out.Conditions {
