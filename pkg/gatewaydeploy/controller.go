@@ -142,9 +142,12 @@ func (c *Controller) Start(ctx context.Context) error {
 	depInf, svcInf, saInf := kf.Apps().V1().Deployments(), kf.Core().V1().Services(), kf.Core().V1().ServiceAccounts()
 	c.gateways, c.classes = gwInf.Lister(), classInf.Lister()
 	c.deployments, c.services, c.accounts = depInf.Lister(), svcInf.Lister(), saInf.Lister()
-	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
+	q := workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.NewTypedItemExponentialFailureRateLimiter[types.NamespacedName](time.Second, 5*time.Minute),
-		workqueue.TypedRateLimitingQueueConfig[types.NamespacedName]{Name: "gateway-deployment"})
+		workqueue.TypedRateLimitingQueueConfig[types.NamespacedName]{})
+	c.mu.Lock()
+	c.queue = q
+	c.mu.Unlock()
 	if err := c.handlers(gwInf.Informer(), classInf.Informer(), depInf.Informer(), svcInf.Informer(), saInf.Informer()); err != nil {
 		return err
 	}
@@ -168,6 +171,17 @@ func (c *Controller) Start(ctx context.Context) error {
 	}
 	c.clearInfra()
 	return nil
+}
+
+// queued is how many Gateways wait for reconciliation (-1 before Start
+// has made its queue).
+func (c *Controller) queued() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.queue == nil {
+		return -1
+	}
+	return c.queue.Len()
 }
 
 // crdsInstalled reports whether the API server serves Gateways and

@@ -67,6 +67,17 @@ func TestIntegrationGatewayDeployment(t *testing.T) {
 	must(gc.GatewayV1().Gateways("shop").Create(ctx, newGateway("foreign", "other", nil), metav1.CreateOptions{}))
 	must(gc.GatewayV1().Gateways("shop").Create(ctx, newGateway("manual", "istio",
 		[]gw.GatewaySpecAddress{{Type: &hostType, Value: "ingress"}}), metav1.CreateOptions{}))
+	// parametersRef: an overlay that exists, and one that does not.
+	must(kc.CoreV1().ConfigMaps("shop").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "tuned-params", Namespace: "shop"},
+		Data: map[string]string{"deployment": "spec:\n  replicas: 2\n"}}, metav1.CreateOptions{}))
+	withParams := func(name, cm string) *gw.Gateway {
+		g := newGateway(name, "istio", nil)
+		g.Annotations = map[string]string{ServiceTypeAnnotation: "ClusterIP"}
+		g.Spec.Infrastructure = &gw.GatewayInfrastructure{ParametersRef: &gw.LocalParametersReference{Group: "", Kind: "ConfigMap", Name: cm}}
+		return g
+	}
+	must(gc.GatewayV1().Gateways("shop").Create(ctx, withParams("tuned", "tuned-params"), metav1.CreateOptions{}))
+	must(gc.GatewayV1().Gateways("shop").Create(ctx, withParams("broken", "missing"), metav1.CreateOptions{}))
 
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	store := model.NewStore(model.StoreOptions{})
@@ -152,10 +163,31 @@ func TestIntegrationGatewayDeployment(t *testing.T) {
 		gw.GatewayStatusAddress{Type: &hostType, Value: host}))
 
 	// Neither the Gateway of another class nor the one in manual mode got
-	// anything, once the controller has looked at all three.
+	// anything, once the controller has looked at all five (the informer
+	// queues the five Gateways before the first reconciliation, in order).
 	poll(t, "every Gateway reconciled", func() (bool, string) {
 		n := testutil.ToFloat64(m.reconciles.WithLabelValues("ok"))
-		return n >= 3 && ctrl.queue.Len() == 0, fmt.Sprintf("%v reconciles, %d queued", n, ctrl.queue.Len())
+		q := ctrl.queued()
+		return n >= 5 && q == 0, fmt.Sprintf("%v reconciles, %d queued", n, q)
+	})
+	tuned, err := kc.AppsV1().Deployments("shop").Get(ctx, "tuned-istio", metav1.GetOptions{})
+	must(tuned, err)
+	if tuned.Spec.Replicas == nil || *tuned.Spec.Replicas != 2 {
+		t.Errorf("tuned-istio replicas %v, want the parameters' 2", tuned.Spec.Replicas)
+	}
+	if s, err := kc.CoreV1().Services("shop").Get(ctx, "tuned-istio", metav1.GetOptions{}); err != nil || s.Spec.Type != corev1.ServiceTypeClusterIP {
+		t.Errorf("tuned-istio Service: %v, want type ClusterIP", err)
+	}
+	if _, err := kc.AppsV1().Deployments("shop").Get(ctx, "broken-istio", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("Deployment broken-istio: %v, want none (its parameters do not exist)", err)
+	}
+	poll(t, "a Gateway whose parameters do not exist Programmed False (Invalid)", func() (bool, string) {
+		g, err := gc.GatewayV1().Gateways("shop").Get(ctx, "broken", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		got := programmed(g)
+		return got == "False/Invalid/g1: spec.infrastructure.parametersRef: ConfigMap shop/missing does not exist", got
 	})
 	for _, name := range []string{"foreign-other", "manual-istio"} {
 		if _, err := kc.AppsV1().Deployments("shop").Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
