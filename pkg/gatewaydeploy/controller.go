@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -85,8 +86,9 @@ type Controller struct {
 	log    *slog.Logger
 	m      *Metrics
 
-	mu    sync.Mutex
-	infra map[types.NamespacedName]status.GatewayInfra
+	mu     sync.Mutex
+	infra  map[types.NamespacedName]status.GatewayInfra
+	synced atomic.Bool
 
 	// Set by Start.
 	gateways    gwlisters.GatewayLister
@@ -166,12 +168,37 @@ func (c *Controller) Start(ctx context.Context) error {
 		}
 	}
 	go func() { <-ctx.Done(); c.queue.ShutDown() }()
+	c.initial(ctx)
 	c.log.Info("gateway deployment controller started")
 	for c.next(ctx) {
 	}
+	c.synced.Store(false)
 	c.clearInfra()
 	return nil
 }
+
+// initial reconciles every Gateway once (a failure is retried through the
+// queue), then says the controller is synced and asks for the status of
+// every Gateway: until then the status writer holds Gateway status back,
+// so that a Gateway is not reported Programmed from the translation alone
+// (its Service exists) while its Deployment may have no replica.
+func (c *Controller) initial(ctx context.Context) {
+	gws, _ := c.gateways.List(labels.Everything())
+	for _, g := range gws {
+		key := types.NamespacedName{Namespace: g.Namespace, Name: g.Name}
+		if err := c.reconcile(ctx, key); err != nil && ctx.Err() == nil {
+			c.queue.AddRateLimited(key)
+		}
+	}
+	c.synced.Store(true)
+	for _, g := range gws {
+		c.notify(g.Namespace, g.Name)
+	}
+}
+
+// Synced reports whether every Gateway has been looked at since this
+// replica started leading.
+func (c *Controller) Synced() bool { return c.synced.Load() }
 
 // queued is how many Gateways wait for reconciliation (-1 before Start
 // has made its queue).

@@ -27,6 +27,10 @@ type GatewayInfraSource interface {
 	// GatewayInfra returns what is known of namespace/name's
 	// infrastructure; false when the Gateway is not deployed by it.
 	GatewayInfra(namespace, name string) (GatewayInfra, bool)
+	// Synced reports whether GatewayInfra says all there is to know (it
+	// has looked at every Gateway). Until then no Gateway's status is
+	// written.
+	Synced() bool
 }
 
 // SetGatewayInfra makes the status written for the Gateways src deploys
@@ -52,6 +56,9 @@ func (a *Auditor) gatewayReport(w *model.World, key model.Key) *gatewayapi.Repor
 	rep := w.GatewayAPIReport(key)
 	if rep == nil || a.infra == nil || key.Kind != model.KindKubernetesGateway || len(rep.Conditions) == 0 {
 		return rep
+	}
+	if !a.infra.Synced() {
+		return nil // nothing to write yet; GatewayInfraChanged follows
 	}
 	inf, ok := a.infra.GatewayInfra(key.Namespace, key.Name)
 	if !ok {
