@@ -18,6 +18,12 @@
 // proxies; they run pilot-agent "proxy router" connected to discovery's
 // 15012 as the injector's gateway template sets it.
 //
+// Chosen differently from DESIGN.md (only pkg/config/kube watches): the
+// controller has its own informers, on the leader only, because the
+// World carries neither Deployments and ServiceAccounts nor a Service's
+// load balancer status; they are filtered by the managed label, so they
+// hold only what the controller made.
+//
 // Chosen differently from istiod: no HorizontalPodAutoscaler or
 // PodDisruptionBudget; the old istio.io/gateway-name selector label (gone
 // since Istio 1.24) is not kept; no ambient labels
