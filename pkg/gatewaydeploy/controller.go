@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -230,8 +231,12 @@ func (c *Controller) crdsInstalled(context.Context) (bool, error) {
 // handlers queue the Gateway each event concerns.
 func (c *Controller) handlers(gwInf, classInf, depInf, svcInf, saInf cache.SharedIndexInformer) error {
 	onGateway := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { c.enqueueObject(o) },
-		UpdateFunc: func(_, o any) { c.enqueueObject(o) },
+		AddFunc: func(o any) { c.enqueueObject(o) },
+		UpdateFunc: func(old, o any) {
+			if !statusOnly(old, o) {
+				c.enqueueObject(o)
+			}
+		},
 		DeleteFunc: func(o any) { c.enqueueObject(o) },
 	}
 	if _, err := gwInf.AddEventHandler(onGateway); err != nil {
@@ -258,6 +263,16 @@ func (c *Controller) handlers(gwInf, classInf, depInf, svcInf, saInf cache.Share
 		}
 	}
 	return nil
+}
+
+// statusOnly reports whether a Gateway's update changed only what is not
+// rendered (its status, written by the leader): a resync (same version)
+// is not one.
+func statusOnly(old, cur any) bool {
+	a, ok1 := old.(*gw.Gateway)
+	b, ok2 := cur.(*gw.Gateway)
+	return ok1 && ok2 && a.ResourceVersion != b.ResourceVersion && a.Generation == b.Generation &&
+		reflect.DeepEqual(a.Labels, b.Labels) && reflect.DeepEqual(a.Annotations, b.Annotations)
 }
 
 func unwrap(o any) any {

@@ -388,6 +388,16 @@ func Unstructured(obj runtime.Object) (*unstructured.Unstructured, error) {
 	if md, ok := m["metadata"].(map[string]any); ok {
 		delete(md, "creationTimestamp")
 	}
+	// An unset targetPort (the port itself, as Istio's template leaves
+	// it) rather than the typed zero value.
+	if ports, ok, _ := unstructured.NestedSlice(m, "spec", "ports"); ok {
+		for _, p := range ports {
+			if pm, ok := p.(map[string]any); ok && fmt.Sprint(pm["targetPort"]) == "0" {
+				delete(pm, "targetPort")
+			}
+		}
+		_ = unstructured.SetNestedSlice(m, ports, "spec", "ports")
+	}
 	if tmpl, ok, _ := unstructured.NestedMap(m, "spec", "template", "metadata"); ok {
 		delete(tmpl, "creationTimestamp")
 		_ = unstructured.SetNestedMap(m, tmpl, "spec", "template", "metadata")

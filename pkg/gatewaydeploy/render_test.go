@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	gw "sigs.k8s.io/gateway-api/apis/v1"
 
@@ -304,5 +305,15 @@ func TestUnstructuredIsAnApplyBody(t *testing.T) {
 	}
 	if _, ok := u.Object["metadata"].(map[string]any)["creationTimestamp"]; ok {
 		t.Error("creationTimestamp in the apply body")
+	}
+	s, err := Unstructured(render(t, gateway(), nil).Service)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports, _, _ := unstructured.NestedSlice(s.Object, "spec", "ports")
+	for _, p := range ports {
+		if tp, ok := p.(map[string]any)["targetPort"]; ok {
+			t.Errorf("port %v has targetPort %v, want it unset (the port)", p.(map[string]any)["name"], tp)
+		}
 	}
 }
