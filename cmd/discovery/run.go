@@ -137,6 +137,7 @@ func (o *serveOptions) initialMesh(ctx context.Context, client kubernetes.Interf
 type parts struct {
 	runner   *leader.Runner
 	xds      *xdsserver.Server
+	auditor  *status.Auditor
 	guard    *streamauth.Guard
 	draining atomic.Bool
 }
@@ -193,7 +194,7 @@ func (o *serveOptions) build(ctx context.Context, cfg *rest.Config, client kuber
 		return nil, err
 	}
 	p.xds.RegisterDebug(mon.Mux())
-	webhooks, err := o.webhooks(ctx, authority, client, reg, log, mon, store)
+	webhooks, injector, err := o.webhooks(ctx, authority, client, reg, log, mon, store)
 	if err != nil {
 		return nil, err
 	}
@@ -230,6 +231,11 @@ func (o *serveOptions) build(ctx context.Context, cfg *rest.Config, client kuber
 	}
 	if client != nil {
 		if err := gatewayCredentials(ctx, client, p, mon, log, reg); err != nil {
+			return nil, err
+		}
+	}
+	if client != nil && cfg != nil {
+		if err := gatewayDeployment(o, cfg, client, injector, p, log, reg); err != nil {
 			return nil, err
 		}
 	}
@@ -272,10 +278,10 @@ type component struct {
 
 // webhooks builds the injection and validation webhooks on their HTTPS
 // server and, with a cluster, the leader's caBundle patcher.
-func (o *serveOptions) webhooks(ctx context.Context, authority *ca.CA, client kubernetes.Interface, reg prometheus.Registerer, log *slog.Logger, mon *monitor.Server, store *model.Store) ([]component, error) {
+func (o *serveOptions) webhooks(ctx context.Context, authority *ca.CA, client kubernetes.Interface, reg prometheus.Registerer, log *slog.Logger, mon *monitor.Server, store *model.Store) ([]component, *inject.Injector, error) {
 	injector, err := inject.New(o.inject, client, reg, log)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	injector.SetMesh(func() *meshv1alpha1.MeshConfig { return store.World().Mesh().Proto() })
 	injector.SetProxyConfigs(func() []*networkingv1beta1.ProxyConfig { return proxyConfigs(store.World()) })
@@ -288,11 +294,11 @@ func (o *serveOptions) webhooks(ctx context.Context, authority *ca.CA, client ku
 	})
 	validator, err := validate.New(reg, log)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	srv, err := webhookserver.New(o.webhook, authority.ServerTLSConfig(), injector.Handler(), validator.Handler(), log)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out := []component{{"injector", false, injector.Start}, {"webhook server", false, srv.Start}}
 	if client != nil {
@@ -304,18 +310,18 @@ func (o *serveOptions) webhooks(ctx context.Context, authority *ca.CA, client ku
 		// their caBundle takes list, watch and patch on every
 		// MutatingWebhookConfiguration, as istiod's ClusterRole grants.
 		if o.patcher.TagWebhooks, err = inject.CanWatchWebhooks(ctx, client); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if !o.patcher.TagWebhooks {
 			log.Warn("revision tags' caBundle not kept: this service account may not list and watch MutatingWebhookConfigurations")
 		}
 		patcher, err := webhookserver.NewCABundlePatcher(o.patcher, client, roots, reg, log)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		out = append(out, component{"webhook caBundle patcher", true, patcher.Start})
 	}
-	return out, nil
+	return out, injector, nil
 }
 
 func synced(src config.Source) func() error {

@@ -21,6 +21,7 @@ import (
 	"github.com/meshplane/discovery/pkg/config/file"
 	"github.com/meshplane/discovery/pkg/config/kube"
 	"github.com/meshplane/discovery/pkg/config/meshconfig"
+	"github.com/meshplane/discovery/pkg/gatewaydeploy"
 	"github.com/meshplane/discovery/pkg/jwks"
 	"github.com/meshplane/discovery/pkg/leader"
 	"github.com/meshplane/discovery/pkg/monitor"
@@ -47,19 +48,20 @@ type serveOptions struct {
 	// line: it then wins over the MeshConfig's trustDomain.
 	trustDomainFlag bool
 
-	file    file.Options
-	kube    kube.Options
-	mesh    meshconfig.Options
-	ca      ca.Options
-	monitor monitor.Options
-	leader  leader.Options
-	xds     xdsserver.Options
-	webhook webhookserver.Options
-	inject  inject.Options
-	patcher webhookserver.PatcherOptions
-	status  status.Options
-	jwks    jwks.Options
-	autoreg autoregister.Options
+	file     file.Options
+	kube     kube.Options
+	mesh     meshconfig.Options
+	ca       ca.Options
+	monitor  monitor.Options
+	leader   leader.Options
+	xds      xdsserver.Options
+	webhook  webhookserver.Options
+	inject   inject.Options
+	patcher  webhookserver.PatcherOptions
+	status   status.Options
+	jwks     jwks.Options
+	autoreg  autoregister.Options
+	gwDeploy gatewaydeploy.Options
 }
 
 func defaultServeOptions() *serveOptions {
@@ -83,6 +85,7 @@ func defaultServeOptions() *serveOptions {
 		status:       status.DefaultOptions(),
 		jwks:         jwks.DefaultOptions(),
 		autoreg:      autoregister.DefaultOptions(),
+		gwDeploy:     gatewaydeploy.DefaultOptions(),
 	}
 }
 
@@ -132,6 +135,7 @@ files in DIR, watched for changes.`,
 	o.status.AddFlags(fs)
 	o.jwks.AddFlags(fs)
 	o.autoreg.AddFlags(fs)
+	o.gwDeploy.AddFlags(fs)
 	return cmd
 }
 
@@ -162,7 +166,8 @@ func (o *serveOptions) validate() error {
 	o.inject.Namespace, o.inject.Revision = o.namespace, o.revision
 	o.patcher.Namespace, o.patcher.Revision = o.namespace, o.revision
 	o.autoreg.Replica, o.autoreg.MaxConnectionAge = instanceName(), o.maxStreamAge
-	for _, v := range []interface{ Validate() error }{&o.file, &o.kube, &o.mesh, &o.monitor, &o.leader, &o.xds, &o.webhook, &o.inject, &o.patcher, &o.status, &o.jwks, &o.autoreg} {
+	o.gwDeploy.Revision, o.gwDeploy.DomainSuffix = o.revision, o.domainSuffix
+	for _, v := range []interface{ Validate() error }{&o.file, &o.kube, &o.mesh, &o.monitor, &o.leader, &o.xds, &o.webhook, &o.inject, &o.patcher, &o.status, &o.jwks, &o.autoreg, &o.gwDeploy} {
 		if err := v.Validate(); err != nil {
 			errs = append(errs, err)
 		}

@@ -44,6 +44,7 @@ func statusReporter(opts status.Options, cfg *rest.Config, client kubernetes.Int
 	if err != nil {
 		return err
 	}
+	p.auditor = a
 	store.Subscribe(a.Observe)
 	// EnvoyFilter patches refused at generation time reach the
 	// EnvoyFilter's status through the Auditor (the leader writes).

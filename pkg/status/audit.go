@@ -42,6 +42,7 @@ type Auditor struct {
 	world func() *model.World
 	w     ConditionSetter // nil: no cluster, nothing to write
 	log   *slog.Logger
+	infra GatewayInfraSource // nil: none (gatewayinfra.go)
 	m     *auditMetrics
 	now   func() time.Time
 	retry time.Duration // first retry back-off (retryMin; shorter in tests)
@@ -196,7 +197,7 @@ func (a *Auditor) audit() {
 		}
 		if c.Key.Kind.IsGatewayAPI() {
 			a.judgeGatewayAPI(w, c)
-			if q != nil && a.gatewayWriter() != nil && !gatewayInStep(c, w.GatewayAPIReport(k)) {
+			if q != nil && a.gatewayWriter() != nil && !gatewayInStep(c, a.gatewayReport(w, k)) {
 				(*q).Add(k)
 			}
 			continue

@@ -42,8 +42,10 @@ import (
 // GatewayClass "istio" (istiod's gatewayclass controller does, and
 // re-creates it when deleted); discovery only reads the GatewayClasses
 // that exist, so an installation that wants one applies it (the charts'
-// job, not the control plane's). status.addresses is not written yet: it
-// comes with the automated deployment's Service.
+// job, not the control plane's). status.addresses and the Programmed
+// condition of a Gateway that discovery deploys come from its Deployment
+// and Service (SetGatewayInfra, gatewayinfra.go); otherwise addresses
+// are left as they are.
 
 // GatewayStatusSetter writes the status of one Gateway API object. KubeWriter
 // is the real one.
@@ -127,6 +129,9 @@ func mergeGatewayStatus(kind model.Kind, cur map[string]any, rep *gatewayapi.Rep
 		next["conditions"] = mergeConditions(list(next["conditions"]), list(want["conditions"]), now)
 		if kind == model.KindKubernetesGateway {
 			next["listeners"] = mergeListeners(list(next["listeners"]), list(want["listeners"]), now)
+			if len(rep.Addresses) > 0 {
+				next["addresses"] = want["addresses"]
+			}
 		}
 	case model.KindHTTPRoute, model.KindGRPCRoute, model.KindTCPRoute, model.KindTLSRoute:
 		next["parents"] = mergeParents(list(next["parents"]), list(want["parents"]), now)
@@ -235,7 +240,7 @@ func parentKey(x any) string {
 // toUnstructured is rep's status in the API server's unstructured form
 // (integers as int64).
 func toUnstructured(rep *gatewayapi.Report) (map[string]any, error) {
-	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&gatewayStatus{rep.Conditions, rep.Listeners, rep.Parents})
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&gatewayStatus{rep.Addresses, rep.Conditions, rep.Listeners, rep.Parents})
 	if err != nil {
 		return nil, fmt.Errorf("gateway status: %w", err)
 	}
@@ -244,9 +249,10 @@ func toUnstructured(rep *gatewayapi.Report) (map[string]any, error) {
 
 // gatewayStatus is what of a Report goes into a status.
 type gatewayStatus struct {
-	Conditions []metav1.Condition     `json:"conditions,omitempty"`
-	Listeners  []gw.ListenerStatus    `json:"listeners,omitempty"`
-	Parents    []gw.RouteParentStatus `json:"parents,omitempty"`
+	Addresses  []gw.GatewayStatusAddress `json:"addresses,omitempty"`
+	Conditions []metav1.Condition        `json:"conditions,omitempty"`
+	Listeners  []gw.ListenerStatus       `json:"listeners,omitempty"`
+	Parents    []gw.RouteParentStatus    `json:"parents,omitempty"`
 }
 
 func list(x any) []any {
@@ -294,7 +300,7 @@ func (a *Auditor) reconcileGateway(ctx context.Context, key model.Key, limit *ra
 	if g == nil || c == nil {
 		return nil
 	}
-	rep := w.GatewayAPIReport(key)
+	rep := a.gatewayReport(w, key)
 	if gatewayInStep(c, rep) {
 		return nil
 	}

@@ -93,10 +93,7 @@ func TestUnsupported(t *testing.T) {
 }
 
 func TestFindingMessage(t *testing.T) {
-	if got := (Finding{Kind: true}).Message(model.KindProxyConfig); !strings.HasPrefix(got, "ProxyConfig is not supported by discovery: its settings") {
-		t.Errorf("kind message = %q", got)
-	}
-	if got := (Finding{Kind: true}).Message(model.KindWasmPlugin); got != "WasmPlugin is not supported by discovery: its patches and extensions are not applied to any proxy" {
+	if got := (Finding{Kind: true}).Message(model.KindTrafficExtension); got != "TrafficExtension is not supported by discovery: its patches and extensions are not applied to any proxy" {
 		t.Errorf("kind message = %q", got)
 	}
 	got := Finding{Fields: []string{"spec.a", "spec.b"}}.Message(model.KindVirtualService)

@@ -52,9 +52,6 @@ func (t *translator) translateGateway(obj *gw.Gateway) {
 	g.report = t.report(g.ref, obj.Generation)
 	t.gateways[[2]string{obj.Namespace, obj.Name}] = g
 	selector, programmed, why := t.deployment(g)
-	if obj.Spec.Infrastructure != nil {
-		g.unsupported("spec.infrastructure", "not read yet (the Deployment is not created by discovery)")
-	}
 	if obj.Spec.TLS != nil {
 		g.unsupported("spec.tls", "frontend validation and backend client certificates are not read yet")
 	}
@@ -110,24 +107,34 @@ func (g *gateway) unsupported(field, what string) {
 // serves nothing.
 func (t *translator) deployment(g *gateway) (selector map[string]string, programmed bool, why string) {
 	obj := g.obj
+	// One IP address is Istio's automated deployment too (its Service's
+	// loadBalancerIP), as istiod's IsManaged.
+	oneIP := len(obj.Spec.Addresses) == 1 && obj.Spec.Addresses[0].Type != nil && *obj.Spec.Addresses[0].Type == gw.IPAddressType
 	var hosts []string
 	for i, a := range obj.Spec.Addresses {
+		if oneIP {
+			break
+		}
 		if a.Type != nil && *a.Type != gw.HostnameAddressType {
 			g.unsupported(fmt.Sprintf("spec.addresses[%d]", i), fmt.Sprintf("type %s is not supported (only Hostname, naming the gateway's Service)", *a.Type))
 			continue
 		}
 		hosts = append(hosts, a.Value)
 	}
-	if len(obj.Spec.Addresses) == 0 {
-		// Istio's automated deployment: pods labelled with the Gateway's
-		// name, behind the Service <name>-<class>.
+	if len(obj.Spec.Addresses) == 0 || oneIP {
+		// Istio's automated deployment (pkg/gatewaydeploy): pods labelled
+		// with the Gateway's name, behind the Service <name>-<class> (or
+		// the gateway.istio.io/name-override annotation's name).
 		sel := map[string]string{GatewayNameLabel: obj.Name}
 		svc := obj.Name + "-" + string(obj.Spec.GatewayClassName)
+		if v := obj.Annotations["gateway.istio.io/name-override"]; v != "" {
+			svc = v
+		}
 		if _, ok := t.in.Service(obj.Namespace, svc); ok {
 			return sel, true, fmt.Sprintf("Served by the pods labelled %s=%s, behind the Service %s", GatewayNameLabel, obj.Name, svc)
 		}
-		return sel, false, fmt.Sprintf("discovery does not create the gateway's Deployment and Service yet: deploy pods labelled %s=%s and a Service %s, or name an existing gateway Service in spec.addresses",
-			GatewayNameLabel, obj.Name, svc)
+		return sel, false, fmt.Sprintf("no Service %s yet: the automated deployment creates it with pods labelled %s=%s (unless turned off: then deploy them, or name an existing gateway Service in spec.addresses)",
+			svc, GatewayNameLabel, obj.Name)
 	}
 	for _, h := range hosts {
 		ns, name, ok := serviceOfHost(h, obj.Namespace, t.in.DomainSuffix)

@@ -80,6 +80,10 @@ type Report struct {
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 	// Listeners of a Gateway.
 	Listeners []gw.ListenerStatus `json:"listeners,omitempty"`
+	// Addresses of a Gateway. The translation leaves them empty: the
+	// status writer fills them from the automated deployment's Service
+	// (pkg/gatewaydeploy).
+	Addresses []gw.GatewayStatusAddress `json:"addresses,omitempty"`
 	// Parents of a route: one entry per parentRef this controller owns.
 	Parents []gw.RouteParentStatus `json:"parents,omitempty"`
 	// Unsupported names what has no effect (field path: what).
