@@ -190,12 +190,12 @@ func TestAuditLogsOncePerVersionAndCounts(t *testing.T) {
 	upsert(t, store, virtualService("a", 1, true), unreadKind("jwt"), virtualService("fine", 1, false))
 	a.audit()
 	if logs.count() != 2 {
-		t.Errorf("%d warnings for one VirtualService with an ignored field and one WasmPlugin: %v", logs.count(), logs.msgs)
+		t.Errorf("%d warnings for one VirtualService with an ignored field and one TrafficExtension: %v", logs.count(), logs.msgs)
 	}
 	if g := gauge("VirtualService", "http.retries.retryRemoteLocalities"); g != 1 {
 		t.Errorf("field gauge = %v, want 1", g)
 	}
-	if g := gauge("WasmPlugin", "*"); g != 1 {
+	if g := gauge("TrafficExtension", "*"); g != 1 {
 		t.Errorf("kind gauge = %v, want 1", g)
 	}
 
@@ -228,7 +228,7 @@ func TestAuditLogsOncePerVersionAndCounts(t *testing.T) {
 	}
 	a.audit()
 	if n := testutil.CollectAndCount(reg, "discovery_config_unsupported_fields"); n != 1 {
-		t.Errorf("%d gauge series after the WasmPlugin went, want 1 (the VirtualService field)", n)
+		t.Errorf("%d gauge series after the TrafficExtension went, want 1 (the VirtualService field)", n)
 	}
 }
 
@@ -349,8 +349,8 @@ func TestLeadKeepsConditionInStep(t *testing.T) {
 	t.Cleanup(func() { stopLeading(); <-led; cancel(); wg.Wait() })
 
 	waitFor(t, "the condition on the VirtualService", func() bool { return conditionIn(store, model.KindVirtualService, "vs") != nil })
-	waitFor(t, "the condition on the WasmPlugin", func() bool {
-		c := conditionIn(store, model.KindWasmPlugin, "jwt")
+	waitFor(t, "the condition on the TrafficExtension", func() bool {
+		c := conditionIn(store, model.KindTrafficExtension, "jwt")
 		return c != nil && c.GetReason() == ReasonKindNotSupported
 	})
 	upsert(t, store, edited(store, "vs", 2, false))

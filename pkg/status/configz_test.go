@@ -34,9 +34,9 @@ spec:
   - route: [{destination: {host: ratings}}]
 ---
 apiVersion: extensions.istio.io/v1alpha1
-kind: WasmPlugin
+kind: TrafficExtension
 metadata: {name: jwt, namespace: shop}
-spec: {url: "oci://ghcr.io/example/plugin:1"}
+spec: {wasm: {url: "oci://ghcr.io/example/plugin:1"}}
 `
 	objs, errs := file.Parse("mesh.yaml", []byte(configs))
 	if len(errs) > 0 {
@@ -76,7 +76,7 @@ spec: {url: "oci://ghcr.io/example/plugin:1"}
 				t.Errorf("ratings sets nothing ignored, yet unsupported = %+v", u)
 			}
 		case "jwt":
-			if u == nil || !u.Kind || !strings.HasPrefix(u.Message, "WasmPlugin is not supported by discovery: its patches") {
+			if u == nil || !u.Kind || !strings.HasPrefix(u.Message, "TrafficExtension is not supported by discovery: its extensions") {
 				t.Errorf("jwt: unsupported = %+v", u)
 			}
 		}

@@ -26,7 +26,7 @@
 //
 // In: model.Updates (Observe, subscribed to the Store) and the World.
 // Unsupported judges each Istio config: a kind the xDS generator does not
-// read at all (gen.ReadsKind: WasmPlugin, ProxyConfig, ...) has no effect; of the
+// read at all (gen.ReadsKind: TrafficExtension, ProxyConfig, ...) has no effect; of the
 // others, the fields gen.UnsupportedFields names have none. That is the
 // same table the generator's own warnings and the validating webhook use,
 // so the four reports cannot disagree.

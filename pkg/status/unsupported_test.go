@@ -42,9 +42,9 @@ func virtualService(name string, gen int64, ignored bool, conds ...*metav1alpha1
 }
 
 // unreadKind is a config of a kind discovery reads but does not act on
-// (a WasmPlugin).
-func unreadKind(name string) *extensionsv1alpha1.WasmPlugin {
-	return &extensionsv1alpha1.WasmPlugin{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop", Generation: 1, ResourceVersion: "1"}}
+// (a TrafficExtension).
+func unreadKind(name string) *extensionsv1alpha1.TrafficExtension {
+	return &extensionsv1alpha1.TrafficExtension{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop", Generation: 1, ResourceVersion: "1"}}
 }
 
 func config(obj runtime.Object) *model.Config {
@@ -55,6 +55,8 @@ func config(obj runtime.Object) *model.Config {
 		kind = model.KindWasmPlugin
 	case *networkingv1alpha3.EnvoyFilter:
 		kind = model.KindEnvoyFilter
+	case *extensionsv1alpha1.TrafficExtension:
+		kind = model.KindTrafficExtension
 	case *corev1.Service:
 		kind = model.KindService
 	}
@@ -72,7 +74,7 @@ func TestUnsupported(t *testing.T) {
 		"a VirtualService whose fields are all acted on has nothing ignored": {
 			obj: virtualService("vs", 1, false),
 		},
-		"a WasmPlugin is ignored as a whole kind": {
+		"a TrafficExtension is ignored as a whole kind": {
 			obj: unreadKind("jwt"), want: Finding{Kind: true},
 		},
 		"a Service is not an Istio config": {
@@ -93,7 +95,7 @@ func TestUnsupported(t *testing.T) {
 }
 
 func TestFindingMessage(t *testing.T) {
-	if got := (Finding{Kind: true}).Message(model.KindTrafficExtension); got != "TrafficExtension is not supported by discovery: its patches and extensions are not applied to any proxy" {
+	if got := (Finding{Kind: true}).Message(model.KindTrafficExtension); got != "TrafficExtension is not supported by discovery: its extensions are not applied to any proxy" {
 		t.Errorf("kind message = %q", got)
 	}
 	got := Finding{Fields: []string{"spec.a", "spec.b"}}.Message(model.KindVirtualService)

@@ -169,8 +169,8 @@ func TestValidate(t *testing.T) {
 			doc: "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: r, deletionTimestamp: '2026-01-01T00:00:00Z', finalizers: [x]}\nspec: {}",
 		},
 		"accepts a kind discovery reads but does not act on, with a warning": {
-			doc:     "apiVersion: extensions.istio.io/v1alpha1\nkind: WasmPlugin\nmetadata: {name: e}\nspec: {url: 'oci://ghcr.io/example/plugin:1'}",
-			warning: "WasmPlugin: this kind is not supported by discovery yet: its patches and extensions are not applied to any proxy",
+			doc:     "apiVersion: extensions.istio.io/v1alpha1\nkind: TrafficExtension\nmetadata: {name: e}\nspec: {wasm: {url: 'oci://ghcr.io/example/plugin:1'}}",
+			warning: "TrafficExtension: this kind is not supported by discovery yet: its extensions are not applied to any proxy",
 		},
 		"warns of EnvoyFilter patches discovery does not apply": {
 			doc: "apiVersion: networking.istio.io/v1alpha3\nkind: EnvoyFilter\nmetadata: {name: e}\nspec:\n  configPatches:\n" +

@@ -58,8 +58,8 @@ type ClassConfig struct {
 	scope       *Scope
 	units       map[model.NamespacedName]*unit
 	ports       map[int32]*portUnit
-	// raw holds, for the types EnvoyFilters patched, the sets as built
-	// (envoyfilter.go); nil when none did.
+	// raw holds, for the types WasmPlugins or EnvoyFilters patched, the
+	// sets as built (wasm_apply.go, envoyfilter.go); nil when none did.
 	raw map[string]*Set
 }
 
@@ -157,8 +157,12 @@ func (g *Generator) Class(w *model.World, p *model.Proxy, prev *ClassConfig) (ou
 		routeRefs = append(routeRefs, g.sidecarOutbound(sc, bs, cc, reuse)...)
 		g.fixed(sc.World, bs)
 	}
+	g.wasmExtensions(sc, bs[ExtensionConfigType])
 	out, err = g.publish(cc, bs, prev, edsRefs, routeRefs)
 	if err == nil {
+		// WasmPlugin filters first: EnvoyFilters patch the listeners
+		// they are part of, as in istiod.
+		g.wasmClass(w, p, out, prev)
 		g.patchClass(w, p, out, prev)
 	}
 	return out, err

@@ -41,6 +41,9 @@ import (
 //	               # which of their patches that match on the proxy's
 //	               version or metadata match p (envoyfilter.go);
 //	               gateways too
+//	|wasm=A@V,B@W  the WasmPlugins that apply to p (its namespace's, then
+//	               the root namespace's, that select it), with their
+//	               resource versions (wasm.go); gateways too
 //	|lb=...        when a locality load balancing setting that may apply
 //	               to p's namespace reads something of p (locality.go):
 //	               its locality (failover), the from it matches of each
@@ -65,6 +68,9 @@ func ClassKey(w *model.World, p *model.Proxy) string {
 	}
 	if ef := ix.envoyFilterKey(p); ef != "" {
 		key += "|ef=" + ef
+	}
+	if wk := ix.wasmKey(p); wk != "" {
+		key += "|wasm=" + wk
 	}
 	if p.Type == model.ProxyRouter {
 		return key
@@ -101,6 +107,8 @@ type worldIndex struct {
 	pa *paIndex
 	// efs are the World's EnvoyFilters, compiled (envoyfilter.go).
 	efs *efIndex
+	// wasm are the World's WasmPlugins, compiled (wasm.go).
+	wasm *wasmIndex
 	// telemetry holds, per namespace, the Telemetry resources that
 	// select workloads, by name (telemetryclass.go).
 	telemetry map[string][]*model.Config
@@ -247,6 +255,11 @@ func newWorldIndex(w *model.World, prev *worldIndex) *worldIndex {
 		prevEFs = prev.efs
 	}
 	ix.efs = newEFIndex(w, prevEFs)
+	var prevWasm *wasmIndex
+	if prev != nil {
+		prevWasm = prev.wasm
+	}
+	ix.wasm = newWasmIndex(w, prevWasm)
 	for _, c := range w.Configs(model.KindSidecar) {
 		if _, ok := c.Object.(*networkingv1.Sidecar); !ok {
 			continue

@@ -184,11 +184,16 @@ func (g *Generator) patchClass(w *model.World, p *model.Proxy, cc, prev *ClassCo
 	raw := map[string]*Set{}
 	for t, s := range sets {
 		if s != cc.Sets[t] {
-			raw[t] = cc.Sets[t]
+			raw[t] = cc.baseSet(t) // as built, before WasmPlugin filters too
 		}
 	}
 	if len(raw) == 0 {
 		return
+	}
+	for t, s := range cc.raw {
+		if raw[t] == nil {
+			raw[t] = s
+		}
 	}
 	cc.raw, cc.Sets = raw, sets
 	if prev != nil {

@@ -24,6 +24,7 @@ var update = flag.Bool("update", false, "rewrite the golden files")
 
 var goldenFiles = map[string]string{
 	ClusterType: "clusters", EndpointType: "endpoints", ListenerType: "listeners", RouteType: "routes",
+	ExtensionConfigType: "extensionconfigs",
 }
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -112,6 +113,12 @@ func TestGolden(t *testing.T) {
 			for typeURL, file := range goldenFiles {
 				got := render(t, pc, typeURL)
 				path := filepath.Join(dir, file+".golden.json")
+				if typeURL == ExtensionConfigType && pc.Len(typeURL) == 0 {
+					// Only the cases with WasmPlugins have one.
+					if _, err := os.Stat(path); err != nil {
+						continue
+					}
+				}
 				if *update {
 					if err := os.WriteFile(path, got, 0o644); err != nil {
 						t.Fatal(err)

@@ -4,7 +4,7 @@ import "github.com/meshplane/discovery/pkg/model"
 
 // ReadsKind reports whether discovery acts on objects of kind at all. For
 // a kind it reads, UnsupportedFields names the fields it ignores; an Istio
-// kind it does not read (WasmPlugin, ... today) has no effect on any
+// kind it does not read (TrafficExtension, ... today) has no effect on any
 // proxy, whatever it says.
 func ReadsKind(kind model.Kind) bool {
 	_, ok := supportedFields[kind]

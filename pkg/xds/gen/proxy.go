@@ -104,6 +104,7 @@ func (g *Generator) Proxy(w *model.World, p *model.Proxy, cls *ClassConfig) (out
 	}
 	pc.Own[ClusterType] = clusters.set()
 	pc.Own[ListenerType] = listeners.set()
+	g.wasmOwn(w, p, pc)
 	g.patchOwn(w, p, pc)
 	return pc
 }

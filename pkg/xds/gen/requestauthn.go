@@ -386,8 +386,8 @@ func queryParam(name string) *routev3.HeaderMatcher {
 // unsupported config; "" when the kind simply has no effect.
 func UnreadKindNote(kind model.Kind) string {
 	switch kind {
-	case model.KindWasmPlugin, model.KindTrafficExtension:
-		return "its patches and extensions are not applied to any proxy"
+	case model.KindTrafficExtension:
+		return "its extensions are not applied to any proxy"
 	}
 	return ""
 }

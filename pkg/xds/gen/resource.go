@@ -21,11 +21,13 @@ const (
 	RouteType    = resourcev3.RouteType
 )
 
-// TypeURLs lists the generated types in the order ADS sends them.
-var TypeURLs = []string{ClusterType, EndpointType, ListenerType, RouteType}
+// TypeURLs lists the generated types in the order ADS sends them: the
+// extension configurations (ECDS, WasmPlugins: wasm.go) after the
+// listeners that name them.
+var TypeURLs = []string{ClusterType, EndpointType, ListenerType, RouteType, ExtensionConfigType}
 
-// ShortType is the short name of a type URL used in metrics: cds, eds, lds
-// rds or sds ("other" for anything else).
+// ShortType is the short name of a type URL used in metrics: cds, eds,
+// lds, rds, sds or ecds ("other" for anything else).
 func ShortType(typeURL string) string {
 	switch typeURL {
 	case ClusterType:
@@ -38,6 +40,8 @@ func ShortType(typeURL string) string {
 		return "rds"
 	case SecretType:
 		return "sds"
+	case ExtensionConfigType:
+		return "ecds"
 	}
 	return "other"
 }

@@ -193,6 +193,7 @@ var supportedFields = map[model.Kind]fieldSet{
 	model.KindEnvoyFilter:           envoyFilterFields,
 	model.KindProxyConfig:           proxyConfigFields,
 	model.KindWorkloadGroup:         workloadGroupFields,
+	model.KindWasmPlugin:            wasmFields,
 }
 
 // valueChecks are, per kind, the supported fields whose value may still

@@ -190,6 +190,10 @@ func changeMatters(k model.Key, p *model.Proxy, w *model.World, old *gen.Scope) 
 		// Its patches reach the proxies it selects (whose class key
 		// names it: gen/envoyfilter.go), before or after the change.
 		return gen.EnvoyFilterApplies(w, k, p) || gen.EnvoyFilterApplies(old.World, k, p)
+	case model.KindWasmPlugin:
+		// Its filters and extension reach the proxies it selects (whose
+		// class key names it: gen/wasm.go), before or after the change.
+		return gen.WasmPluginApplies(w, k, p) || gen.WasmPluginApplies(old.World, k, p)
 	case model.KindMeshConfig:
 		return true // mesh-wide, as istiod's full push on a mesh change
 	case model.KindNode:
