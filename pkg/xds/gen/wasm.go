@@ -1,6 +1,8 @@
 package gen
 
 import (
+	"bytes"
+	"encoding/json"
 	"net/url"
 	"slices"
 	"sort"
@@ -15,7 +17,6 @@ import (
 	netwasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/wasm/v3"
 	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/wasm/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -202,11 +203,15 @@ func compileWasm(c *model.Config, o *extensionsv1alpha1.WasmPlugin) *wasmPlugin 
 func wasmPluginConfig(ns, name, rv string, spec *extensions.WasmPlugin) (*wasmv3.PluginConfig, string) {
 	conf := &anypb.Any{}
 	if pc := spec.GetPluginConfig(); pc != nil && len(pc.GetFields()) > 0 {
-		js, err := protojson.Marshal(pc)
-		if err != nil {
+		// Compact, keys sorted: protojson's output varies on purpose, and
+		// the extension's hash must not.
+		var b bytes.Buffer
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(pc.AsMap()); err != nil {
 			return nil, "pluginConfig cannot be encoded: " + err.Error()
 		}
-		conf = mustAny(wrapperspb.String(string(js)))
+		conf = mustAny(wrapperspb.String(strings.TrimSuffix(b.String(), "\n")))
 	}
 	u, err := url.Parse(spec.GetUrl())
 	if err != nil {
