@@ -245,7 +245,7 @@ func AspectOf(fact string) string {
 	}
 	switch {
 	case strings.HasPrefix(f, "downstream tls:"), strings.HasPrefix(f, "endpoint tls:"),
-		strings.HasPrefix(f, "policy: jwt"), strings.HasPrefix(f, "policy: ext_authz"):
+		strings.HasPrefix(f, "policy: jwt"), strings.HasPrefix(f, "policy: ext_authz"), strings.HasPrefix(f, "policy: wasm"):
 		return Security
 	case strings.HasPrefix(f, "policy:"):
 		return RoutePolicy

@@ -59,6 +59,9 @@ type evaluator struct {
 	// (extauthz.go).
 	metadata  map[string]map[string]string
 	netPolicy []string
+	// netWasm names the network filters configured over ECDS
+	// (WasmPlugins), in order.
+	netWasm []string
 }
 
 func (e *evaluator) note(format string, args ...any) {
@@ -239,6 +242,13 @@ func (e *evaluator) chain(fc *listenerv3.FilterChain) Decision {
 	terminated := down != ""
 	e.peerAuthenticated = terminated && e.req.TLS == MutualTLS
 	for _, f := range fc.GetFilters() {
+		if f.GetConfigDiscovery() != nil {
+			// An extension over ECDS (a WasmPlugin): what it does is the
+			// module's; which filters a connection passes, in what order,
+			// is the fact.
+			e.netWasm = append(e.netWasm, f.GetName())
+			continue
+		}
 		tc := f.GetTypedConfig()
 		switch tc.GetTypeUrl() {
 		case typeNetRBAC:
@@ -271,6 +281,7 @@ func (e *evaluator) chain(fc *listenerv3.FilterChain) Decision {
 			}
 			d := e.http(&h)
 			d.Downstream = down
+			d.Policy = append(wasmFacts("network", e.netWasm), d.Policy...)
 			return d
 		case typeTCPProxy:
 			var t tcpv3.TcpProxy
@@ -279,7 +290,7 @@ func (e *evaluator) chain(fc *listenerv3.FilterChain) Decision {
 			}
 			d := e.tcp(&t)
 			d.Downstream = down
-			d.Policy = append(e.netPolicy, d.Policy...)
+			d.Policy = append(append(wasmFacts("network", e.netWasm), e.netPolicy...), d.Policy...)
 			return d
 		}
 	}
@@ -443,4 +454,13 @@ func unmarshalAny[T any, PT interface {
 func validIP(s string) bool {
 	_, err := netip.ParseAddr(s)
 	return err == nil
+}
+
+// wasmFacts is one fact naming the ECDS filters (WasmPlugins) of a chain
+// or connection manager in their order; none without any.
+func wasmFacts(kind string, names []string) []string {
+	if len(names) == 0 {
+		return nil
+	}
+	return []string{"wasm " + kind + ": " + strings.Join(names, " > ")}
 }

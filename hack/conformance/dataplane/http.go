@@ -63,7 +63,13 @@ func (e *evaluator) http(h *hcmv3.HttpConnectionManager) Decision {
 	}
 	e.note("route %q", r.GetName())
 	levels := perFilter{route: r, vhost: vh, rc: rc}
-	var policy []string
+	var wasm []string
+	for _, f := range filters {
+		if f.GetConfigDiscovery() != nil {
+			wasm = append(wasm, f.GetName())
+		}
+	}
+	policy := wasmFacts("http", wasm)
 	for _, f := range filters[:len(filters)-1] {
 		pol, deny := e.httpFilter(f, levels)
 		if deny != "" {
