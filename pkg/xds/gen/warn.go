@@ -203,6 +203,7 @@ var valueChecks = map[model.Kind]func(proto.Message) []string{
 	model.KindSidecar:     sidecarUnsupportedValues,
 	model.KindGateway:     gatewayUnsupportedValues,
 	model.KindEnvoyFilter: envoyFilterUnsupportedValues,
+	model.KindWasmPlugin:  wasmUnsupportedValues,
 }
 
 func unsupportedValues(kind model.Kind, spec proto.Message) []string {

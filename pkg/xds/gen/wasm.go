@@ -438,3 +438,22 @@ func (g *Generator) warnWasm(w *model.World, p *model.Proxy) {
 		}
 	}
 }
+
+// wasmUnsupportedValues names the fields that keep a plugin from being
+// built as istiod would (url, pluginConfig): reported like unsupported
+// fields, so the status condition and the gauge say why it denies (or,
+// FAIL_OPEN, is left out).
+func wasmUnsupportedValues(spec proto.Message) []string {
+	wp, ok := spec.(*extensions.WasmPlugin)
+	if !ok {
+		return nil
+	}
+	_, problem := wasmPluginConfig("", "", "", wp)
+	switch {
+	case problem == "":
+		return nil
+	case strings.HasPrefix(problem, "url"):
+		return []string{"url"}
+	}
+	return []string{"pluginConfig"}
+}

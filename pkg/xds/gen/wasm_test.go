@@ -215,6 +215,13 @@ func TestWasmFailStrategyWhenThePluginCannotBeBuilt(t *testing.T) {
 	if !strings.Contains(logs.String(), "WasmPlugin cannot be built") {
 		t.Errorf("no warning:\n%s", logs.String())
 	}
+	c := w.Config(model.KindWasmPlugin, "default", "closed")
+	if got := UnsupportedFields(model.KindWasmPlugin, &c.Object.(*extensionsv1alpha1.WasmPlugin).Spec); strings.Join(got, ",") != "url" {
+		t.Errorf("UnsupportedFields = %v, want url", got)
+	}
+	if n := g.UnsupportedCounts()["WasmPlugin url"]; n != 2 {
+		t.Errorf("counted %v resource versions with an unbuildable url, want 2", n)
+	}
 }
 
 func TestWasmExtensionIsWhatTheAgentRewrites(t *testing.T) {
