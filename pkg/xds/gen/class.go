@@ -61,6 +61,11 @@ type ClassConfig struct {
 	// raw holds, for the types WasmPlugins or EnvoyFilters patched, the
 	// sets as built (wasm_apply.go, envoyfilter.go); nil when none did.
 	raw map[string]*Set
+	// wasm holds the listeners with the WasmPlugin filters, before
+	// EnvoyFilters, and the plugins' key (wasm_apply.go): the next
+	// generation reuses a listener whose built form did not change.
+	wasm    *Set
+	wasmKey string
 }
 
 // portUnit is the outbound listener of one port, reused by the next

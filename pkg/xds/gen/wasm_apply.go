@@ -36,13 +36,29 @@ func (g *Generator) wasmClass(w *model.World, p *model.Proxy, cc, prev *ClassCon
 	if p.IsGRPC() {
 		return
 	}
-	wps := indexFor(w).wasmSelected(p)
+	ix := indexFor(w)
+	wps := ix.wasmSelected(p)
 	if len(wps) == 0 {
 		return
 	}
 	skip := func(name string) bool { return name == VirtualOutbound }
 	built := cc.Sets[ListenerType]
-	patched := g.wasmListeners(built, wps, false, skip, cc.Class)
+	key := ix.wasmKey(p)
+	var reuse func(name string, r *Resource) *Resource
+	if prev != nil && prev.wasm != nil && prev.wasmKey == key {
+		// The same plugins: a listener built as before gets the filters
+		// it got before (decoding and encoding every chain of a large
+		// port listener is most of an edit's cost otherwise).
+		base := prev.baseSet(ListenerType)
+		reuse = func(name string, r *Resource) *Resource {
+			if old := base.Get(name); old != nil && old.Hash == r.Hash {
+				return prev.wasm.Get(name)
+			}
+			return nil
+		}
+	}
+	patched := g.wasmListeners(built, wps, false, skip, cc.Class, reuse)
+	cc.wasm, cc.wasmKey = patched, key
 	if patched == built {
 		return
 	}
@@ -70,18 +86,33 @@ func (g *Generator) wasmOwn(w *model.World, p *model.Proxy, pc *ProxyConfig) {
 	if len(wps) == 0 || pc.Own[ListenerType] == nil {
 		return
 	}
-	pc.Own[ListenerType] = g.wasmListeners(pc.Own[ListenerType], wps, true, func(string) bool { return false }, p.ID)
+	pc.Own[ListenerType] = g.wasmListeners(pc.Own[ListenerType], wps, true, func(string) bool { return false }, p.ID, nil)
 }
 
 // wasmListeners returns s with the plugins' filters on every chain of
 // its listeners but those skip names; s itself when none changed.
 // server says the listeners receive (inbound), where a chain's port is
-// its destination port; otherwise it is the listener's.
-func (g *Generator) wasmListeners(s *Set, wps []*wasmPlugin, server bool, skip func(string) bool, where string) *Set {
+// its destination port; otherwise it is the listener's. reuse, when not
+// nil, gives the patched form of a listener patched before (nil: patch
+// it).
+func (g *Generator) wasmListeners(s *Set, wps []*wasmPlugin, server bool, skip func(string) bool, where string,
+	reuse func(string, *Resource) *Resource,
+) *Set {
 	var out map[string]*Resource
 	for _, name := range namesOf(s) {
 		if skip(name) {
 			continue
+		}
+		if reuse != nil {
+			if r := reuse(name, s.Resources[name]); r != nil {
+				if r != s.Resources[name] {
+					if out == nil {
+						out = maps.Clone(s.Resources)
+					}
+					out[name] = r
+				}
+				continue
+			}
 		}
 		l := &listenerv3.Listener{}
 		if err := proto.Unmarshal(s.Resources[name].Any.GetValue(), l); err != nil {

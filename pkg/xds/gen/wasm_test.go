@@ -1,6 +1,7 @@
 package gen
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -14,6 +15,7 @@ import (
 	extensionsv1alpha1 "istio.io/client-go/pkg/apis/extensions/v1alpha1"
 
 	"github.com/meshplane/discovery/pkg/model"
+	"github.com/meshplane/discovery/pkg/xds/internal/worldtest"
 )
 
 func wasmYAML(ns, name, created, rv, spec string) string {
@@ -284,5 +286,65 @@ func TestWasmNotForProxylessGRPC(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "not supported on proxyless gRPC") {
 		t.Errorf("no warning:\n%s", logs.String())
+	}
+}
+
+// BenchmarkClassAfterVirtualServiceEditWithWasm is
+// BenchmarkClassAfterVirtualServiceEdit with a root WasmPlugin on every
+// HTTP chain: what the plugin's filters add to an edit.
+func BenchmarkClassAfterVirtualServiceEditWithWasm(b *testing.B) {
+	store := world1000(b)
+	evs, err := worldtest.Decode([]byte(wasmYAML("istio-system", "all", "2026-01-01T00:00:00Z", "1", "  url: oci://x/a:1\n")))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := store.Apply(evs...); err != nil {
+		b.Fatal(err)
+	}
+	g := New(quietLog())
+	p := sidecar(b, "ns-0")
+	prev, err := g.Class(store.World(), p, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := store.Apply(vsEvent("ns-3", "svc-3", "svc-3", fmt.Sprint(i), int32(1+i%99), int32(99-i%99))); err != nil {
+			b.Fatal(err)
+		}
+		if prev, err = g.Class(store.World(), p, prev); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// A class regenerated after an edit, reusing its patched listeners, is
+// what a generation from scratch gives.
+func TestWasmReusedListenersAreFreshOnes(t *testing.T) {
+	store := loadWorld(t, efBase+wasmYAML("istio-system", "all", "2026-01-01T00:00:00Z", "1", "  url: oci://x/a:1\n"))
+	reviews := labelled(t, "sidecar", "default", map[string]string{"app": "reviews"})
+	g, _ := efGen(t)
+	prev, err := g.Class(store.World(), reviews, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Apply(vsEvent("default", "reviews", "reviews", "2", 30, 70)); err != nil {
+		t.Fatal(err)
+	}
+	w := store.World()
+	reused, err := g.Class(w, reviews, prev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := g.Class(w, reviews, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameConfig(t, "reused vs fresh", &ProxyConfig{Class: reused}, &ProxyConfig{Class: fresh})
+	for chain, fs := range hcmChains(t, &ProxyConfig{Class: reused}, "0.0.0.0_9080") {
+		if strings.Join(onlyWasm(fs), ",") != "istio-system.all" {
+			t.Errorf("chain %s lost the plugin: %v", chain, fs)
+		}
 	}
 }
