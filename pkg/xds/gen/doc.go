@@ -4,7 +4,8 @@
 // generator, version).
 //
 // Out: validated, marshaled xDS resources (clusters, endpoints, listeners,
-// routes) grouped in Sets by type URL. Generation is a pure function of its
+// routes, and the extension configurations of WasmPlugins, ECDS: wasm.go)
+// grouped in Sets by type URL. Generation is a pure function of its
 // inputs. What depends only on a proxy's class (ClassConfig) is built once
 // per class and shared by every proxy of that class; the per-proxy part
 // (ProxyConfig: inbound clusters and the virtualInbound listener) is small.
