@@ -27,12 +27,7 @@ func (t *translator) virtualServices() {
 	})
 	for _, k := range t.bucketIDs {
 		b := t.buckets[k]
-		rules := append([]*rule(nil), b.rules...)
-		sortRules(rules)
-		var http []*networking.HTTPRoute
-		for _, r := range rules {
-			http = append(http, r.emit()...)
-		}
+		http := emitSorted(b.rules)
 		var tls []*networking.TLSRoute
 		for _, r := range b.tls {
 			r = proto.Clone(r).(*networking.TLSRoute)
@@ -57,6 +52,18 @@ func (t *translator) virtualServices() {
 		}
 		return a.Name < b.Name
 	})
+}
+
+// emitSorted is the Istio routes of rules in the spec's precedence; rules
+// is not reordered.
+func emitSorted(rules []*rule) []*networking.HTTPRoute {
+	rules = append([]*rule(nil), rules...)
+	sortRules(rules)
+	var http []*networking.HTTPRoute
+	for _, r := range rules {
+		http = append(http, r.emit()...)
+	}
+	return http
 }
 
 // emit writes the rule's Istio routes: itself, or for a path prefix the

@@ -108,12 +108,7 @@ func (t *translator) meshVirtualServices() {
 	})
 	for _, k := range t.meshIDs {
 		b := t.mesh[k]
-		rules := append([]*rule(nil), b.rules...)
-		sortRules(rules)
-		var http []*networking.HTTPRoute
-		for _, r := range rules {
-			http = append(http, r.emit()...)
-		}
+		http := emitSorted(b.rules)
 		age := metav1.Time{}
 		if len(b.from) > 0 {
 			age = t.routeAge(b.from[0])
