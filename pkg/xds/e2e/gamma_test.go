@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"math"
 	"path/filepath"
 	"testing"
 	"time"
@@ -91,24 +90,6 @@ func TestGRPCRouteMeshSplitsAndMatchesHeaders(t *testing.T) {
 	})
 
 	t.Run("an 80/20 split by weight holds over 1,000 RPCs", func(t *testing.T) {
-		const n, p = 1000, 0.8
-		toA := 0
-		for i := 0; i < n; i++ {
-			got, err := client.Call()
-			switch {
-			case err != nil:
-				t.Fatalf("RPC %d: %v", i, err)
-			case got == addrA:
-				toA++
-			case got != addrB:
-				t.Fatalf("RPC %d went to %s, neither backend", i, got)
-			}
-		}
-		// Binomial: within 4 standard deviations of n*p.
-		mean, sigma := n*p, math.Sqrt(n*p*(1-p))
-		if math.Abs(float64(toA)-mean) > 4*sigma {
-			t.Errorf("echo-v1 served %d of %d RPCs, want %.0f +/- %.0f", toA, n, mean, 4*sigma)
-		}
-		t.Logf("echo-v1 served %d of %d RPCs (expected %.0f, sigma %.1f)", toA, n, mean, sigma)
+		splitHolds(t, client, addrA, addrB, 1000, 0.8)
 	})
 }

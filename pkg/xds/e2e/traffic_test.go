@@ -117,25 +117,30 @@ func TestGRPCSubsetsHeadersAndFaults(t *testing.T) {
 	})
 
 	t.Run("an 80/20 split holds over 1,000 RPCs", func(t *testing.T) {
-		const n, p = 1000, 0.8
-		toA := 0
-		for i := 0; i < n; i++ {
-			got, err := client.Call()
-			switch {
-			case err != nil:
-				t.Fatalf("RPC %d: %v", i, err)
-			case got == addrA:
-				toA++
-			case got != addrB:
-				t.Fatalf("RPC %d went to %s, neither subset", i, got)
-			}
-		}
-		// Binomial: mean n*p, within 4 standard deviations (a false
-		// failure about once in 16,000 runs).
-		mean, sigma := n*p, math.Sqrt(n*p*(1-p))
-		if math.Abs(float64(toA)-mean) > 4*sigma {
-			t.Errorf("v1 served %d of %d RPCs, want %.0f +/- %.0f", toA, n, mean, 4*sigma)
-		}
-		t.Logf("v1 served %d of %d RPCs (expected %.0f, sigma %.1f)", toA, n, mean, sigma)
+		splitHolds(t, client, addrA, addrB, 1000, 0.8)
 	})
+}
+
+// splitHolds makes n RPCs without headers and checks that the share that
+// reached addrA (the rest must reach addrB) is p within 4 standard
+// deviations of the binomial (a false failure about once in 16,000 runs).
+func splitHolds(t *testing.T, client *grpctest.Client, addrA, addrB string, n int, p float64) {
+	t.Helper()
+	toA := 0
+	for i := 0; i < n; i++ {
+		got, err := client.Call()
+		switch {
+		case err != nil:
+			t.Fatalf("RPC %d: %v", i, err)
+		case got == addrA:
+			toA++
+		case got != addrB:
+			t.Fatalf("RPC %d went to %s, neither %s nor %s", i, got, addrA, addrB)
+		}
+	}
+	mean, sigma := float64(n)*p, math.Sqrt(float64(n)*p*(1-p))
+	if math.Abs(float64(toA)-mean) > 4*sigma {
+		t.Errorf("%s served %d of %d RPCs, want %.0f +/- %.0f", addrA, toA, n, mean, 4*sigma)
+	}
+	t.Logf("%s served %d of %d RPCs (expected %.0f, sigma %.1f)", addrA, toA, n, mean, sigma)
 }
