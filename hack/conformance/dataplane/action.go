@@ -66,25 +66,30 @@ func (e *evaluator) location(rd *routev3.RedirectAction, m *routev3.RouteMatch) 
 			scheme = s.SchemeRedirect
 		}
 	}
-	host, port, err := net.SplitHostPort(e.req.Authority)
-	if err != nil {
-		host, port = e.req.Authority, ""
-	}
-	if hr := rd.GetHostRedirect(); hr != "" {
-		host = hr
-	}
+	// Envoy's newUri: the port is port_redirect's or none; a
+	// host_redirect replaces the whole Host, port included; without one
+	// the request's Host keeps its port unless port_redirect replaces it
+	// or the scheme changes away from the port's default
+	// (processRequestHost). Envoy does not leave out a :80 or :443 that
+	// port_redirect names (istiod does, when it writes the redirect).
+	newPort := ""
 	if p := rd.GetPortRedirect(); p != 0 {
-		port = fmt.Sprint(p)
-	} else if scheme != origScheme && port == map[string]string{"http": "80", "https": "443"}[origScheme] {
-		port = ""
+		newPort = ":" + fmt.Sprint(p)
 	}
-	if port == map[string]string{"http": "80", "https": "443"}[scheme] {
-		port = ""
+	authority := rd.GetHostRedirect()
+	if authority == "" {
+		authority = e.req.Authority
+		if host, port, err := net.SplitHostPort(authority); err == nil {
+			strip := newPort != "" || (scheme != origScheme && port == map[string]string{"http": "80", "https": "443"}[origScheme])
+			if strip {
+				authority = host
+				if strings.Contains(host, ":") {
+					authority = "[" + host + "]"
+				}
+			}
+		}
 	}
-	authority := host
-	if port != "" {
-		authority = net.JoinHostPort(host, port)
-	}
+	authority += newPort
 	path, query, _ := strings.Cut(e.req.Path, "?")
 	// Envoy reads an empty path_redirect or prefix_rewrite as unset.
 	switch p := rd.GetPathRewriteSpecifier().(type) {
@@ -199,6 +204,7 @@ func (e *evaluator) forward(a *routev3.RouteAction, r *routev3.Route, vh *routev
 		lv := base
 		lv.wc = t.wc
 		u.RequestHeaders, u.ResponseHeaders = lv.mutations(e.req)
+		u.responseMutations = lv.levels(true)
 		d.Upstreams = append(d.Upstreams, u)
 	}
 	if len(d.Upstreams) == 0 {
@@ -445,6 +451,40 @@ func applyMutations(ms []mutation, start map[string]string) []string {
 	for k, v := range start {
 		hs[k] = []string{v}
 	}
+	touched := applyHeaderMutations(ms, hs)
+	var out []string
+	for k := range touched {
+		v, ok := hs[k]
+		orig, had := start[k]
+		switch {
+		case !ok && had:
+			out = append(out, "-"+k)
+		case !ok:
+			out = append(out, "-"+k+" (absent)")
+		case had && len(v) == 1 && v[0] == orig:
+		default:
+			out = append(out, k+": "+strings.Join(v, ","))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// ResponseHeadersFrom returns the response headers the client receives when
+// the upstream answers with backend (lower-case names): the route's
+// response header changes applied to them.
+func (u Upstream) ResponseHeadersFrom(backend map[string][]string) map[string][]string {
+	hs := map[string][]string{}
+	for k, v := range backend {
+		hs[strings.ToLower(k)] = append([]string(nil), v...)
+	}
+	applyHeaderMutations(u.responseMutations, hs)
+	return hs
+}
+
+// applyHeaderMutations applies ms to the headers hs in place and returns the names it
+// touched.
+func applyHeaderMutations(ms []mutation, hs map[string][]string) map[string]bool {
 	touched := map[string]bool{}
 	for _, m := range ms {
 		for _, r := range m.remove {
@@ -481,20 +521,5 @@ func applyMutations(ms []mutation, start map[string]string) []string {
 			}
 		}
 	}
-	var out []string
-	for k := range touched {
-		v, ok := hs[k]
-		orig, had := start[k]
-		switch {
-		case !ok && had:
-			out = append(out, "-"+k)
-		case !ok:
-			out = append(out, "-"+k+" (absent)")
-		case had && len(v) == 1 && v[0] == orig:
-		default:
-			out = append(out, k+": "+strings.Join(v, ","))
-		}
-	}
-	sort.Strings(out)
-	return out
+	return touched
 }

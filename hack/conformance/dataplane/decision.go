@@ -58,6 +58,10 @@ type Upstream struct {
 	RequestHeaders  []string
 	ResponseHeaders []string
 	Cluster         Cluster
+
+	// responseMutations are the changes behind ResponseHeaders, for
+	// ResponseHeadersFrom.
+	responseMutations []mutation
 }
 
 // Cluster is an upstream cluster by what it does.

@@ -441,9 +441,22 @@ func TestRouteActions(t *testing.T) {
 				HostRedirect:           "www.example.com", PathRewriteSpecifier: &routev3.RedirectAction_PathRedirect{PathRedirect: "/new"},
 				ResponseCode: routev3.RedirectAction_PERMANENT_REDIRECT,
 			}}}
+		// A host_redirect replaces the Host with its port (Envoy's
+		// RouteEntryImplBase::newUri appends only port_redirect's).
 		d := Evaluate(base(r), req)
-		if d.Status != 308 || d.Location != "https://www.example.com:9080/new?x=1" {
+		if d.Status != 308 || d.Location != "https://www.example.com/new?x=1" {
 			t.Errorf("got %s", d.Summary())
+		}
+		// Without one the request's port stays, unless port_redirect
+		// replaces it.
+		r.GetRedirect().HostRedirect = ""
+		if d := Evaluate(base(r), req); d.Location != "https://"+req.Authority+"/new?x=1" {
+			t.Errorf("no host_redirect: got %s", d.Summary())
+		}
+		r.GetRedirect().PortRedirect = 8443
+		host, _, _ := strings.Cut(req.Authority, ":")
+		if d := Evaluate(base(r), req); d.Location != "https://"+host+":8443/new?x=1" {
+			t.Errorf("port_redirect: got %s", d.Summary())
 		}
 	})
 	t.Run("a direct response", func(t *testing.T) {

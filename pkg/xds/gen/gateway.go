@@ -27,6 +27,9 @@ type gatewayServer struct {
 	// destinations without a port read (Istio's server.Port.Number); the
 	// listener's port may differ (gatewayPortTranslation).
 	port uint32
+	// tls: the server has TLS settings (istiod's IsTLS for its routes:
+	// a redirect without a scheme keeps https).
+	tls bool
 }
 
 // portServers are the servers one Gateway port serves; class is the
@@ -94,7 +97,7 @@ func (g *Generator) gatewayServers(sc *Scope) ([]uint32, map[uint32]*portServers
 			srv := gatewayServer{
 				gateway: c.Key.Namespace + "/" + c.Key.Name, ns: c.Key.Namespace, hosts: s.GetHosts(),
 				redirect: kind == serverHTTP && s.GetTls().GetHttpsRedirect(), name: serverName("tcp", c, i, s),
-				port: s.GetPort().GetNumber(),
+				port: s.GetPort().GetNumber(), tls: s.GetTls() != nil,
 			}
 			var ts *tlsServer
 			if kind == serverHTTPS || kind == serverTLSTCP {
@@ -272,7 +275,7 @@ func (g *Generator) gatewayHosts(sc *Scope, servers []gatewayServer) []*routev3.
 		for _, h := range hosts {
 			seen[h] = true
 			vss := byHost[h]
-			routes := g.vsRoutes(sc, vss, ResolveHost(h, vss[0].Key.Namespace, sc.World.DomainSuffix), int32(srv.port), srv.gateway)
+			routes := g.vsRoutes(sc, vss, ResolveHost(h, vss[0].Key.Namespace, sc.World.DomainSuffix), int32(srv.port), srv.gateway, srv.tls)
 			if len(routes) == 0 {
 				continue
 			}

@@ -120,7 +120,7 @@ func gatewayTLSServer(c *model.Config, i int, s *networking.Server, credentials 
 		ctx.CommonTlsContext.AlpnProtocols = []string{"istio-peer-exchange", "h2", "http/1.1"}
 	}
 	return &tlsServer{
-		gatewayServer: gatewayServer{gateway: c.Key.Namespace + "/" + c.Key.Name, ns: c.Key.Namespace, hosts: s.GetHosts(), port: s.GetPort().GetNumber()},
+		gatewayServer: gatewayServer{gateway: c.Key.Namespace + "/" + c.Key.Name, ns: c.Key.Namespace, hosts: s.GetHosts(), port: s.GetPort().GetNumber(), tls: s.GetTls() != nil},
 		name:          serverName("https", c, i, s),
 		context:       ctx,
 	}, true

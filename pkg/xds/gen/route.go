@@ -46,7 +46,7 @@ func hostNames(svc *model.Service, port int32, clientNS string) []string {
 func (g *Generator) virtualHost(sc *Scope, svc *model.Service, port model.Port, gateway string, domains []string) *routev3.VirtualHost {
 	vh := &routev3.VirtualHost{Name: RouteName(svc.Hostname, port.Port), Domains: domains}
 	if vss := sc.VirtualServices(svc.Hostname, gateway); len(vss) > 0 {
-		vh.Routes = g.vsRoutes(sc, vss, svc.Hostname, port.Port, gateway)
+		vh.Routes = g.vsRoutes(sc, vss, svc.Hostname, port.Port, gateway, false)
 	}
 	if len(vh.Routes) == 0 {
 		r := defaultRoute(ClusterName(port.Port, "", svc.Hostname), retryPolicy(meshRetry(sc.World), false))

@@ -243,7 +243,7 @@ func TestDelegation(t *testing.T) {
 	var logs bytes.Buffer
 	g := New(slog.New(slog.NewTextHandler(&logs, nil)))
 	sc := NewScope(store.World(), sidecar(t, "ns-1"))
-	routes := g.vsRoutes(sc, sc.VirtualServices("svc-0.ns-0.svc.cluster.local", "mesh"), "svc-0.ns-0.svc.cluster.local", 80, "mesh")
+	routes := g.vsRoutes(sc, sc.VirtualServices("svc-0.ns-0.svc.cluster.local", "mesh"), "svc-0.ns-0.svc.cluster.local", 80, "mesh", false)
 	var got []string
 	for _, r := range routes {
 		got = append(got, r.GetMatch().GetPrefix()+" "+r.GetRoute().GetCluster())
@@ -261,7 +261,7 @@ func TestDelegation(t *testing.T) {
 	}
 	// Again: the same versions are not reported twice.
 	logs.Reset()
-	g.vsRoutes(sc, sc.VirtualServices("svc-0.ns-0.svc.cluster.local", "mesh"), "svc-0.ns-0.svc.cluster.local", 80, "mesh")
+	g.vsRoutes(sc, sc.VirtualServices("svc-0.ns-0.svc.cluster.local", "mesh"), "svc-0.ns-0.svc.cluster.local", 80, "mesh", false)
 	if logs.Len() != 0 {
 		t.Errorf("reported again:\n%s", logs.String())
 	}

@@ -45,13 +45,13 @@ var vsFields = newFieldSet(
 // httpRoutes translates one http route into a route per match that can
 // hold for this port, gateway and proxy (httpMatchHolds); none when no
 // match can.
-func (g *Generator) httpRoutes(sc *Scope, r httpRoute, host string, port int32, gateway string) []*routev3.Route {
+func (g *Generator) httpRoutes(sc *Scope, r httpRoute, host string, port int32, gateway string, tls bool) []*routev3.Route {
 	hr := r.hr
 	tmpl := &routev3.Route{Name: hr.GetName()}
 	if tmpl.Name == "" {
 		tmpl.Name = r.name
 	}
-	if !g.routeBody(sc, r.ns, hr, host, port, tmpl) {
+	if !g.routeBody(sc, r.ns, hr, host, port, tls, tmpl) {
 		return nil
 	}
 	matches := hr.GetMatch()
@@ -106,11 +106,12 @@ func matchesGateway(gws []string, ns, gateway string) bool {
 }
 
 // routeBody fills r's action, headers and per-filter configuration from
-// hr; it returns false when hr has nowhere to send requests.
-func (g *Generator) routeBody(sc *Scope, ns string, hr *networking.HTTPRoute, host string, port int32, r *routev3.Route) bool {
+// hr; it returns false when hr has nowhere to send requests. tls says
+// the route serves a gateway server with TLS settings (istiod's IsTLS).
+func (g *Generator) routeBody(sc *Scope, ns string, hr *networking.HTTPRoute, host string, port int32, tls bool, r *routev3.Route) bool {
 	switch {
 	case hr.GetRedirect() != nil:
-		r.Action = &routev3.Route_Redirect{Redirect: redirect(hr.GetRedirect())}
+		r.Action = &routev3.Route_Redirect{Redirect: redirect(hr.GetRedirect(), port, tls)}
 	case hr.GetDirectResponse() != nil:
 		r.Action = &routev3.Route_DirectResponse{DirectResponse: directResponse(hr.GetDirectResponse())}
 	default:
@@ -248,9 +249,36 @@ func mirrors(sc *Scope, ns string, hr *networking.HTTPRoute, host string, port i
 	return out
 }
 
-func redirect(rd *networking.HTTPRedirect) *routev3.RedirectAction {
-	ra := &routev3.RedirectAction{HostRedirect: rd.GetAuthority(), PortRedirect: rd.GetPort()}
-	if rd.GetUri() != "" {
+// redirect is Envoy's form of an HTTPRedirect on a route of port, as
+// istiod's ApplyRedirect: derivePort FROM_REQUEST_PORT becomes that port
+// (Envoy cannot derive it; with a host_redirect it would drop the port),
+// FROM_PROTOCOL_DEFAULT no port, and :80 for http or :443 for https is
+// left out; the scheme defaults to https on a TLS server. prefixRewrite
+// (set by Gateway API's ReplacePrefixMatch) wins over uri.
+func redirect(rd *networking.HTTPRedirect, port int32, tls bool) *routev3.RedirectAction {
+	ra := &routev3.RedirectAction{HostRedirect: rd.GetAuthority()}
+	if rd.GetRedirectPort() != nil {
+		switch {
+		case rd.GetPort() != 0:
+			ra.PortRedirect = rd.GetPort()
+		case rd.GetDerivePort() == networking.HTTPRedirect_FROM_REQUEST_PORT:
+			ra.PortRedirect = uint32(port)
+		}
+		scheme := rd.GetScheme()
+		if scheme == "" {
+			scheme = "http"
+			if tls {
+				scheme = "https"
+			}
+		}
+		if (ra.PortRedirect == 80 && scheme == "http") || (ra.PortRedirect == 443 && scheme == "https") {
+			ra.PortRedirect = 0
+		}
+	}
+	switch {
+	case rd.GetPrefixRewrite() != "":
+		ra.PathRewriteSpecifier = &routev3.RedirectAction_PrefixRewrite{PrefixRewrite: rd.GetPrefixRewrite()}
+	case rd.GetUri() != "":
 		ra.PathRewriteSpecifier = &routev3.RedirectAction_PathRedirect{PathRedirect: rd.GetUri()}
 	}
 	if rd.GetScheme() != "" {

@@ -121,7 +121,7 @@ func TestGatewayJoinsVirtualServices(t *testing.T) {
 	g := New(quietLog())
 	sc := NewScope(store.World(), sidecar(t, "ns-0"))
 	var got []string
-	for _, r := range g.vsRoutes(sc, sc.VirtualServices(host, "ns-0/edge"), host, 80, "ns-0/edge") {
+	for _, r := range g.vsRoutes(sc, sc.VirtualServices(host, "ns-0/edge"), host, 80, "ns-0/edge", false) {
 		got = append(got, r.GetMatch().GetPrefix())
 	}
 	// a's catch-all goes after b's route, as Istio's CombineVHostRoutes.
@@ -136,7 +136,7 @@ func TestGatewayJoinsVirtualServices(t *testing.T) {
 		var logs bytes.Buffer
 		g := New(slog.New(slog.NewTextHandler(&logs, nil)))
 		for range 2 {
-			g.vsRoutes(sc, sc.VirtualServices(host, "ns-0/edge")[1:], host, 80, "ns-0/edge")
+			g.vsRoutes(sc, sc.VirtualServices(host, "ns-0/edge")[1:], host, 80, "ns-0/edge", false)
 		}
 		if n := strings.Count(logs.String(), "joining them is not supported yet"); n != 1 || !strings.Contains(logs.String(), "ignored=[ns-0/a]") {
 			t.Errorf("%d reports, want one naming ns-0/a:\n%s", n, logs.String())
@@ -176,5 +176,39 @@ func TestShadowedVirtualServicesReportedOnce(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(g.warns.dupDomains.counter); got != 1 {
 		t.Errorf("discovery_xds_vservice_dup_domain_total = %v, want 1", got)
+	}
+}
+
+// TestRedirectPorts holds istiod's ApplyRedirect: derivePort
+// FROM_REQUEST_PORT is the route's port (Envoy would drop the request's
+// port once host_redirect is set), FROM_PROTOCOL_DEFAULT no port, a :80 or
+// :443 matching the scheme (https by default on a TLS server) is left
+// out, and a prefix rewrite (Gateway API ReplacePrefixMatch) is kept.
+func TestRedirectPorts(t *testing.T) {
+	fromRequest := &networking.HTTPRedirect_DerivePort{DerivePort: networking.HTTPRedirect_FROM_REQUEST_PORT}
+	fromScheme := &networking.HTTPRedirect_DerivePort{DerivePort: networking.HTTPRedirect_FROM_PROTOCOL_DEFAULT}
+	for _, tc := range []struct {
+		name string
+		rd   *networking.HTTPRedirect
+		port int32
+		tls  bool
+		want uint32
+	}{
+		{"request port", &networking.HTTPRedirect{Authority: "example.org", RedirectPort: fromRequest}, 8080, false, 8080},
+		{"request port 80 over http", &networking.HTTPRedirect{Authority: "example.org", RedirectPort: fromRequest}, 80, false, 0},
+		{"request port 80 on a TLS server", &networking.HTTPRedirect{Authority: "example.org", RedirectPort: fromRequest}, 80, true, 80},
+		{"request port 443 on a TLS server", &networking.HTTPRedirect{RedirectPort: fromRequest}, 443, true, 0},
+		{"scheme default", &networking.HTTPRedirect{Scheme: "https", RedirectPort: fromScheme}, 8080, false, 0},
+		{"explicit 443 to https", &networking.HTTPRedirect{Scheme: "https", RedirectPort: &networking.HTTPRedirect_Port{Port: 443}}, 80, false, 0},
+		{"explicit 8443", &networking.HTTPRedirect{Scheme: "https", RedirectPort: &networking.HTTPRedirect_Port{Port: 8443}}, 80, false, 8443},
+		{"no port setting", &networking.HTTPRedirect{Authority: "example.org"}, 8080, false, 0},
+	} {
+		if got := redirect(tc.rd, tc.port, tc.tls).GetPortRedirect(); got != tc.want {
+			t.Errorf("%s: port_redirect %d, want %d", tc.name, got, tc.want)
+		}
+	}
+	ra := redirect(&networking.HTTPRedirect{Uri: "/ignored", PrefixRewrite: "/new"}, 80, false)
+	if ra.GetPrefixRewrite() != "/new" || ra.GetPathRedirect() != "" {
+		t.Errorf("prefix rewrite: %v", ra)
 	}
 }

@@ -15,10 +15,10 @@ import (
 // the first VirtualService that yields a route and reports the ones it
 // shadows; a gateway joins the routes of all, catch-all routes last, as
 // Istio does.
-func (g *Generator) vsRoutes(sc *Scope, vss []*model.Config, host string, port int32, gateway string) []*routev3.Route {
+func (g *Generator) vsRoutes(sc *Scope, vss []*model.Config, host string, port int32, gateway string, tls bool) []*routev3.Route {
 	if gateway == "mesh" {
 		for i, c := range vss {
-			if routes := g.vsHTTPRoutes(sc, c, host, port, gateway); len(routes) > 0 {
+			if routes := g.vsHTTPRoutes(sc, c, host, port, gateway, tls); len(routes) > 0 {
 				if i+1 < len(vss) {
 					g.warnShadowed(vss[i], vss[i+1:], host)
 				}
@@ -32,7 +32,7 @@ func (g *Generator) vsRoutes(sc *Scope, vss []*model.Config, host string, port i
 	}
 	var out []*routev3.Route
 	for _, c := range vss {
-		out = combineRoutes(out, g.vsHTTPRoutes(sc, c, host, port, gateway))
+		out = combineRoutes(out, g.vsHTTPRoutes(sc, c, host, port, gateway, tls))
 	}
 	return out
 }
@@ -63,7 +63,7 @@ func (g *Generator) warnGatewayJoin(sc *Scope, used *model.Config, host, gateway
 
 // vsHTTPRoutes translates the http routes of one VirtualService, its
 // delegates merged in.
-func (g *Generator) vsHTTPRoutes(sc *Scope, c *model.Config, host string, port int32, gateway string) []*routev3.Route {
+func (g *Generator) vsHTTPRoutes(sc *Scope, c *model.Config, host string, port int32, gateway string, tls bool) []*routev3.Route {
 	vs := c.Object.(*networkingv1.VirtualService)
 	g.warn(c, vs.ResourceVersion, &vs.Spec, vsFields)
 	var out []*routev3.Route
@@ -75,13 +75,13 @@ func (g *Generator) vsHTTPRoutes(sc *Scope, c *model.Config, host string, port i
 		}
 		g.reportDelegation(d)
 		for _, r := range d.routes {
-			out = append(out, g.httpRoutes(sc, r, host, port, gateway)...)
+			out = append(out, g.httpRoutes(sc, r, host, port, gateway, tls)...)
 		}
 		return out
 	}
 	for i, hr := range vs.Spec.GetHttp() {
 		r := httpRoute{hr: hr, ns: c.Key.Namespace, name: fmt.Sprintf("%s.%s.%d", c.Key.Namespace, c.Key.Name, i)}
-		out = append(out, g.httpRoutes(sc, r, host, port, gateway)...)
+		out = append(out, g.httpRoutes(sc, r, host, port, gateway, tls)...)
 	}
 	return out
 }
