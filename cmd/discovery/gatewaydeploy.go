@@ -22,13 +22,17 @@ var _ gatewaydeploy.PodRenderer = (*inject.Injector)(nil)
 // configuration), and what it sees of each Gateway's Service and
 // Deployment goes into the status the Auditor writes.
 func gatewayDeployment(o *serveOptions, cfg *rest.Config, client kubernetes.Interface, injector *inject.Injector, p *parts, log *slog.Logger, reg prometheus.Registerer) error {
-	if !o.gwDeploy.Enabled {
-		log.Info("Gateway API automated deployment is off (--gateway-deployment-controller=false)")
-		return nil
-	}
 	gwc, err := gatewayclient.NewForConfig(cfg)
 	if err != nil {
 		return err
+	}
+	if o.gwDeploy.Class {
+		classes := gatewaydeploy.NewClassController(client, gwc, log, o.gwDeploy.CRDPoll)
+		p.runner.Add("gateway class", true, classes.Start)
+	}
+	if !o.gwDeploy.Enabled {
+		log.Info("Gateway API automated deployment is off (--gateway-deployment-controller=false)")
+		return nil
 	}
 	m, err := gatewaydeploy.NewMetrics(reg)
 	if err != nil {

@@ -52,17 +52,22 @@ type Options struct {
 	// CRDPoll is how often the controller looks for the Gateway API CRDs
 	// while they are not installed.
 	CRDPoll time.Duration
+	// Class has the leader create Istio's GatewayClass `istio` when it
+	// is missing (ClassController), as istiod does.
+	Class bool
 }
 
 // DefaultOptions has the controller on, as istiod does.
 func DefaultOptions() Options {
-	return Options{Enabled: true, DomainSuffix: "cluster.local", Resync: 5 * time.Minute, CRDPoll: 10 * time.Second}
+	return Options{Enabled: true, Class: true, DomainSuffix: "cluster.local", Resync: 5 * time.Minute, CRDPoll: 10 * time.Second}
 }
 
 // AddFlags registers the options' flags.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.Enabled, "gateway-deployment-controller", o.Enabled,
 		"Create a Deployment, Service and ServiceAccount for each Gateway API Gateway of Istio's class, as istiod does (PILOT_ENABLE_GATEWAY_API_DEPLOYMENT_CONTROLLER). Runs on the leader.")
+	fs.BoolVar(&o.Class, "gateway-class-controller", o.Class,
+		"Create Istio's GatewayClass \"istio\" (controllerName istio.io/gateway-controller) when it is missing, as istiod does. Runs on the leader.")
 }
 
 // Validate checks the options.
