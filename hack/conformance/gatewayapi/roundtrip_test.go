@@ -260,6 +260,14 @@ func (h httpRoundTripper) CaptureRoundTrip(r roundtripper.Request) (*roundtrippe
 		Path: path, Host: seenHost, Method: method, Protocol: proto, Headers: seen,
 		Namespace: pod.Namespace, Pod: pod.Name,
 	}
+	// The echo backend answers ?delay=D after D: Envoy gives up with 504
+	// when the route's timeout, or each try's, is shorter (every retry
+	// waits as long).
+	if delay := delayOf(path); delay > 0 {
+		if limit := timeoutOf(d.Policy); limit > 0 && delay >= limit {
+			return &roundtripper.CapturedRequest{Method: method}, &roundtripper.CapturedResponse{StatusCode: 504, Protocol: proto}, nil
+		}
+	}
 	// The echo backend sets the response headers it is asked to.
 	backendHeaders := map[string][]string{}
 	if echoSet != "" {
@@ -362,4 +370,36 @@ func httpToGRPC(status int) codes.Code {
 		return codes.Unavailable
 	}
 	return codes.Unknown
+}
+
+// delayOf is the echo backend's ?delay= of a request path.
+func delayOf(path string) time.Duration {
+	_, q, ok := strings.Cut(path, "?")
+	if !ok {
+		return 0
+	}
+	v, err := url.ParseQuery(q)
+	if err != nil {
+		return 0
+	}
+	d, _ := time.ParseDuration(v.Get("delay"))
+	return d
+}
+
+// timeoutOf is the shortest of the route's timeout and its per-try
+// timeout in the evaluator's policy facts (0s: none).
+func timeoutOf(policy []string) time.Duration {
+	var out time.Duration
+	for _, p := range policy {
+		for _, f := range strings.Fields(p) {
+			for _, key := range []string{"timeout=", "per_try="} {
+				if v, ok := strings.CutPrefix(f, key); ok {
+					if d, err := time.ParseDuration(v); err == nil && d > 0 && (out == 0 || d < out) {
+						out = d
+					}
+				}
+			}
+		}
+	}
+	return out
 }

@@ -142,6 +142,15 @@ var claimed = sets.New[features.FeatureName](
 	features.SupportHTTPRoutePathRewrite,
 	features.SupportHTTPRouteParentRefPort,
 	features.SupportHTTPRouteBackendRequestHeaderModification,
+	features.SupportHTTPRouteNamedRouteRule,
+	features.SupportGRPCRouteNamedRouteRule,
+	features.SupportHTTPRouteDestinationPortMatching,
+	features.SupportGatewayInfrastructure,
+	features.SupportGatewayHTTPListenerIsolation,
+	features.SupportGatewayAddressEmpty,
+	features.SupportHTTPRouteBackendProtocolH2C,
+	features.SupportHTTPRouteRequestTimeout,
+	features.SupportHTTPRouteBackendTimeout,
 )
 
 const className = "istio"
