@@ -7,15 +7,18 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/meshplane/discovery/pkg/credentials"
+	"github.com/meshplane/discovery/pkg/model"
+	"github.com/meshplane/discovery/pkg/model/gatewayapi"
 	"github.com/meshplane/discovery/pkg/monitor"
 )
 
 // gatewayCredentials serves Gateway credentialName Secrets over SDS when
 // the service account may read Secrets in every namespace; otherwise it
 // says why credentialName stays unsupported. Call it before serving.
-func gatewayCredentials(ctx context.Context, client kubernetes.Interface, p *parts, mon *monitor.Server, log *slog.Logger, reg prometheus.Registerer) error {
+func gatewayCredentials(ctx context.Context, client kubernetes.Interface, p *parts, store *model.Store, mon *monitor.Server, log *slog.Logger, reg prometheus.Registerer) error {
 	ok, err := credentials.CanRead(ctx, client)
 	if err != nil {
 		return err
@@ -37,7 +40,32 @@ func gatewayCredentials(ctx context.Context, client kubernetes.Interface, p *par
 		}
 		return nil
 	})
-	p.runner.Add("gateway credentials", false, k.Start)
+	// The Gateway API's listener status says whether a certificateRef's
+	// Secret exists and holds a valid certificate, read through this same
+	// informer (no second watch of Secrets); until its first list,
+	// certificateRefs are not judged by content.
+	store.SetSecrets(func(ns, name string) gatewayapi.CertificateState {
+		if !k.HasSynced() {
+			return gatewayapi.CertificateUnknown
+		}
+		switch found, valid := k.Certificate(ns, name); {
+		case !found:
+			return gatewayapi.CertificateMissing
+		case !valid:
+			return gatewayapi.CertificateInvalid
+		}
+		return gatewayapi.CertificateValid
+	})
+	k.OnChange(func(ns, name string) { store.SecretChanged(ns, name) })
+	k.OnPresence(func(ns, name string) { store.SecretChanged(ns, name) })
+	p.runner.Add("gateway credentials", false, func(ctx context.Context) error {
+		go func() {
+			if cache.WaitForCacheSync(ctx.Done(), k.HasSynced) {
+				store.SecretChanged("", "")
+			}
+		}()
+		return k.Start(ctx)
+	})
 	log.Info("gateway credentials on: Gateway credentialName Secrets are served over SDS to gateways of their namespace")
 	return nil
 }

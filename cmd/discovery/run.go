@@ -230,7 +230,7 @@ func (o *serveOptions) build(ctx context.Context, cfg *rest.Config, client kuber
 		return nil, err
 	}
 	if client != nil {
-		if err := gatewayCredentials(ctx, client, p, mon, log, reg); err != nil {
+		if err := gatewayCredentials(ctx, client, p, store, mon, log, reg); err != nil {
 			return nil, err
 		}
 	}

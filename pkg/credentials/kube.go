@@ -24,6 +24,28 @@ type Kube struct {
 
 	mu       sync.Mutex
 	handlers []func(namespace, name string)
+	valid    map[string]validity // namespace/name -> verdict (Certificate)
+	presence []func(namespace, name string)
+}
+
+// OnPresence registers fn for every Secret created or deleted, TLS or
+// not (a certificateRef's status says whether its Secret exists).
+func (k *Kube) OnPresence(fn func(namespace, name string)) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.presence = append(k.presence, fn)
+}
+
+func (k *Kube) presenceChanged(ns, name string, deleted bool) {
+	k.mu.Lock()
+	if deleted {
+		delete(k.valid, ns+"/"+name)
+	}
+	hs := append([]func(string, string){}, k.presence...)
+	k.mu.Unlock()
+	for _, h := range hs {
+		h(ns, name)
+	}
 }
 
 var _ Reader = (*Kube)(nil)
@@ -105,6 +127,9 @@ func (k *Kube) changed(old, obj any) {
 	if s == nil {
 		return
 	}
+	if old == nil || obj == nil {
+		k.presenceChanged(s.Namespace, s.Name, obj == nil)
+	}
 	_, hadTLS := materialOf(old)
 	_, hasTLS := materialOf(obj)
 	if !hadTLS && !hasTLS {
@@ -118,6 +143,7 @@ func (k *Kube) changed(old, obj any) {
 	}
 	k.log.Debug("TLS secret changed", "secret", s.Namespace+"/"+s.Name)
 	k.mu.Lock()
+
 	hs := append([]func(string, string){}, k.handlers...)
 	k.mu.Unlock()
 	for _, h := range hs {

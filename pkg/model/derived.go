@@ -148,6 +148,7 @@ func (b *builder) gatewayInput() gatewayapi.Input {
 	w := b.w
 	in := gatewayapi.Input{
 		DomainSuffix: w.DomainSuffix,
+		Secret:       b.s.secrets,
 		Namespaces:   make(map[string]map[string]string, len(w.namespaces)),
 		Service: func(ns, name string) (gatewayapi.Service, bool) {
 			s := w.services[NamespacedName{ns, name}]
@@ -200,4 +201,61 @@ func (b *builder) gatewayInput() gatewayapi.Input {
 		}
 	}
 	return in
+}
+
+// SetSecrets gives the Gateway API translation what a listener's
+// certificateRefs name: fn says whether a Secret exists and holds a
+// valid certificate (nil: Secrets are not read, certificateRefs are not
+// judged by content). Call it before the first Apply, or follow it by
+// SecretChanged("", ""). Secrets themselves never enter the World.
+func (s *Store) SetSecrets(fn func(ns, name string) gatewayapi.CertificateState) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.secrets = fn
+}
+
+// SecretChanged translates the Gateway API again after the Secret
+// ns/name changed, if a Gateway's certificateRef names it (ns and name
+// empty: after the Secrets' first read, for every Gateway), and publishes
+// a World when a listener's status or serving changed. It returns that
+// Update, or nil.
+func (s *Store) SecretChanged(ns, name string) *Update {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := newBuilder(s, s.world.Load())
+	if !namesSecret(b.w, ns, name) {
+		return nil
+	}
+	b.gatewayDirty = true
+	b.rebuildGatewayAPI()
+	return s.publish(b)
+}
+
+// namesSecret reports whether a Gateway's listener names the Secret
+// ns/name in a certificateRef (any Gateway when name is empty).
+func namesSecret(w *World, ns, name string) bool {
+	for _, c := range w.configs[KindKubernetesGateway] {
+		g, ok := c.Object.(*gatewayv1.Gateway)
+		if !ok {
+			continue
+		}
+		if name == "" {
+			return true
+		}
+		for _, l := range g.Spec.Listeners {
+			if l.TLS == nil {
+				continue
+			}
+			for _, r := range l.TLS.CertificateRefs {
+				rns := g.Namespace
+				if r.Namespace != nil {
+					rns = string(*r.Namespace)
+				}
+				if rns == ns && string(r.Name) == name {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }

@@ -13,6 +13,8 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/meshplane/discovery/pkg/model/gatewayapi"
 )
 
 // StoreOptions configure a Store.
@@ -36,6 +38,8 @@ type Store struct {
 	// derived are the keys of the Istio configs derived from the Gateway
 	// API now in the World.
 	derived map[Key]bool
+	// secrets says what a certificateRef's Secret holds (SetSecrets).
+	secrets func(ns, name string) gatewayapi.CertificateState
 }
 
 // NewStore returns a Store holding an empty World.
@@ -97,8 +101,14 @@ func (s *Store) Apply(events ...Event) (*Update, error) {
 	b.rebuildEndpoints()
 	b.rebuildServiceEntries()
 	b.rebuildGatewayAPI()
+	return s.publish(b), errors.Join(errs...)
+}
+
+// publish makes b's World the current one and hands its Update to every
+// subscriber; nil when nothing changed. s.mu is held.
+func (s *Store) publish(b *builder) *Update {
 	if len(b.changes) == 0 {
-		return nil, errors.Join(errs...)
+		return nil
 	}
 	b.w.Version++
 	u := &Update{World: b.w, Changes: b.changes}
@@ -106,7 +116,7 @@ func (s *Store) Apply(events ...Event) (*Update, error) {
 	for _, h := range s.handlers {
 		h(u)
 	}
-	return u, errors.Join(errs...)
+	return u
 }
 
 // builder makes the next World, cloning each of the previous World's maps

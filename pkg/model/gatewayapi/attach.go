@@ -99,10 +99,13 @@ func (t *translator) attachTo(ri *routeInfo, g *gateway, p gw.ParentReference) (
 		if p.Port != nil && *p.Port != l.spec.Port {
 			continue
 		}
-		if !l.valid {
+		if !listenerAccepted(l) {
 			reason, msg = string(gw.RouteReasonNoMatchingParent), fmt.Sprintf("listener %s is not valid", l.spec.Name)
 			continue
 		}
+		// A listener accepted but not programmed (a certificateRef that
+		// does not resolve, a conflict) still takes and counts the route,
+		// as the spec's attachedRoutes and istiod do; it serves nothing.
 		if ok, why := l.admits(ri.ref.Namespace, ri.ref.Kind); !ok {
 			if reason != string(gw.RouteReasonNoMatchingListenerHostname) {
 				reason, msg = string(gw.RouteReasonNotAllowedByListeners), why

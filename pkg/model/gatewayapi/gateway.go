@@ -55,25 +55,38 @@ func (t *translator) translateGateway(obj *gw.Gateway) {
 	if obj.Spec.TLS != nil {
 		g.unsupported("spec.tls", "frontend validation and backend client certificates are not read yet")
 	}
-	for _, l := range obj.Spec.Listeners {
+	conflicts := listenerConflicts(obj.Spec.Listeners)
+	for i, l := range obj.Spec.Listeners {
 		ls := t.listener(g, l)
+		if reason, ok := conflicts[i]; ok {
+			ls.conflicted(reason)
+		}
 		g.listeners = append(g.listeners, ls)
 		if ls.valid && selector != nil {
 			t.out.Gateways = append(t.out.Gateways, t.istioGateway(ls, selector))
 			ls.served = true
 		}
 	}
-	accepted := 0
+	accepted, valid := 0, 0
 	for _, l := range g.listeners {
 		if listenerAccepted(l) {
 			accepted++
 		}
+		if l.valid {
+			valid++
+		}
 	}
 	gen := obj.Generation
-	if accepted == 0 && len(g.listeners) > 0 {
+	switch {
+	case accepted == 0 && len(g.listeners) > 0:
 		g.report.Conditions = append(g.report.Conditions, condition(string(gw.GatewayConditionAccepted), false,
 			string(gw.GatewayReasonListenersNotValid), "no listener is valid", gen))
-	} else {
+	case valid < len(g.listeners):
+		// As istiod: still accepted while one listener is, with the reason
+		// that says some are not.
+		g.report.Conditions = append(g.report.Conditions, condition(string(gw.GatewayConditionAccepted), true,
+			string(gw.GatewayReasonListenersNotValid), "one or more of the Gateway's listeners are invalid", gen))
+	default:
 		g.report.Conditions = append(g.report.Conditions, condition(string(gw.GatewayConditionAccepted), true,
 			string(gw.GatewayReasonAccepted), "Resource accepted", gen))
 	}
@@ -182,6 +195,9 @@ func (t *translator) listener(g *gateway, l gw.Listener) *listener {
 		g.unsupported(fmt.Sprintf("spec.listeners[%s].protocol", l.Name), acceptMsg)
 	}
 	kinds, badKinds := supportedKinds(l)
+	if !accepted {
+		kinds, badKinds = nil, "" // nothing is supported on a protocol discovery does not serve
+	}
 	ls.kinds = kinds
 	if badKinds != "" {
 		resolved, resolvedReason, resolvedMsg = false, string(gw.ListenerReasonInvalidRouteKinds), badKinds
@@ -224,6 +240,23 @@ func (t *translator) listener(g *gateway, l gw.Listener) *listener {
 		ls.tls = tls
 	}
 	return ls
+}
+
+// conflicted marks l as conflicting with an earlier listener, as
+// istiod's ReportListenerConflict: not accepted, not programmed,
+// Conflicted=True with reason; routes do not attach and it is not served.
+func (l *listener) conflicted(reason gw.ListenerConditionReason) {
+	msg := "Listener has a conflict with another listener of the Gateway (same port; same hostname, or a protocol that cannot share the port)"
+	gen := l.gw.obj.Generation
+	for i, c := range l.conds {
+		switch gw.ListenerConditionType(c.Type) {
+		case gw.ListenerConditionAccepted, gw.ListenerConditionProgrammed:
+			l.conds[i] = condition(c.Type, false, string(reason), msg, gen)
+		case gw.ListenerConditionConflicted:
+			l.conds[i] = condition(c.Type, true, string(reason), msg, gen)
+		}
+	}
+	l.valid, l.tls = false, nil
 }
 
 // supportedKinds are the route kinds a listener takes, by protocol as

@@ -86,6 +86,17 @@ func (t *translator) listenerTLS(g *gateway, l gw.Listener) (tls *networking.Ser
 			reason = string(gw.ListenerReasonRefNotPermitted)
 			continue
 		}
+		// The ReferenceGrant first: a Gateway owner learns nothing of
+		// another namespace's Secrets without one (istiod looks the Secret
+		// up first).
+		switch t.in.Secret(ns, string(ref.Name)) {
+		case CertificateMissing:
+			problems = append(problems, fmt.Sprintf("certificateRefs[%d]: Secret %s/%s not found", i, ns, ref.Name))
+			continue
+		case CertificateInvalid:
+			problems = append(problems, fmt.Sprintf("certificateRefs[%d]: Secret %s/%s holds no valid certificate and key (tls.crt, tls.key)", i, ns, ref.Name))
+			continue
+		}
 		if ns == g.obj.Namespace {
 			creds = append(creds, string(ref.Name))
 		} else {

@@ -60,7 +60,27 @@ type Input struct {
 	Namespaces map[string]map[string]string
 	// Service looks a Service up; nil finds none.
 	Service func(ns, name string) (Service, bool)
+	// Secret says what the Secret ns/name holds, for a listener's
+	// certificateRefs; nil when Secrets are not read (then a certificateRef
+	// is judged by its kind and ReferenceGrant alone, and served).
+	Secret func(ns, name string) CertificateState
 }
+
+// CertificateState is what a Secret named by a certificateRef holds.
+type CertificateState int
+
+// What a certificateRef's Secret may hold.
+const (
+	// CertificateUnknown: Secrets are not read (yet).
+	CertificateUnknown CertificateState = iota
+	// CertificateMissing: there is no such Secret.
+	CertificateMissing
+	// CertificateInvalid: the Secret holds no usable certificate and key
+	// (missing keys, not PEM, or a key that does not match).
+	CertificateInvalid
+	// CertificateValid: a certificate and its key.
+	CertificateValid
+)
 
 // Ref names one Gateway API object; Kind is one of the Kind constants.
 type Ref struct{ Kind, Namespace, Name string }
@@ -127,6 +147,9 @@ func Translate(in Input) Output {
 	}
 	if t.in.Service == nil {
 		t.in.Service = func(string, string) (Service, bool) { return Service{}, false }
+	}
+	if t.in.Secret == nil {
+		t.in.Secret = func(string, string) CertificateState { return CertificateUnknown }
 	}
 	t.translateClasses()
 	for _, g := range sortedByAge(in.Gateways) {
