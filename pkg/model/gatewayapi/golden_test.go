@@ -2,6 +2,7 @@ package gatewayapi
 
 import (
 	"bytes"
+	"crypto/tls"
 	"flag"
 	"os"
 	"path/filepath"
@@ -55,6 +56,10 @@ func readInput(t *testing.T, path string) Input {
 	defer f.Close()
 	in := Input{DomainSuffix: "cluster.local", Namespaces: map[string]map[string]string{}}
 	svcs := map[[2]string]Service{}
+	var secrets map[[2]string]CertificateState // nil: Secrets not read, as without the credentials informer
+	if bytes.Contains(mustRead(t, path), []byte("\nkind: Secret\n")) {
+		secrets = map[[2]string]CertificateState{}
+	}
 	dec := yaml.NewYAMLOrJSONDecoder(f, 4096)
 	for {
 		var raw map[string]any
@@ -99,6 +104,14 @@ func readInput(t *testing.T, path string) Input {
 			o := &gw.ReferenceGrant{}
 			must(o)
 			in.ReferenceGrants = append(in.ReferenceGrants, o)
+		case "Secret":
+			o := &corev1.Secret{}
+			must(o)
+			st := CertificateInvalid
+			if _, err := tls.X509KeyPair(o.Data["tls.crt"], o.Data["tls.key"]); err == nil {
+				st = CertificateValid
+			}
+			secrets[[2]string{o.Namespace, o.Name}] = st
 		case "Namespace":
 			o := &corev1.Namespace{}
 			must(o)
@@ -116,6 +129,14 @@ func readInput(t *testing.T, path string) Input {
 		}
 	}
 	in.Service = func(ns, name string) (Service, bool) { s, ok := svcs[[2]string{ns, name}]; return s, ok }
+	if secrets != nil {
+		in.Secret = func(ns, name string) CertificateState {
+			if st, ok := secrets[[2]string{ns, name}]; ok {
+				return st
+			}
+			return CertificateMissing
+		}
+	}
 	return in
 }
 
@@ -139,6 +160,15 @@ func render(t *testing.T, out Output) []byte {
 		doc.Reports = append(doc.Reports, report{r.String(), out.Reports[r]})
 	}
 	b, err := sigsyaml.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
