@@ -102,7 +102,7 @@ func TestConformanceStatus(t *testing.T) {
 		route string
 		conds []cond
 	}{
-		"GatewayWithAttachedRoutes: a route of another hostname": {"infra/not-accepted", []cond{{"Accepted", "False", "NoMatchingListenerHostname"}}},
+		"GatewayWithAttachedRoutes: a route of another hostname":          {"infra/not-accepted", []cond{{"Accepted", "False", "NoMatchingListenerHostname"}}},
 		"GatewayWithAttachedRoutes: the route of the unresolved listener": {"infra/route-4", []cond{{"ResolvedRefs", "False", ""}}},
 	}
 	for name, w := range routes {
