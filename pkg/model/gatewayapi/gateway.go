@@ -198,6 +198,14 @@ func (t *translator) listener(g *gateway, l gw.Listener) *listener {
 	if !accepted {
 		kinds, badKinds = nil, "" // nothing is supported on a protocol discovery does not serve
 	}
+	if accepted && len(kinds) == 0 && terminatesTLSRoute(l) {
+		// TLSRoute on a TLS listener of mode Terminate is not served
+		// (istiod serves it): the spec's answer for a mode not supported
+		// is Accepted=False UnsupportedValue.
+		accepted, acceptReason = false, string(gw.ListenerReasonUnsupportedValue)
+		acceptMsg = "TLSRoute on a TLS listener of mode Terminate is not supported by discovery (mode Passthrough is; TCPRoute takes terminated TLS)"
+		g.unsupported(fmt.Sprintf("spec.listeners[%s].tls.mode", l.Name), acceptMsg)
+	}
 	ls.kinds = kinds
 	if badKinds != "" {
 		resolved, resolvedReason, resolvedMsg = false, string(gw.ListenerReasonInvalidRouteKinds), badKinds
@@ -259,6 +267,20 @@ func (l *listener) conflicted(reason gw.ListenerConditionReason) {
 	l.valid, l.tls = false, nil
 }
 
+// terminatesTLSRoute reports whether l is a TLS listener of mode
+// Terminate whose allowedRoutes asks for TLSRoute.
+func terminatesTLSRoute(l gw.Listener) bool {
+	if l.Protocol != gw.TLSProtocolType || l.TLS == nil || ptrOr(l.TLS.Mode, gw.TLSModeTerminate) != gw.TLSModeTerminate || l.AllowedRoutes == nil {
+		return false
+	}
+	for _, k := range l.AllowedRoutes.Kinds {
+		if k.Kind == KindTLSRoute && ptrOr(k.Group, gw.GroupName) == gw.GroupName {
+			return true
+		}
+	}
+	return false
+}
+
 // supportedKinds are the route kinds a listener takes, by protocol as
 // istiod's GenerateGatewaySupportedKinds: HTTPRoute and GRPCRoute on HTTP
 // and HTTPS, TCPRoute on TCP, TLSRoute on TLS Passthrough, TCPRoute on
@@ -294,7 +316,7 @@ func supportedKinds(l gw.Listener) ([]gw.RouteGroupKind, string) {
 			out = append(out, gw.RouteGroupKind{Group: &group, Kind: k.Kind})
 			continue
 		}
-		bad = append(bad, string(ptrOr(k.Group, ""))+"/"+string(k.Kind))
+		bad = append(bad, string(ptrOr(k.Group, gw.GroupName))+"/"+string(k.Kind))
 	}
 	if len(bad) > 0 {
 		return out, "route kinds not supported: " + strings.Join(bad, ", ")
