@@ -11,7 +11,6 @@ import (
 
 	"github.com/meshplane/discovery/pkg/credentials"
 	"github.com/meshplane/discovery/pkg/model"
-	"github.com/meshplane/discovery/pkg/model/gatewayapi"
 	"github.com/meshplane/discovery/pkg/monitor"
 )
 
@@ -44,18 +43,7 @@ func gatewayCredentials(ctx context.Context, client kubernetes.Interface, p *par
 	// Secret exists and holds a valid certificate, read through this same
 	// informer (no second watch of Secrets); until its first list,
 	// certificateRefs are not judged by content.
-	store.SetSecrets(func(ns, name string) gatewayapi.CertificateState {
-		if !k.HasSynced() {
-			return gatewayapi.CertificateUnknown
-		}
-		switch found, valid := k.Certificate(ns, name); {
-		case !found:
-			return gatewayapi.CertificateMissing
-		case !valid:
-			return gatewayapi.CertificateInvalid
-		}
-		return gatewayapi.CertificateValid
-	})
+	store.SetSecrets(k.CertificateState)
 	k.OnChange(func(ns, name string) { store.SecretChanged(ns, name) })
 	k.OnPresence(func(ns, name string) { store.SecretChanged(ns, name) })
 	p.runner.Add("gateway credentials", false, func(ctx context.Context) error {

@@ -4,7 +4,24 @@ import (
 	"crypto/tls"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/meshplane/discovery/pkg/model/gatewayapi"
 )
+
+// CertificateState is Certificate as the Gateway API translation reads
+// it (model.Store.SetSecrets): unknown until the first list of Secrets.
+func (k *Kube) CertificateState(namespace, name string) gatewayapi.CertificateState {
+	if !k.HasSynced() {
+		return gatewayapi.CertificateUnknown
+	}
+	switch found, valid := k.Certificate(namespace, name); {
+	case !found:
+		return gatewayapi.CertificateMissing
+	case !valid:
+		return gatewayapi.CertificateInvalid
+	}
+	return gatewayapi.CertificateValid
+}
 
 // Certificate reports whether the Secret namespace/name exists and
 // whether it holds a certificate and key that go together (PEM that
