@@ -126,7 +126,9 @@ func (t *translator) attachTo(ri *routeInfo, g *gateway, p gw.ParentReference) (
 			continue
 		}
 		for _, h := range hosts {
-			t.addToBucket(l, h, ri)
+			if !l.isolated(h) {
+				t.addToBucket(l, h, ri)
+			}
 		}
 	}
 	if accepted {
@@ -205,4 +207,22 @@ func wildcardCovers(pattern, h string) bool {
 		return false
 	}
 	return strings.HasSuffix(h, suffix) && len(h) > len(suffix) && strings.TrimPrefix(h, "*") != suffix
+}
+
+// isolated reports whether host h, which a route of l would serve, is the
+// hostname of another accepted listener of l's Gateway on the same port
+// and protocol: the spec's listener isolation gives requests for h to
+// that more specific listener's routes only (GatewayHTTPListenerIsolation).
+// A host merely covered by a more specific listener's wildcard needs
+// nothing here: Envoy picks the most specific virtual host.
+func (l *listener) isolated(h string) bool {
+	if l.spec.Protocol == gw.TCPProtocolType || h == l.hostname() {
+		return false
+	}
+	for _, o := range l.gw.listeners {
+		if o != l && o.spec.Port == l.spec.Port && o.spec.Protocol == l.spec.Protocol && o.hostname() == h && listenerAccepted(o) {
+			return true
+		}
+	}
+	return false
 }
