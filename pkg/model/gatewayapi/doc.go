@@ -6,7 +6,10 @@
 // In: an Input, a pure snapshot of the World's Gateway API objects
 // (GatewayClass, Gateway, HTTPRoute, GRPCRoute, ReferenceGrant, as
 // sigs.k8s.io/gateway-api's apis/v1 types), the namespaces' labels and a
-// lookup of Services.
+// lookup of Services and, when Secrets are read, of what a
+// certificateRef's Secret holds (Input.Secret: missing, no valid
+// certificate and key, valid; the credentials' Secret informer answers
+// it, model.Store.SetSecrets).
 //
 // Out: Istio Gateways (one per accepted listener, one server each,
 // selecting the Gateway's deployment) and VirtualServices (one per
@@ -39,7 +42,26 @@
 //     as istiod; timeouts.request and backendRequest, retry.
 //   - backendRefs to Services (port required), cross-namespace only with a
 //     ReferenceGrant; certificateRefs to Secrets, cross-namespace only with
-//     a ReferenceGrant.
+//     a ReferenceGrant (else ResolvedRefs=False RefNotPermitted); a Secret
+//     that does not exist or holds no certificate and key crypto/tls can
+//     load is ResolvedRefs=False InvalidCertificateRef, the listener
+//     Programmed=False and not served; it is judged again when the Secret
+//     changes.
+//   - Listener status as the conformance suite checks it: a protocol not
+//     served is Accepted=False UnsupportedProtocol with no supportedKinds;
+//     the Gateway is Accepted=True ListenersNotValid while one listener is
+//     valid, Accepted=False ListenersNotValid when none is. Conflicts as
+//     istiod's ComputeGatewayListenerConflicts: on one port, HTTP-like
+//     listeners (HTTP, HTTPS, TLS) with the same hostname conflict
+//     (HostnameConflict, or ProtocolConflict when the protocols differ),
+//     TCP beside anything conflicts (ProtocolConflict); the later listener
+//     is Accepted=False, Programmed=False, Conflicted=True and not served.
+//     A listener accepted but not programmed (unresolved certificateRefs)
+//     still takes and counts its routes (attachedRoutes).
+//   - Listener isolation: a host that is another accepted listener's own
+//     hostname on the same port and protocol goes to that listener's
+//     routes only; a host merely under a more specific listener's wildcard
+//     is left to Envoy, which picks the most specific virtual host.
 //   - A Gateway's deployment: in manual mode (spec.addresses of type
 //     Hostname naming a Service) the Service's selector; otherwise the
 //     pods Istio's automated deployment labels
@@ -67,10 +89,14 @@
 //     namespace-bound. A pod of another namespace carrying the label gets
 //     the routes too (never the Secrets: SDS serves a gateway only its own
 //     namespace's), as with Istio's own Gateway.
-//   - Secrets are not looked at: a certificateRef to a Secret that does
-//     not exist or holds no certificate is not reported (istiod sets
-//     ResolvedRefs=False InvalidCertificateRef); the listener is served
-//     and its proxy waits for the Secret over SDS.
+//   - A certificateRef's ReferenceGrant is checked before its Secret is
+//     looked up (istiod looks first), so a Gateway's status says nothing
+//     of another namespace's Secrets without a grant. Without the Secrets
+//     informer (no RBAC to list Secrets) or before its first list,
+//     certificateRefs are judged by kind and grant only, and served.
+//   - TLSRoute on a TLS listener of mode Terminate is not served: such a
+//     listener that allows only TLSRoute is Accepted=False
+//     UnsupportedValue (istiod serves it).
 //   - TCP and TLS listeners: TCPRoute on TCP and TLS Terminate,
 //     TLSRoute on TLS Passthrough (istiod also takes TLSRoute on TLS
 //     Terminate); a TLSRoute's VirtualServices, one per hostname shared
@@ -81,6 +107,5 @@
 //   - Not translated yet, reported as Unsupported: ExtensionRef and
 //     ExternalAuth filters, sessionPersistence, IP addresses,
 //     infrastructure and parametersRef, the tls-terminate-mode option,
-//     frontend client validation, ListenerSets. Listener conflicts and
-//     hostname isolation between listeners on one port are not computed.
+//     frontend client validation, ListenerSets.
 package gatewayapi
