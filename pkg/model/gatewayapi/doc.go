@@ -57,7 +57,10 @@
 //     TCP beside anything conflicts (ProtocolConflict); the later listener
 //     is Accepted=False, Programmed=False, Conflicted=True and not served.
 //     A listener accepted but not programmed (unresolved certificateRefs)
-//     still takes and counts its routes (attachedRoutes).
+//     still takes and counts its routes (attachedRoutes). A Gateway
+//     whose spec.infrastructure.parametersRef is not a ConfigMap is
+//     Accepted=False InvalidParameters (istiod's validateParametersRef;
+//     a missing ConfigMap is the automated deployment's to find).
 //   - Listener isolation: a host that is another accepted listener's own
 //     hostname on the same port and protocol goes to that listener's
 //     routes only; a host merely under a more specific listener's wildcard

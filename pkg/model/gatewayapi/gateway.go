@@ -78,6 +78,11 @@ func (t *translator) translateGateway(obj *gw.Gateway) {
 	}
 	gen := obj.Generation
 	switch {
+	case badParametersRef(obj) != "":
+		// As istiod's validateParametersRef; whether a ConfigMap named
+		// exists is the automated deployment's to find (pkg/gatewaydeploy).
+		g.report.Conditions = append(g.report.Conditions, condition(string(gw.GatewayConditionAccepted), false,
+			string(gw.GatewayReasonInvalidParameters), badParametersRef(obj), gen))
 	case accepted == 0 && len(g.listeners) > 0:
 		g.report.Conditions = append(g.report.Conditions, condition(string(gw.GatewayConditionAccepted), false,
 			string(gw.GatewayReasonListenersNotValid), "no listener is valid", gen))
@@ -98,6 +103,19 @@ func (t *translator) translateGateway(obj *gw.Gateway) {
 		}
 	}
 	g.report.Conditions = append(g.report.Conditions, condition(string(gw.GatewayConditionProgrammed), programmed, reason, why, gen))
+}
+
+// badParametersRef says why spec.infrastructure.parametersRef cannot be
+// read ("" when it can, or there is none): only a ConfigMap can.
+func badParametersRef(obj *gw.Gateway) string {
+	if obj.Spec.Infrastructure == nil || obj.Spec.Infrastructure.ParametersRef == nil {
+		return ""
+	}
+	ref := obj.Spec.Infrastructure.ParametersRef
+	if ref.Group != "" || ref.Kind != "ConfigMap" {
+		return fmt.Sprintf("unsupported parametersRef group/kind %s/%s, only ConfigMap is supported", ref.Group, ref.Kind)
+	}
+	return ""
 }
 
 func listenerAccepted(l *listener) bool {

@@ -96,10 +96,15 @@ func TestSuiteStatus(t *testing.T) {
 		conds             []suiteCond
 	}
 	const infra = "gateway-conformance-infra"
+	type gwc struct {
+		gateway string
+		conds   []suiteCond
+	}
 	cases := map[string]struct {
 		test      string
 		routes    []route
 		listeners []lst
+		gateways  []gwc
 	}{
 		"HTTPRouteInvalidCrossNamespaceParentRef": {test: "httproute-invalid-cross-namespace-parent-ref", routes: []route{{KindHTTPRoute,
 			"gateway-conformance-web-backend/invalid-cross-namespace-parent-ref", infra + "/same-namespace",
@@ -193,6 +198,9 @@ func TestSuiteStatus(t *testing.T) {
 		"TLSRouteListenerTerminateNotSupported": {test: "tlsroute-listener-terminate-not-supported", listeners: []lst{
 			{infra + "/gateway-tlsroute-terminate-unsupported", "tls-terminate", nil, 0, []suiteCond{{"Accepted", "False", "UnsupportedValue"}}},
 		}},
+		"GatewayInvalidParametersRef": {test: "gateway-invalid-parameters-ref", gateways: []gwc{
+			{infra + "/gateway-invalid-parameters-ref", []suiteCond{{"Accepted", "False", "InvalidParameters"}}},
+		}},
 		"TLSRoutePassthroughSupportedKinds": {test: "tlsroute-listener-passthrough-supported-kinds", listeners: []lst{
 			{infra + "/gateway-tlsroute-passthrough-supported-kind", "tls-passthrough", []string{"TLSRoute"}, 0, []suiteCond{{"ResolvedRefs", "False", "InvalidRouteKinds"}}},
 		}},
@@ -218,6 +226,15 @@ func TestSuiteStatus(t *testing.T) {
 				if !found {
 					t.Errorf("%s %s: no parent %s in %+v", r.kind, r.name, r.gateway, rep.Parents)
 				}
+			}
+			for _, w := range c.gateways {
+				ns, n, _ := cut(w.gateway)
+				rep := out.Reports[Ref{Kind: KindGateway, Namespace: ns, Name: n}]
+				if rep == nil {
+					t.Errorf("gateway %s: no report", w.gateway)
+					continue
+				}
+				hasConds(t, w.gateway, rep.Conditions, w.conds...)
 			}
 			for _, w := range c.listeners {
 				ns, n, _ := cut(w.gateway)
