@@ -10,6 +10,7 @@ package istiod
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -18,7 +19,11 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	metadatafake "k8s.io/client-go/metadata/fake"
+	k8stesting "k8s.io/client-go/testing"
+	gwconsts "sigs.k8s.io/gateway-api/pkg/consts"
 	"sigs.k8s.io/yaml"
 
 	"istio.io/api/label"
@@ -81,7 +86,7 @@ func Generate(in *scenario.Input, grpcTargets []string) (map[string]*dataplane.C
 		if err != nil {
 			t.Fatal(err)
 		}
-		opts := xdsfake.FakeOptions{KubernetesObjects: kube, Configs: cfgs}
+		opts := xdsfake.FakeOptions{KubernetesObjects: kube, Configs: cfgs, KubeClientModifier: gatewayAPIBundle}
 		if in.Mesh != "" {
 			m, err := istiomesh.ApplyMeshConfigDefaults(in.Mesh)
 			if err != nil {
@@ -97,6 +102,38 @@ func Generate(in *scenario.Input, grpcTargets []string) (map[string]*dataplane.C
 		out = generated
 	})
 	return out, err
+}
+
+// gatewayAPIBundle makes the fake cluster's Gateway API CRDs say which
+// bundle they come from, as the CRDs a user installs do: istiod reads a
+// kind only from a CRD at its minimum bundle version
+// (gatewayapi.MinimumCRDVersions: TLSRoute v1 from v1.5, TCPRoute v1 from
+// v1.6), and the fake server creates its CRDs without the annotation, so
+// without this istiod would read no TCPRoute, TLSRoute or GRPCRoute and
+// every listener they serve would have no route.
+func gatewayAPIBundle(c kubelib.Client) {
+	fmc, ok := c.Metadata().(*metadatafake.FakeMetadataClient)
+	if !ok {
+		return
+	}
+	stamp := func(a k8stesting.Action) (bool, runtime.Object, error) {
+		var obj runtime.Object
+		switch a := a.(type) {
+		case k8stesting.CreateAction:
+			obj = a.GetObject()
+		case k8stesting.UpdateAction:
+			obj = a.GetObject()
+		}
+		if m, ok := obj.(*metav1.PartialObjectMetadata); ok && strings.HasSuffix(m.Name, "."+scenario.GatewayAPIGroup) {
+			if m.Annotations == nil {
+				m.Annotations = map[string]string{}
+			}
+			m.Annotations[gwconsts.BundleVersionAnnotation] = gwconsts.BundleVersion
+		}
+		return false, nil, nil // the tracker stores it
+	}
+	fmc.PrependReactor("create", "customresourcedefinitions", stamp)
+	fmc.PrependReactor("update", "customresourcedefinitions", stamp)
 }
 
 // generateAll builds every node's configuration.

@@ -16,6 +16,9 @@ const clientIP = "203.0.113.7"
 // server's hosts and the hosts of the VirtualServices bound to it, over
 // the server's protocol and TLS mode.
 func (b *builder) gateway() {
+	// Gateway API Gateways as the Istio Gateways they stand for.
+	defer func(in *scenario.Input) { b.in = in }(b.in)
+	b.in = withGatewayAPI(b.in)
 	aps := b.nodePolicies("AuthorizationPolicy")
 	for _, gw := range b.in.Of("Gateway") {
 		sel := strMap(gw.Spec()["selector"])
