@@ -162,7 +162,7 @@ func objects(in *scenario.Input) ([]runtime.Object, []config.Config, error) {
 	dec := kubelib.IstioCodec.UniversalDeserializer()
 	var kube []runtime.Object
 	for _, o := range in.KubeObjects() {
-		js, err := yaml.YAMLToJSON(o.YAML())
+		js, err := yaml.YAMLToJSON(servedVersion(o).YAML())
 		if err != nil {
 			return nil, nil, err
 		}
@@ -187,6 +187,24 @@ func objects(in *scenario.Input) ([]runtime.Object, []config.Config, error) {
 		}
 	}
 	return kube, cfgs, nil
+}
+
+// servedVersion is o as istiod reads it. A ReferenceGrant written at v1 is
+// read by istiod at v1beta1 (its informer's version): a real API server
+// serves the CRD at both, the fake client only at the version the object
+// was stored with, so istiod would see no grant at all.
+func servedVersion(o *scenario.Object) *scenario.Object {
+	if o.Kind != "ReferenceGrant" || o.APIVersion != scenario.GatewayAPIGroup+"/v1" {
+		return o
+	}
+	v := *o
+	v.APIVersion = scenario.GatewayAPIGroup + "/v1beta1"
+	v.Doc = map[string]any{}
+	for k, val := range o.Doc {
+		v.Doc[k] = val
+	}
+	v.Doc["apiVersion"] = v.APIVersion
+	return &v
 }
 
 // proxy initialises a proxy as istiod's ADS server does when the node
