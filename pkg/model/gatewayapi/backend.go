@@ -32,10 +32,35 @@ func (t *translator) backend(s *ruleState, ns string, ref gw.BackendObjectRefere
 	}, "", ""
 }
 
+// unresolvedHost is the destination host of a backendRef that is denied
+// (no ReferenceGrant) or of a kind discovery does not route to. Its
+// underscore makes it no DNS name, so no Service or valid ServiceEntry
+// can ever own it: its cluster never exists and Envoy answers 503 (no
+// cluster) for the backend's share. istiod writes an empty destination
+// there, which its route builder names UnknownService, with the same 503.
+const unresolvedHost = "unresolved_backend.gateway-api.invalid"
+
+// unresolved is the destination of a backendRef that backend did not
+// resolve (reason is its ResolvedRefs reason): as istiod keeps it in the
+// weighted set, so that its share of requests fails instead of moving to
+// the other backends. A Service that is not found keeps its own host (as
+// istiod's); its cluster does not exist until the Service does.
+func (t *translator) unresolved(ns string, ref gw.BackendObjectReference, reason string) *networking.Destination {
+	d := &networking.Destination{Host: unresolvedHost}
+	if reason == string(gw.RouteReasonBackendNotFound) {
+		d.Host = string(ref.Name) + "." + string(ptrOr(ref.Namespace, gw.Namespace(ns))) + ".svc." + t.in.DomainSuffix
+	}
+	if ref.Port != nil {
+		d.Port = &networking.PortSelector{Number: uint32(*ref.Port)}
+	}
+	return d
+}
+
 // httpDestinations converts weighted backendRefs. Weight 0 is left out;
 // one backend gets weight 0 (all of it), as istiod writes. A backend that
-// cannot be resolved is left out (istiod: kept, and Envoy answers 500 for
-// its share); a denied reference is reported as Denied.
+// cannot be resolved keeps its share, routed where no cluster is (Envoy
+// answers 503 for it, as for istiod's: unresolved); a denied reference
+// is reported as Denied.
 func (t *translator) httpDestinations(s *ruleState, ns string, refs []gw.HTTPBackendRef) (out []*networking.HTTPRouteDestination, unsupported, denied []string) {
 	for i, b := range refs {
 		w := ptrOr(b.Weight, 1)
@@ -48,7 +73,7 @@ func (t *translator) httpDestinations(s *ruleState, ns string, refs []gw.HTTPBac
 			if reason == string(gw.RouteReasonRefNotPermitted) {
 				denied = append(denied, fmt.Sprintf("%s.backendRefs[%d]: %s", s.field, i, msg))
 			}
-			continue
+			dst = t.unresolved(ns, b.BackendObjectReference, reason)
 		}
 		rd := &networking.HTTPRouteDestination{Destination: dst, Weight: w}
 		for j, f := range b.Filters {

@@ -37,6 +37,13 @@
 //     more header matches; more query matches), ties broken by the
 //     routes' age, namespace/name and rule order. A rule whose backends
 //     all have weight 0 (or none) answers 500.
+//   - An HTTPRoute or GRPCRoute backendRef that is not found, not
+//     permitted (no ReferenceGrant) or of an unsupported kind keeps its
+//     weight, as istiod keeps it: a Service not found keeps its host, the
+//     others go to a host no Service or ServiceEntry can own
+//     (unresolvedHost; istiod's UnknownService). Neither has a cluster,
+//     so Envoy answers 503 for that share, and the other backends keep
+//     theirs. (TCPRoute and TLSRoute still leave such a backend out.)
 //   - Filters: RequestHeaderModifier, ResponseHeaderModifier (route and
 //     backend level), RequestRedirect, URLRewrite, RequestMirror; CORS
 //     as istiod; timeouts.request and backendRequest, retry.
@@ -83,10 +90,6 @@
 //     prefix and a Prefix match on prefix + "/" (and a ReplacePrefixMatch
 //     rewrite or redirect for each), so the generator needs no special
 //     mode.
-//   - A backendRef that is not found, not permitted or of an unsupported
-//     kind: istiod keeps it (Envoy answers 500 for the missing cluster);
-//     discovery leaves it out of the weighted set and answers 500 when no
-//     backend is left. Its share of traffic goes to the others.
 //   - The Gateway's proxies are chosen by label selector (above); istiod
 //     matches the proxies that belong to the gateway's Service, which is
 //     namespace-bound. A pod of another namespace carrying the label gets

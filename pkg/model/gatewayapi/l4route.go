@@ -59,10 +59,11 @@ var zeroWeight = []*networking.RouteDestination{{
 	Destination: &networking.Destination{Host: "internal.cluster.local", Subset: "zero-weight", Port: &networking.PortSelector{Number: 65535}},
 }}
 
-// l4Destinations converts a TCP or TLS rule's weighted backendRefs. As for
-// HTTP (httpDestinations), weight 0 and unresolvable backends are left
-// out, a denied reference is reported; a rule left without any backend
-// closes its connections (zeroWeight).
+// l4Destinations converts a TCP or TLS rule's weighted backendRefs.
+// Weight 0 and unresolvable backends are left out (istiod keeps the
+// latter, whose share of connections then fails; HTTP does as istiod:
+// httpDestinations), a denied reference is reported; a rule left without
+// any backend closes its connections (zeroWeight).
 func (t *translator) l4Destinations(s *ruleState, ns string, refs []gw.BackendRef) (out []*networking.RouteDestination, denied []string) {
 	for i, b := range refs {
 		w := ptrOr(b.Weight, 1)
