@@ -193,6 +193,9 @@ func (e *evaluator) forward(a *routev3.RouteAction, r *routev3.Route, vh *routev
 	}
 	for _, t := range targets {
 		c := e.describeCluster(t.name)
+		if c.Missing {
+			c.NotFoundStatus = clusterNotFoundStatus(a)
+		}
 		u := Upstream{Weight: uint32(uint64(t.weight) * 1000000 / total), Cluster: c}
 		// What arrives upstream is stated only when a rewrite changed it.
 		if path != e.req.Path {
@@ -211,9 +214,28 @@ func (e *evaluator) forward(a *routev3.RouteAction, r *routev3.Route, vh *routev
 		return Decision{Outcome: Local, Status: 503, Reason: "no cluster with weight", Policy: d.Policy}
 	}
 	if reason := unreachable(d.Upstreams); reason != "" {
-		return Decision{Outcome: Local, Status: 503, Reason: reason, Policy: d.Policy}
+		status := 503
+		if reason == "cluster not found" {
+			if s := clusterNotFoundStatus(a); s != 0 {
+				status = s
+			}
+		}
+		return Decision{Outcome: Local, Status: status, Reason: reason, Policy: d.Policy}
 	}
 	return d
+}
+
+// clusterNotFoundStatus is what Envoy answers when a's cluster does not
+// exist, by its cluster_not_found_response_code: 0 for the default,
+// SERVICE_UNAVAILABLE (503).
+func clusterNotFoundStatus(a *routev3.RouteAction) int {
+	switch a.GetClusterNotFoundResponseCode() {
+	case routev3.RouteAction_NOT_FOUND:
+		return 404
+	case routev3.RouteAction_INTERNAL_SERVER_ERROR:
+		return 500
+	}
+	return 0
 }
 
 // unreachable says why no upstream can take a request ("" when one

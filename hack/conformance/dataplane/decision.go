@@ -67,9 +67,12 @@ type Upstream struct {
 // Cluster is an upstream cluster by what it does.
 type Cluster struct {
 	// Missing: the route names a cluster the proxy does not have.
-	Missing   bool
-	Discovery string
-	LB        string
+	Missing bool
+	// NotFoundStatus is what Envoy answers for a Missing cluster of an
+	// HTTP route (its cluster_not_found_response_code); 0 is Envoy's 503.
+	NotFoundStatus int
+	Discovery      string
+	LB             string
 	// Settings are the connection settings (protocol, limits, outlier
 	// detection, timeouts), one per line.
 	Settings  []string
@@ -178,7 +181,11 @@ func (u Upstream) facts() string {
 	}
 	c := u.Cluster
 	if c.Missing {
-		add("cluster: missing")
+		if c.NotFoundStatus != 0 {
+			add("cluster: missing, answered %d", c.NotFoundStatus)
+		} else {
+			add("cluster: missing")
+		}
 		return strings.Join(lines, "\n")
 	}
 	add("cluster: %s", c.Discovery)
@@ -331,6 +338,9 @@ func (d Decision) Summary() string {
 
 func (u Upstream) brief() string {
 	if u.Cluster.Missing {
+		if u.Cluster.NotFoundStatus != 0 {
+			return fmt.Sprintf("missing cluster (%d)", u.Cluster.NotFoundStatus)
+		}
 		return "missing cluster"
 	}
 	var eps []string

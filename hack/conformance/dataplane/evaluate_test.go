@@ -492,6 +492,29 @@ func TestRouteActions(t *testing.T) {
 			t.Errorf("got %s", d.Summary())
 		}
 	})
+	t.Run("cluster_not_found_response_code answers a missing cluster", func(t *testing.T) {
+		r := prefixRoute("r", "/", "nope")
+		r.GetRoute().ClusterNotFoundResponseCode = routev3.RouteAction_INTERNAL_SERVER_ERROR
+		if d := Evaluate(base(r), req); d.Status != 500 || d.Reason != "cluster not found" {
+			t.Errorf("got %s", d.Summary())
+		}
+		r.GetRoute().ClusterNotFoundResponseCode = routev3.RouteAction_NOT_FOUND
+		if d := Evaluate(base(r), req); d.Status != 404 {
+			t.Errorf("got %s", d.Summary())
+		}
+		// A share of a split: the missing cluster's answer is part of
+		// the decision, the served share still forwards.
+		split := weighted(prefixRoute("r", "/", ""), map[string]uint32{"c-v2": 1, "nope": 1})
+		split.GetRoute().ClusterNotFoundResponseCode = routev3.RouteAction_INTERNAL_SERVER_ERROR
+		d := Evaluate(base(split), req)
+		if d.Outcome != Forward || !strings.Contains(d.Summary(), "missing cluster (500)") {
+			t.Errorf("got %s", d.Summary())
+		}
+		split.GetRoute().ClusterNotFoundResponseCode = routev3.RouteAction_SERVICE_UNAVAILABLE
+		if d2 := Evaluate(base(split), req); d2.Summary() == d.Summary() {
+			t.Errorf("a split answering 503 for its missing share decides as one answering 500: %s", d2.Summary())
+		}
+	})
 	t.Run("a cluster without endpoints is Envoy's 503", func(t *testing.T) {
 		c := base(prefixRoute("r", "/", "c-v2"))
 		c.Endpoints[0] = cla("eds-v2")

@@ -35,9 +35,11 @@ func (t *translator) backend(s *ruleState, ns string, ref gw.BackendObjectRefere
 // unresolvedHost is the destination host of a backendRef that is denied
 // (no ReferenceGrant) or of a kind discovery does not route to. Its
 // underscore makes it no DNS name, so no Service or valid ServiceEntry
-// can ever own it: its cluster never exists and Envoy answers 503 (no
-// cluster) for the backend's share. istiod writes an empty destination
-// there, which its route builder names UnknownService, with the same 503.
+// can ever own it: its cluster never exists, and Envoy answers 500 for
+// the backend's share (the generator sets cluster_not_found_response_code
+// on the routes of Gateway API VirtualServices, as istiod on routes of
+// gateway semantics). istiod writes an empty destination there, which
+// its route builder names UnknownService, with the same 500.
 const unresolvedHost = "unresolved_backend.gateway-api.invalid"
 
 // unresolved is the destination of a backendRef that backend did not
@@ -59,7 +61,7 @@ func (t *translator) unresolved(ns string, ref gw.BackendObjectReference, reason
 // httpDestinations converts weighted backendRefs. Weight 0 is left out;
 // one backend gets weight 0 (all of it), as istiod writes. A backend that
 // cannot be resolved keeps its share, routed where no cluster is (Envoy
-// answers 503 for it, as for istiod's: unresolved); a denied reference
+// answers 500 for it, as for istiod's: unresolved); a denied reference
 // is reported as Denied.
 func (t *translator) httpDestinations(s *ruleState, ns string, refs []gw.HTTPBackendRef) (out []*networking.HTTPRouteDestination, unsupported, denied []string) {
 	for i, b := range refs {

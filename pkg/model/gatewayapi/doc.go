@@ -42,7 +42,10 @@
 //     weight, as istiod keeps it: a Service not found keeps its host, the
 //     others go to a host no Service or ServiceEntry can own
 //     (unresolvedHost; istiod's UnknownService). Neither has a cluster,
-//     so Envoy answers 503 for that share, and the other backends keep
+//     and the generator sets cluster_not_found_response_code
+//     INTERNAL_SERVER_ERROR on the routes of VirtualServices carrying
+//     AnnotationDerivedFrom (istiod: on routes of gateway semantics), so
+//     Envoy answers 500 for that share, and the other backends keep
 //     theirs. (TCPRoute and TLSRoute still leave such a backend out.)
 //   - Filters: RequestHeaderModifier, ResponseHeaderModifier (route and
 //     backend level), RequestRedirect, URLRewrite, RequestMirror; CORS

@@ -33,6 +33,9 @@ type httpRoute struct {
 	ns string
 	// name is the route's name when hr has none.
 	name string
+	// gatewayAPI: hr is translated from a Gateway API route
+	// (gatewayapi.AnnotationDerivedFrom on its VirtualService).
+	gatewayAPI bool
 }
 
 // delegation is a root VirtualService's http routes with its delegates

@@ -54,6 +54,12 @@ func (g *Generator) httpRoutes(sc *Scope, r httpRoute, host string, port int32, 
 	if !g.routeBody(sc, r.ns, hr, host, port, tls, tmpl) {
 		return nil
 	}
+	if a := tmpl.GetRoute(); a != nil && r.gatewayAPI {
+		// As istiod for routes of gateway semantics: a backend without
+		// a cluster (not found, not permitted: gatewayapi's unresolved)
+		// answers 500, as the Gateway API requires, not Envoy's 503.
+		a.ClusterNotFoundResponseCode = routev3.RouteAction_INTERNAL_SERVER_ERROR
+	}
 	matches := hr.GetMatch()
 	if len(matches) == 0 {
 		matches = []*networking.HTTPMatchRequest{nil}

@@ -7,6 +7,7 @@ import (
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 
 	"github.com/meshplane/discovery/pkg/model"
+	"github.com/meshplane/discovery/pkg/model/gatewayapi"
 )
 
 // vsRoutes translates the http routes of the VirtualServices vss bound to
@@ -79,8 +80,9 @@ func (g *Generator) vsHTTPRoutes(sc *Scope, c *model.Config, host string, port i
 		}
 		return out
 	}
+	gatewayAPI := vs.Annotations[gatewayapi.AnnotationDerivedFrom] != ""
 	for i, hr := range vs.Spec.GetHttp() {
-		r := httpRoute{hr: hr, ns: c.Key.Namespace, name: fmt.Sprintf("%s.%s.%d", c.Key.Namespace, c.Key.Name, i)}
+		r := httpRoute{hr: hr, ns: c.Key.Namespace, name: fmt.Sprintf("%s.%s.%d", c.Key.Namespace, c.Key.Name, i), gatewayAPI: gatewayAPI}
 		out = append(out, g.httpRoutes(sc, r, host, port, gateway, tls)...)
 	}
 	return out
