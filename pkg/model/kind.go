@@ -48,7 +48,20 @@ const (
 	KindTCPRoute          Kind = "TCPRoute"
 	KindTLSRoute          Kind = "TLSRoute"
 	KindReferenceGrant    Kind = "ReferenceGrant"
+	// KindBackendTLSPolicy (v1 in gateway-api v1.6) makes a gateway's and
+	// the mesh's traffic to a Service originate TLS; the translation turns
+	// it into a DestinationRule (backendtls.go of pkg/model/gatewayapi).
+	KindBackendTLSPolicy Kind = "BackendTLSPolicy"
 )
+
+// KindCAConfigMap is a ConfigMap read for its CA certificates only (keys
+// ca.crt and cacert; every other key is dropped before it is cached), as
+// a BackendTLSPolicy's caCertificateRefs name them. Its Event Object is a
+// *corev1.ConfigMap; its API kind is ConfigMap, but KindFor never returns
+// it (a ConfigMap in a config directory is a KindConfigMap, which the
+// MeshConfig watcher passes on as a KindCAConfigMap unless it is the
+// mesh's).
+const KindCAConfigMap Kind = "CAConfigMap"
 
 // KindConfigMap is read for one object only, the mesh's MeshConfig (the
 // istio ConfigMap of the control plane's namespace): the MeshConfig
@@ -119,10 +132,12 @@ var kindInfos = map[Kind]kindInfo{
 	KindTCPRoute:              {GroupGatewayAPI, "v1", "tcproutes", nil},
 	KindTLSRoute:              {GroupGatewayAPI, "v1", "tlsroutes", nil},
 	KindReferenceGrant:        {GroupGatewayAPI, "v1", "referencegrants", []string{"v1beta1"}},
+	KindBackendTLSPolicy:      {GroupGatewayAPI, "v1", "backendtlspolicies", nil},
+	KindCAConfigMap:           {"", "v1", "configmaps", nil},
 }
 
 // apiKinds names the API kind of a Kind where the two differ.
-var apiKinds = map[Kind]string{KindKubernetesGateway: "Gateway"}
+var apiKinds = map[Kind]string{KindKubernetesGateway: "Gateway", KindCAConfigMap: "ConfigMap"}
 
 // apiKind is k's kind in the Kubernetes API.
 func (k Kind) apiKind() string {
@@ -136,6 +151,9 @@ func (k Kind) apiKind() string {
 var byGroupKind = func() map[schema.GroupKind]Kind {
 	m := make(map[schema.GroupKind]Kind, len(kindInfos))
 	for k, info := range kindInfos {
+		if k == KindCAConfigMap {
+			continue // a ConfigMap is a KindConfigMap
+		}
 		m[schema.GroupKind{Group: info.group, Kind: k.apiKind()}] = k
 	}
 	return m
@@ -143,9 +161,12 @@ var byGroupKind = func() map[schema.GroupKind]Kind {
 
 // GatewayAPIKinds lists the Gateway API kinds discovery reads, in a fixed
 // order. Their CRDs are the user's: each is read while its CRD is there.
-// Not read yet: UDPRoute, BackendTLSPolicy, ListenerSet (see the
-// README's Gateway API section).
-var GatewayAPIKinds = []Kind{KindGatewayClass, KindKubernetesGateway, KindHTTPRoute, KindGRPCRoute, KindTCPRoute, KindTLSRoute, KindReferenceGrant}
+// BackendTLSPolicy's CA ConfigMaps are read as KindCAConfigMap. Not read
+// yet: UDPRoute, ListenerSet (see the README's Gateway API section).
+var GatewayAPIKinds = []Kind{
+	KindGatewayClass, KindKubernetesGateway, KindHTTPRoute, KindGRPCRoute, KindTCPRoute, KindTLSRoute, KindReferenceGrant,
+	KindBackendTLSPolicy,
+}
 
 // CRDKinds lists every kind whose CRD may come and go: Istio's, then the
 // Gateway API's.

@@ -169,6 +169,8 @@ func (b *builder) apply(ev Event) error {
 		// The MeshConfig watcher turns the mesh's ConfigMap into a
 		// MeshConfig; no other ConfigMap shapes the mesh.
 		return nil
+	case KindCAConfigMap:
+		return b.caConfigMap(ev)
 	default:
 		if ev.Key.Kind.IsConfig() {
 			return b.config(ev)

@@ -32,6 +32,10 @@ type World struct {
 	// gatewayReports are the translation's findings on each Gateway API
 	// object (derived.go).
 	gatewayReports map[Key]*gatewayapi.Report
+	// caConfigMaps are the CA keys (ca.crt, cacert) of every ConfigMap,
+	// for BackendTLSPolicy (KindCAConfigMap); a ConfigMap without them
+	// is held with no data.
+	caConfigMaps map[NamespacedName]map[string]string
 }
 
 // Protocol is a service port's application protocol, as Istio reads it from

@@ -131,6 +131,15 @@ var informers = map[model.Kind]newInformerFunc{
 	model.KindReferenceGrant: func(c Clients, r time.Duration) cache.SharedIndexInformer {
 		return istioInformer[*gatewayv1.ReferenceGrantList](c.Gateway, c.Gateway.GatewayV1().ReferenceGrants(all), &gatewayv1.ReferenceGrant{}, r)
 	},
+	model.KindBackendTLSPolicy: func(c Clients, r time.Duration) cache.SharedIndexInformer {
+		return istioInformer[*gatewayv1.BackendTLSPolicyList](c.Gateway, c.Gateway.GatewayV1().BackendTLSPolicies(all), &gatewayv1.BackendTLSPolicy{}, r)
+	},
+	// Every ConfigMap, cut to its CA keys (stripCAConfigMap), for the
+	// caCertificateRefs of BackendTLSPolicies: istiod's credentials
+	// controller watches every ConfigMap too.
+	model.KindCAConfigMap: func(c Clients, r time.Duration) cache.SharedIndexInformer {
+		return coreinformers.NewConfigMapInformer(c.Kube, all, r, cache.Indexers{})
+	},
 }
 
 // meshConfigMapInformer watches the one ConfigMap that holds the
@@ -204,7 +213,11 @@ func newWatcher(s *Source, kind model.Kind) (*watcher, error) {
 	if kind.IsConfig() {
 		w.keys = map[model.NamespacedName]struct{}{}
 	}
-	if err := w.informer.SetTransform(stripObject); err != nil {
+	transform := stripObject
+	if kind == model.KindCAConfigMap {
+		transform = stripCAConfigMap
+	}
+	if err := w.informer.SetTransform(transform); err != nil {
 		return nil, err
 	}
 	if err := w.informer.SetWatchErrorHandlerWithContext(watchErrorHandler(w.log, w.metrics, string(kind))); err != nil {

@@ -131,6 +131,10 @@ func (s *Source) startInformers(ctx context.Context) error {
 	if s.opts.MeshConfigMap != "" {
 		kinds = append(slices.Clone(kinds), model.KindConfigMap)
 	}
+	if s.clients.Gateway != nil {
+		// BackendTLSPolicy's CA ConfigMaps: a core kind, always there.
+		kinds = append(slices.Clone(kinds), model.KindCAConfigMap)
+	}
 	for _, k := range kinds {
 		w, err := newWatcher(s, k)
 		if err != nil {

@@ -6,6 +6,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/meshplane/discovery/pkg/model"
 )
 
 // annotationLastApplied is kubectl's copy of the whole object: as large as
@@ -33,6 +36,20 @@ func stripObject(obj any) (any, error) {
 		stripNode(o)
 	}
 	return obj, nil
+}
+
+// stripCAConfigMap keeps a ConfigMap's name and its CA keys
+// (model.CAConfigMapData): whatever else a ConfigMap holds is never
+// cached.
+func stripCAConfigMap(obj any) (any, error) {
+	cm, ok := obj.(*corev1.ConfigMap)
+	if !ok {
+		return obj, nil // a tombstone
+	}
+	return &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: cm.Name, Namespace: cm.Namespace, ResourceVersion: cm.ResourceVersion, UID: cm.UID},
+		Data:       model.CAConfigMapData(cm.Data),
+	}, nil
 }
 
 // stripNode keeps a Node's name and topology labels (region, zone,

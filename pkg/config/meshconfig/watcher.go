@@ -147,7 +147,9 @@ func (w *Watcher) Current() *mesh.Config {
 }
 
 // Apply hands events to the next Sink. The mesh's ConfigMap becomes a
-// KindMeshConfig event, first in the batch; other ConfigMaps are dropped.
+// KindMeshConfig event, first in the batch; other ConfigMaps (a config
+// directory's) go on as KindCAConfigMap events, for the CA certificates
+// BackendTLSPolicies name.
 func (w *Watcher) Apply(events ...model.Event) (*model.Update, error) {
 	pass := make([]model.Event, 0, len(events))
 	var cms []model.Event
@@ -157,6 +159,9 @@ func (w *Watcher) Apply(events ...model.Event) (*model.Update, error) {
 			pass = append(pass, ev)
 		case ev.Key.Namespace == w.opts.Namespace && ev.Key.Name == w.opts.ConfigMapName():
 			cms = append(cms, ev)
+		default:
+			ev.Key.Kind = model.KindCAConfigMap
+			pass = append(pass, ev)
 		}
 	}
 	if len(cms) == 0 {

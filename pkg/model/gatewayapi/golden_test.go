@@ -64,6 +64,7 @@ func decodeInput(t *testing.T, data []byte, secrets map[[2]string]CertificateSta
 	t.Helper()
 	in := Input{DomainSuffix: "cluster.local", Namespaces: map[string]map[string]string{}}
 	svcs := map[[2]string]Service{}
+	cms := map[[2]string]map[string]string{}
 	dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
 	for {
 		var raw map[string]any
@@ -116,6 +117,14 @@ func decodeInput(t *testing.T, data []byte, secrets map[[2]string]CertificateSta
 				st = CertificateValid
 			}
 			secrets[[2]string{o.Namespace, o.Name}] = st
+		case "BackendTLSPolicy":
+			o := &gw.BackendTLSPolicy{}
+			must(o)
+			in.BackendTLSPolicies = append(in.BackendTLSPolicies, o)
+		case "ConfigMap":
+			o := &corev1.ConfigMap{}
+			must(o)
+			cms[[2]string{o.Namespace, o.Name}] = o.Data
 		case "Namespace":
 			o := &corev1.Namespace{}
 			must(o)
@@ -123,9 +132,12 @@ func decodeInput(t *testing.T, data []byte, secrets map[[2]string]CertificateSta
 		case "Service":
 			o := &corev1.Service{}
 			must(o)
-			s := Service{Selector: o.Spec.Selector}
+			s := Service{Selector: o.Spec.Selector, NamedPorts: map[string]int32{}}
 			for _, p := range o.Spec.Ports {
 				s.Ports = append(s.Ports, p.Port)
+				if p.Name != "" {
+					s.NamedPorts[p.Name] = p.Port
+				}
 			}
 			svcs[[2]string{o.Namespace, o.Name}] = s
 		default:
@@ -143,6 +155,7 @@ func decodeInput(t *testing.T, data []byte, secrets map[[2]string]CertificateSta
 			return CertificateMissing
 		}
 	}
+	in.ConfigMap = func(ns, name string) (map[string]string, bool) { d, ok := cms[[2]string{ns, name}]; return d, ok }
 	return in
 }
 
@@ -158,10 +171,14 @@ func render(t *testing.T, out Output) []byte {
 		Report *Report `json:"report"`
 	}
 	doc := struct {
-		Gateways        any      `json:"gateways"`
-		VirtualServices any      `json:"virtualServices"`
-		Reports         []report `json:"reports"`
-	}{out.Gateways, out.VirtualServices, nil}
+		Gateways         any      `json:"gateways"`
+		VirtualServices  any      `json:"virtualServices"`
+		DestinationRules any      `json:"destinationRules,omitempty"`
+		Reports          []report `json:"reports"`
+	}{out.Gateways, out.VirtualServices, nil, nil}
+	if len(out.DestinationRules) > 0 {
+		doc.DestinationRules = out.DestinationRules
+	}
 	for _, r := range refs {
 		doc.Reports = append(doc.Reports, report{r.String(), out.Reports[r]})
 	}

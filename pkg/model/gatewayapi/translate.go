@@ -43,6 +43,9 @@ const (
 type Service struct {
 	Selector map[string]string
 	Ports    []int32
+	// NamedPorts maps the Service's port names to their numbers (a
+	// BackendTLSPolicy's sectionName).
+	NamedPorts map[string]int32
 }
 
 // Input is one consistent view of the Gateway API objects and what they
@@ -56,6 +59,11 @@ type Input struct {
 	TCPRoutes       []*gw.TCPRoute
 	TLSRoutes       []*gw.TLSRoute
 	ReferenceGrants []*gw.ReferenceGrant
+	// BackendTLSPolicies (backendtls.go).
+	BackendTLSPolicies []*gw.BackendTLSPolicy
+	// ConfigMap looks up the CA data (keys ca.crt, cacert) of a
+	// ConfigMap; nil finds none.
+	ConfigMap func(ns, name string) (map[string]string, bool)
 	// Namespaces maps every namespace to its labels.
 	Namespaces map[string]map[string]string
 	// Service looks a Service up; nil finds none.
@@ -106,6 +114,9 @@ type Report struct {
 	Addresses []gw.GatewayStatusAddress `json:"addresses,omitempty"`
 	// Parents of a route: one entry per parentRef this controller owns.
 	Parents []gw.RouteParentStatus `json:"parents,omitempty"`
+	// Ancestors of a policy (BackendTLSPolicy): one entry per ancestor
+	// this controller (or Istio's mesh controller) owns.
+	Ancestors []gw.PolicyAncestorStatus `json:"ancestors,omitempty"`
 	// Unsupported names what has no effect (field path: what).
 	Unsupported []string `json:"unsupported,omitempty"`
 	// Denied names what was refused for safety (a reference no
@@ -117,7 +128,9 @@ type Report struct {
 type Output struct {
 	Gateways        []*networkingv1.Gateway
 	VirtualServices []*networkingv1.VirtualService
-	Reports         map[Ref]*Report
+	// DestinationRules made of BackendTLSPolicies, one per Service.
+	DestinationRules []*networkingv1.DestinationRule
+	Reports          map[Ref]*Report
 }
 
 // translator holds one translation's indexes.
@@ -151,6 +164,9 @@ func Translate(in Input) Output {
 	if t.in.Secret == nil {
 		t.in.Secret = func(string, string) CertificateState { return CertificateUnknown }
 	}
+	if t.in.ConfigMap == nil {
+		t.in.ConfigMap = func(string, string) (map[string]string, bool) { return nil, false }
+	}
 	t.translateClasses()
 	for _, g := range sortedByAge(in.Gateways) {
 		t.translateGateway(g)
@@ -170,6 +186,7 @@ func Translate(in Input) Output {
 	t.finishGateways()
 	t.virtualServices()
 	t.meshVirtualServices()
+	t.translateBackendTLS()
 	return t.out
 }
 

@@ -103,7 +103,7 @@ func (g *Generator) outboundCluster(sc *Scope, svc *model.Service, eps *model.Se
 	// Auto mTLS sends plaintext to a namespace whose mesh or namespace
 	// PeerAuthentication is DISABLE, as istiod does.
 	auto := sc.World.Mesh().AutoMTLS() && (tp.GetTls() != nil || namespaceMTLS(sc.World, svc.Namespace) != MTLSDisable)
-	envoyClusterTLS(c, tp.GetTls(), svc, eps, port, ids, auto)
+	envoyClusterTLS(c, tp.GetTls(), svc, eps, port, ids, auto, backendCA(dr, port.Port))
 	clusterTelemetry(c, svc, ss.Name)
 	return c
 }
@@ -112,11 +112,11 @@ func (g *Generator) outboundCluster(sc *Scope, svc *model.Service, eps *model.Se
 // DestinationRule's for the cluster (nil for none), else auto mTLS unless
 // the MeshConfig turns it off (enableAutoMtls false: plaintext, as in
 // Istio).
-func envoyClusterTLS(c *clusterv3.Cluster, tls *networking.ClientTLSSettings, svc *model.Service, eps *model.ServiceEndpoints, port model.Port, ids []string, auto bool) {
+func envoyClusterTLS(c *clusterv3.Cluster, tls *networking.ClientTLSSettings, svc *model.Service, eps *model.ServiceEndpoints, port model.Port, ids []string, auto bool, ca []byte) {
 	switch {
 	case tls != nil:
 		// The rule's, DISABLE included: no auto mTLS then, as in Istio.
-		c.TransportSocket = upstreamTLS(tls, c, ids)
+		c.TransportSocket = upstreamTLSWithCA(tls, c, ids, ca)
 	case !auto:
 	case svc.Entry != nil && svc.Entry.External:
 		// Istio infers no mTLS mode for mesh-external services.

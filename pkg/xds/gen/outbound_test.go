@@ -262,7 +262,7 @@ func TestEnvoyClusterTLS(t *testing.T) {
 			if tc.origDst {
 				c = originalDstCluster(name, port.Protocol)
 			}
-			envoyClusterTLS(c, tc.tls, s, tc.eps, port, g.serviceIdentities(nil, s, tc.eps), true)
+			envoyClusterTLS(c, tc.tls, s, tc.eps, port, g.serviceIdentities(nil, s, tc.eps), true, nil)
 			if _, err := NewResource(c.Name, ClusterType, c); err != nil {
 				t.Fatalf("cluster does not validate: %v", err)
 			}

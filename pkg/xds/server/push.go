@@ -201,6 +201,10 @@ func changeMatters(k model.Key, p *model.Proxy, w *model.World, old *gen.Scope) 
 		// proxy on it moves class) and the endpoints of the pods on it
 		// (KindEndpoints changes).
 		return false
+	case model.KindCAConfigMap:
+		// Read only by the Gateway API translation: its effect arrives
+		// as a change of the DestinationRule it derives.
+		return false
 	}
 	if k.Kind.IsGatewayAPI() {
 		// Generation reads the Istio Gateways and VirtualServices the
@@ -217,7 +221,7 @@ func changeMatters(k model.Key, p *model.Proxy, w *model.World, old *gen.Scope) 
 func ownUnchanged(changes []model.Key) bool {
 	for _, k := range changes {
 		switch k.Kind {
-		case model.KindVirtualService, model.KindDestinationRule, model.KindGateway, model.KindNode:
+		case model.KindVirtualService, model.KindDestinationRule, model.KindGateway, model.KindNode, model.KindCAConfigMap:
 		default:
 			return false
 		}

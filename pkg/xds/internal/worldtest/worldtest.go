@@ -73,10 +73,15 @@ func LoadFile(path string) (*model.Store, error) {
 }
 
 // withMesh turns the istio ConfigMap of istio-system, if the events hold
-// one, into the MeshConfig, as the server's MeshConfig watcher does.
+// one, into the MeshConfig, and other ConfigMaps into CA ConfigMaps, as
+// the server's MeshConfig watcher does.
 func withMesh(evs []model.Event) ([]model.Event, error) {
 	for i, ev := range evs {
-		if ev.Key.Kind != model.KindConfigMap || ev.Key.Namespace != "istio-system" || ev.Key.Name != "istio" {
+		if ev.Key.Kind != model.KindConfigMap {
+			continue
+		}
+		if ev.Key.Namespace != "istio-system" || ev.Key.Name != "istio" {
+			evs[i].Key.Kind = model.KindCAConfigMap // as the watcher passes it on
 			continue
 		}
 		cfg, err := mesh.Parse(ev.Object.(*corev1.ConfigMap).Data["mesh"])
