@@ -135,6 +135,8 @@ func mergeGatewayStatus(kind model.Kind, cur map[string]any, rep *gatewayapi.Rep
 		}
 	case model.KindHTTPRoute, model.KindGRPCRoute, model.KindTCPRoute, model.KindTLSRoute:
 		next["parents"] = mergeParents(list(next["parents"]), list(want["parents"]), now)
+	case model.KindBackendTLSPolicy:
+		return mergePolicyStatus(cur, next, rep, now) // gatewayapi_ancestors.go
 	default:
 		return next, false, nil
 	}
