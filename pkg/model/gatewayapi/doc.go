@@ -4,16 +4,19 @@
 // kinds they already understand.
 //
 // In: an Input, a pure snapshot of the World's Gateway API objects
-// (GatewayClass, Gateway, HTTPRoute, GRPCRoute, ReferenceGrant, as
-// sigs.k8s.io/gateway-api's apis/v1 types), the namespaces' labels and a
-// lookup of Services and, when Secrets are read, of what a
-// certificateRef's Secret holds (Input.Secret: missing, no valid
+// (GatewayClass, Gateway, HTTPRoute, GRPCRoute, TCPRoute, TLSRoute,
+// ReferenceGrant, BackendTLSPolicy, as sigs.k8s.io/gateway-api's apis/v1
+// types), the namespaces' labels and a lookup of Services, of the CA
+// keys of ConfigMaps (BackendTLSPolicy) and, when Secrets are read, of
+// what a certificateRef's Secret holds (Input.Secret: missing, no valid
 // certificate and key, valid; the credentials' Secret informer answers
 // it, model.Store.SetSecrets).
 //
 // Out: Istio Gateways (one per accepted listener, one server each,
 // selecting the Gateway's deployment) and VirtualServices (one per
-// listener and host, bound to that listener's Gateway), plus a Report per
+// listener and host, bound to that listener's Gateway), DestinationRules
+// (one per Service a BackendTLSPolicy targets: backendtls.go says how
+// and where discovery differs from istiod), plus a Report per
 // Gateway API object: the status the spec asks for (conditions, listener
 // and route parent status with the spec's reasons) and what was not
 // translated (Unsupported) or refused for safety (Denied). Translate never
