@@ -109,8 +109,10 @@ func mustCreate[T any](t *testing.T, create func(context.Context, T, metav1.Crea
 func TestIntegrationWorldFollowsTheAPIServer(t *testing.T) {
 	// Started before any Istio CRD exists: it must sync anyway.
 	rc := startOnRealCluster(t, nil)
-	if got := rc.src.Kinds(); !slices.Equal(got, sortedKinds(model.KubeKinds)) {
-		t.Fatalf("Kinds() = %v before any CRD, want the core kinds", got)
+	// Core kinds, and the ConfigMaps' CA keys for BackendTLSPolicy (the
+	// source has a Gateway API client).
+	if got := rc.src.Kinds(); !slices.Equal(got, sortedKinds(append(slices.Clone(model.KubeKinds), model.KindCAConfigMap))) {
+		t.Fatalf("Kinds() = %v before any CRD, want the core kinds and CAConfigMap", got)
 	}
 	c := rc.env.Client.CoreV1()
 	mustCreate(t, c.Namespaces().Create, testNamespace("shop"))
@@ -147,7 +149,7 @@ func TestIntegrationWorldFollowsTheAPIServer(t *testing.T) {
 	eventually(t, "the VirtualService is in the World", func() bool {
 		return rc.world().Config(model.KindVirtualService, "shop", "reviews-route") != nil
 	})
-	if got := rc.src.Kinds(); len(got) != len(model.KubeKinds)+len(model.IstioKinds) {
+	if got := rc.src.Kinds(); len(got) != len(model.KubeKinds)+len(model.IstioKinds)+1 { // and CAConfigMap
 		t.Errorf("Kinds() = %v after installing every CRD", got)
 	}
 
