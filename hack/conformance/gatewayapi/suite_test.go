@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -32,7 +31,6 @@ import (
 	"sigs.k8s.io/gateway-api/conformance/utils/suite"
 	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 	"sigs.k8s.io/gateway-api/pkg/features"
-	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/meshplane/discovery/internal/testenv"
 	"github.com/meshplane/discovery/pkg/config/kube/kubetest"
@@ -53,7 +51,9 @@ func TestSuite(t *testing.T) {
 	env := testenv.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	installCRDs(ctx, t, apiextclient.NewForConfigOrDie(env.Config))
+	// The experimental channel holds the standard one and TCPRoute,
+	// TLSRoute and the other experimental kinds.
+	kubetest.InstallCRDObjects(ctx, t, apiextclient.NewForConfigOrDie(env.Config), kubetest.GatewayAPIChannelCRDs(t, "experimental"))
 
 	kc := env.Client
 	for _, ns := range []string{"istio-system"} {
@@ -154,45 +154,6 @@ var claimed = sets.New[features.FeatureName](
 )
 
 const className = "istio"
-
-// installCRDs installs the Gateway API's experimental channel (which
-// holds the standard one) from the module the suite comes from.
-func installCRDs(ctx context.Context, t *testing.T, c apiextclient.Interface) {
-	t.Helper()
-	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/gateway-api").Output()
-	if err != nil {
-		t.Fatalf("locate sigs.k8s.io/gateway-api: %v", err)
-	}
-	files, err := filepath.Glob(filepath.Join(strings.TrimSpace(string(out)), "config", "crd", "experimental", "*.yaml"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no Gateway API CRD files: %v", err)
-	}
-	var names []string
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, doc := range strings.Split(string(data), "\n---") {
-			var crd apiextv1.CustomResourceDefinition
-			if err := sigsyaml.Unmarshal([]byte(doc), &crd); err != nil {
-				t.Fatalf("%s: %v", f, err)
-			}
-			if crd.Kind != "CustomResourceDefinition" {
-				continue
-			}
-			if _, err := c.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, &crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-				t.Fatalf("create CRD %s: %v", crd.Name, err)
-			}
-			names = append(names, crd.Name)
-		}
-	}
-	for _, n := range names {
-		if err := kubetest.WaitEstablished(ctx, c, n, 30*time.Second); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
 
 // startDiscovery builds and runs `discovery serve` on the API server,
 // with the automated gateway deployment on, and returns its plaintext

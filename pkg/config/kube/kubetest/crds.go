@@ -129,11 +129,19 @@ func WaitEstablished(ctx context.Context, c apiextclient.Interface, name string,
 // as a user would install them.
 func GatewayAPICRDs(t testing.TB) []*apiextv1.CustomResourceDefinition {
 	t.Helper()
+	return GatewayAPIChannelCRDs(t, "standard")
+}
+
+// GatewayAPIChannelCRDs reads one channel's CRDs ("standard" or
+// "experimental") from the sigs.k8s.io/gateway-api module of the current
+// directory's module.
+func GatewayAPIChannelCRDs(t testing.TB, channel string) []*apiextv1.CustomResourceDefinition {
+	t.Helper()
 	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/gateway-api").Output()
 	if err != nil {
 		t.Fatalf("locate sigs.k8s.io/gateway-api: %v", err)
 	}
-	files, err := filepath.Glob(filepath.Join(strings.TrimSpace(string(out)), "config", "crd", "standard", "*.yaml"))
+	files, err := filepath.Glob(filepath.Join(strings.TrimSpace(string(out)), "config", "crd", channel, "*.yaml"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no Gateway API CRD files: %v", err)
 	}
@@ -160,7 +168,12 @@ func GatewayAPICRDs(t testing.TB) []*apiextv1.CustomResourceDefinition {
 // Established.
 func InstallGatewayAPICRDs(ctx context.Context, t testing.TB, c apiextclient.Interface) {
 	t.Helper()
-	crds := GatewayAPICRDs(t)
+	InstallCRDObjects(ctx, t, c, GatewayAPICRDs(t))
+}
+
+// InstallCRDObjects creates crds and waits until each is Established.
+func InstallCRDObjects(ctx context.Context, t testing.TB, c apiextclient.Interface, crds []*apiextv1.CustomResourceDefinition) {
+	t.Helper()
 	for _, crd := range crds {
 		if _, err := c.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatalf("create CRD %s: %v", crd.Name, err)
