@@ -151,6 +151,9 @@ var claimed = sets.New[features.FeatureName](
 	features.SupportHTTPRouteBackendProtocolH2C,
 	features.SupportHTTPRouteRequestTimeout,
 	features.SupportHTTPRouteBackendTimeout,
+	features.SupportHTTPRoute303RedirectStatusCode,
+	features.SupportHTTPRoute307RedirectStatusCode,
+	features.SupportHTTPRoute308RedirectStatusCode,
 )
 
 const className = "istio"
