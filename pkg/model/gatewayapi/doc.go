@@ -117,7 +117,8 @@
 //     to a Service become VirtualServices bound to mesh, one per route
 //     namespace and host (istiod: one per parentRef port too).
 //   - Not translated yet, reported as Unsupported: ExtensionRef and
-//     ExternalAuth filters, sessionPersistence, IP addresses,
+//     ExternalAuth filters, sessionPersistence (istiod has none either:
+//     istio/istio#55839), IP addresses,
 //     infrastructure and parametersRef, the tls-terminate-mode option,
 //     frontend client validation, ListenerSets.
 package gatewayapi

@@ -60,10 +60,12 @@ var zeroWeight = []*networking.RouteDestination{{
 }}
 
 // l4Destinations converts a TCP or TLS rule's weighted backendRefs.
-// Weight 0 and unresolvable backends are left out (istiod keeps the
-// latter, whose share of connections then fails; HTTP does as istiod:
-// httpDestinations), a denied reference is reported; a rule left without
-// any backend closes its connections (zeroWeight).
+// Weight 0 is left out. A backend that cannot be resolved keeps its
+// share, routed where no cluster is (unresolved), so that its share of
+// connections is closed instead of moving to the other backends, as the
+// spec asks and istiod's buildTCPDestination does; a denied reference is
+// reported. A rule left without any backend of weight closes its
+// connections (zeroWeight).
 func (t *translator) l4Destinations(s *ruleState, ns string, refs []gw.BackendRef) (out []*networking.RouteDestination, denied []string) {
 	for i, b := range refs {
 		w := ptrOr(b.Weight, 1)
@@ -76,7 +78,7 @@ func (t *translator) l4Destinations(s *ruleState, ns string, refs []gw.BackendRe
 			if reason == string(gw.RouteReasonRefNotPermitted) {
 				denied = append(denied, fmt.Sprintf("%s.backendRefs[%d]: %s", s.field, i, msg))
 			}
-			continue
+			dst = t.unresolved(ns, b.BackendObjectReference, reason)
 		}
 		out = append(out, &networking.RouteDestination{Destination: dst, Weight: w})
 	}
