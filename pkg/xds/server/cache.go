@@ -30,8 +30,9 @@ func (wt watcher) CreateWatch(req *cachev3.Request, sub cachev3.Subscription, ch
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	t := req.GetTypeUrl()
-	if c.reqs[t] == req {
-		delete(c.reqs, t)
+	ts := c.of(t)
+	if ts.req == req {
+		ts.req = nil
 	}
 	if t == HealthType {
 		return func() {}, nil // a health report is never answered (register.go)
@@ -44,11 +45,11 @@ func (wt watcher) CreateWatch(req *cachev3.Request, sub cachev3.Subscription, ch
 	if !c.unchanged(t, req, sub) && c.respondSotw(w, nil) {
 		return func() {}, nil
 	}
-	c.sotw[t] = w
+	ts.sotw = w
 	return func() {
 		c.mu.Lock()
-		if c.sotw[t] == w {
-			delete(c.sotw, t)
+		if ts.sotw == w {
+			ts.sotw = nil
 		}
 		c.mu.Unlock()
 	}, nil
@@ -64,8 +65,9 @@ func (wt watcher) CreateDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Subscr
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	t := req.GetTypeUrl()
-	if c.reqs[t] == req {
-		delete(c.reqs, t)
+	ts := c.of(t)
+	if ts.req == req {
+		ts.req = nil
 	}
 	if t == HealthType {
 		return func() {}, nil // a health report is never answered (register.go)
@@ -74,8 +76,8 @@ func (wt watcher) CreateDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Subscr
 	if knownType(t) {
 		c.deltaSubscriptionChanged(t, req, sub)
 	}
-	w := &deltaWatch{req: req, sub: sub, ch: ch, initial: !c.started[t]}
-	c.started[t] = true
+	w := &deltaWatch{req: req, sub: sub, ch: ch, initial: !ts.started}
+	ts.started = true
 	if c.wave != nil {
 		defer c.checkWave() // after the answer below is handed over
 	}
@@ -83,15 +85,15 @@ func (wt watcher) CreateDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Subscr
 	// configuration.
 	quiet := req.GetResponseNonce() != "" && len(req.GetResourceNamesSubscribe()) == 0 &&
 		len(req.GetResourceNamesUnsubscribe()) == 0 && c.cfg != nil && knownType(t) &&
-		c.dsynced[t] && len(c.dpending[t]) == 0
+		ts.synced && len(ts.pending) == 0
 	if !quiet && c.respondDelta(w, nil) {
 		return func() {}, nil
 	}
-	c.delta[t] = w
+	ts.delta = w
 	return func() {
 		c.mu.Lock()
-		if c.delta[t] == w {
-			delete(c.delta, t)
+		if ts.delta == w {
+			ts.delta = nil
 		}
 		c.mu.Unlock()
 	}, nil
@@ -111,23 +113,21 @@ func (watcher) Fetch(context.Context, *discovery.DiscoveryRequest) (cachev3.Resp
 // it was last compared in full. It also undoes a response go-control-plane
 // dropped unsent. Called with c.mu held.
 func (c *conn) unchanged(t string, req *cachev3.Request, sub cachev3.Subscription) bool {
-	if in := c.inflight[t]; in != nil {
+	ts := c.of(t)
+	if in := ts.inflight; in != nil {
 		// Dropped: the stream never sent it, so the client lacks what it
 		// marked as returned.
-		c.inflight[t] = nil
-		returned := sub.ReturnedResources()
-		for _, n := range in.names {
-			delete(returned, n)
-		}
-		c.checked[t] = ""
+		ts.inflight = nil
+		unmarkReturned(sub, in.names)
+		ts.checked = ""
 	}
 	// go-control-plane builds a new map for every request and never changes
 	// it after, so keeping a reference is safe.
-	prev, prevWild := c.subs[t], c.wildcard[t]
+	prev, prevWild := ts.subs, ts.wildcard
 	subs := sub.SubscribedResources()
-	c.subs[t], c.wildcard[t] = subs, sub.IsWildcard()
+	ts.subs, ts.wildcard = subs, sub.IsWildcard()
 	// Secrets (sds.go) and unknown types are not in the configuration.
-	if !knownType(t) || req.GetResponseNonce() == "" || c.cfg == nil || c.checked[t] != c.cfg.Version(t) {
+	if !knownType(t) || req.GetResponseNonce() == "" || c.cfg == nil || ts.checked != c.cfg.Version(t) {
 		return false
 	}
 	if prevWild != sub.IsWildcard() || len(prev) != len(subs) {

@@ -44,8 +44,10 @@ func (cb callbacks) closed(key streamKey) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.closed = true
-	for _, r := range c.reqs {
-		cb.s.reqs.Delete(r)
+	for _, ts := range c.types {
+		if ts.req != nil {
+			cb.s.reqs.Delete(ts.req)
+		}
 	}
 	c.unregister()
 	if c.proxy != nil {
@@ -120,10 +122,11 @@ func (cb callbacks) request(key streamKey, typeURL string, node *corev3.Node, re
 // register keeps req for the CreateWatch call that follows. Called with
 // c.mu held.
 func (cb callbacks) register(c *conn, typeURL string, req any) {
-	if old := c.reqs[typeURL]; old != nil {
+	ts := c.of(typeURL)
+	if old := ts.req; old != nil {
 		cb.s.reqs.Delete(old)
 	}
-	c.reqs[typeURL] = req
+	ts.req = req
 	cb.s.reqs.Store(req, c)
 }
 
@@ -169,8 +172,8 @@ func (cb callbacks) sent(key streamKey, typeURL, version, nonce string, resp any
 	}
 	c := v.(*conn)
 	c.mu.Lock()
-	if in := c.inflight[typeURL]; in != nil && any(in.resp) == resp {
-		c.inflight[typeURL] = nil
+	if ts := c.of(typeURL); ts.inflight != nil && any(ts.inflight.resp) == resp {
+		ts.inflight = nil
 	}
 	st := c.typeStatus(typeURL)
 	st.SentVersion, st.SentNonce, st.Sent = version, nonce, time.Now()

@@ -274,7 +274,7 @@ func (c *conn) checkWave() {
 	if w == nil || c.cfg == nil || c.cfg.Class.WorldVersion < w.world {
 		return
 	}
-	for _, st := range c.status {
+	for _, st := range c.statuses() {
 		if st.pending || st.AckedNonce != st.SentNonce {
 			return
 		}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"iter"
 	"log/slog"
 	"sort"
 	"sync"
@@ -81,29 +82,9 @@ type conn struct {
 	mu    sync.Mutex
 	proxy *model.Proxy
 	cfg   *gen.ProxyConfig
-	dbase map[string]typeBase // delta: what each type's stream was last fully brought up to date with
-	// dsubs is go-control-plane's set of names a delta stream subscribes
-	// to, by type (its own map, read only here); dnew the names the
-	// request being handled subscribes to that were not in it.
-	dsubs       map[string]map[string]struct{}
-	dnew        map[string][]string
-	sotw        map[string]*sotwWatch
-	delta       map[string]*deltaWatch
-	subs        map[string]map[string]struct{} // sotw names subscribed at the last request, by type
-	wildcard    map[string]bool                // sotw wildcard at the last request, by type
-	checked     map[string]string              // config version last compared in full, by type
-	prevVersion map[string]string              // config version before the latest setConfig, by type
-	inflight    map[string]*inflight           // sotw responses not yet seen sent, by type
-	// Delta streams: dsynced[t] is set when the versions the stream has
-	// returned are right for every name of t except those in dpending[t],
-	// the names changed by pushes that found no open watch. A push or an
-	// ACK then looks at those names only, not at every resource the proxy
-	// holds (thousands of endpoint names per proxy at 1,000 services).
-	dsynced    map[string]bool
-	dpending   map[string]map[string]struct{}
-	started    map[string]bool // delta types requested at least once
-	reqs       map[string]any  // outstanding request pointers, by type
-	status     map[string]*typeStatus
+	// types holds the stream's state of each type URL it has requested
+	// (of).
+	types      map[string]*typeState
 	answers    answered  // what each ACK or NACK answers, for the Observer (verdict.go)
 	unanswered int       // pushes with no open watch to answer
 	pushFirst  time.Time // first change of the push being delivered
@@ -117,24 +98,70 @@ type conn struct {
 	registered bool
 	// debugOnly marks a stream whose first request was for a debug type
 	// (debugxds.go): it is no proxy and gets no configuration.
-	// debugAnswered holds the names each debug type was last answered for.
-	debugOnly     bool
-	debugAnswered map[string][]string
+	debugOnly bool
 	// wave is the push wave this proxy is a member of, until it answers
 	// (canary.go).
 	wave *wave
 }
 
+// typeState is what a stream keeps of one type URL: one value per stream
+// and type, as go-control-plane's Subscription is for the names asked
+// for. Every field is guarded by the conn's mu.
+type typeState struct {
+	// status is what /debug/syncz shows; nil until something of the type
+	// was sent or answered.
+	status *typeStatus
+	// The open watch (at most one, of the stream's protocol), and the
+	// request registered for the CreateWatch call that follows it.
+	sotw  *sotwWatch
+	delta *deltaWatch
+	req   any
+	// checked is the configuration version last compared in full;
+	// prevVersion the version before the latest setConfig.
+	checked, prevVersion string
+
+	// State of the world: the names subscribed at the last request (a map
+	// go-control-plane built for it and no longer changes), and the
+	// response handed over and not yet seen sent.
+	subs     map[string]struct{}
+	wildcard bool
+	inflight *inflight
+
+	// Delta. started is set once the type was requested. synced is set
+	// when the versions the stream has returned are right for every name
+	// except those in pending, the names changed by pushes that found no
+	// open watch: a push or an ACK then looks at those names only, not
+	// at every resource the proxy holds (thousands of endpoint names per
+	// proxy at 1,000 services). base is what the stream was last fully
+	// brought up to date with. dsubs is go-control-plane's set of
+	// subscribed names (its map, only read here); dnew the names the
+	// request being handled subscribes to that were not in it.
+	started bool
+	synced  bool
+	pending map[string]struct{}
+	base    typeBase
+	dsubs   map[string]struct{}
+	dnew    []string
+
+	// debugAnswered holds the names a debug type was last answered for
+	// (debugxds.go); answered says it was.
+	debugAnswered []string
+	answered      bool
+}
+
 func newConn(s *Server, key streamKey, ctl *streamCtl) *conn {
-	return &conn{
-		s: s, key: key, ctl: ctl, connected: time.Now(),
-		sotw: map[string]*sotwWatch{}, delta: map[string]*deltaWatch{},
-		subs: map[string]map[string]struct{}{}, wildcard: map[string]bool{}, checked: map[string]string{},
-		prevVersion: map[string]string{}, inflight: map[string]*inflight{}, started: map[string]bool{},
-		dsynced: map[string]bool{}, dpending: map[string]map[string]struct{}{}, dbase: map[string]typeBase{},
-		dsubs: map[string]map[string]struct{}{}, dnew: map[string][]string{},
-		reqs: map[string]any{}, status: map[string]*typeStatus{},
+	return &conn{s: s, key: key, ctl: ctl, connected: time.Now(), types: make(map[string]*typeState, len(gen.TypeURLs))}
+}
+
+// of returns the stream's state of type t, adding it. Called with c.mu
+// held.
+func (c *conn) of(t string) *typeState {
+	ts := c.types[t]
+	if ts == nil {
+		ts = &typeState{}
+		c.types[t] = ts
 	}
+	return ts
 }
 
 func (c *conn) logger() *slog.Logger {
@@ -144,13 +171,24 @@ func (c *conn) logger() *slog.Logger {
 	return c.s.log.With("proxy", model.Clip(c.proxy.ID))
 }
 
-func (c *conn) typeStatus(t string) *typeStatus {
-	st := c.status[t]
-	if st == nil {
-		st = &typeStatus{}
-		c.status[t] = st
+// statuses yields the status of each type that has one. Called with c.mu
+// held.
+func (c *conn) statuses() iter.Seq2[string, *typeStatus] {
+	return func(yield func(string, *typeStatus) bool) {
+		for t, ts := range c.types {
+			if ts.status != nil && !yield(t, ts.status) {
+				return
+			}
+		}
 	}
-	return st
+}
+
+func (c *conn) typeStatus(t string) *typeStatus {
+	ts := c.of(t)
+	if ts.status == nil {
+		ts.status = &typeStatus{}
+	}
+	return ts.status
 }
 
 // observe records what a request answers: an ACK or a NACK of the last
@@ -201,10 +239,8 @@ func knownType(t string) bool {
 // held; reports whether a response was handed over.
 //
 // For Route and Endpoint the map of returned resources is updated in
-// place (it can hold thousands of names; copying it for every push to
-// every proxy would dominate the push). go-control-plane only swaps it or
-// prunes it between a watch's cancellation and the next CreateWatch, both
-// ordered with c.mu; a response it drops unsent is undone in CreateWatch.
+// place (gcp.go); a response go-control-plane drops unsent is undone in
+// CreateWatch.
 func (c *conn) respondSotw(w *sotwWatch, dirty []string) bool {
 	if c.cfg == nil {
 		return false
@@ -257,7 +293,7 @@ func (c *conn) respondSotw(w *sotwWatch, dirty []string) bool {
 				changed = changed || returned[n] != r.Hash
 			}
 		})
-		c.checked[t] = version
+		c.of(t).checked = version
 		if !changed && len(next) == len(returned) {
 			return false
 		}
@@ -268,8 +304,8 @@ func (c *conn) respondSotw(w *sotwWatch, dirty []string) bool {
 			send = append(send, r)
 		}
 	})
-	if dirty == nil || c.checked[t] == c.prevVersion[t] {
-		c.checked[t] = version
+	if ts := c.of(t); dirty == nil || ts.checked == ts.prevVersion {
+		ts.checked = version
 	}
 	if len(send) == 0 && !initial {
 		return false
@@ -283,17 +319,15 @@ func (c *conn) respondSotw(w *sotwWatch, dirty []string) bool {
 		return false
 	}
 	// Still under c.mu: go-control-plane cannot prune the map before the
-	// watch's cancellation, which takes c.mu.
-	for _, r := range send {
-		returned[r.Name] = r.Hash
-	}
+	// watch's cancellation, which takes c.mu (gcp.go).
+	markReturned(returned, send)
 	return true
 }
 
 func (c *conn) deliverSotw(w *sotwWatch, resp *discovery.DiscoveryResponse, next map[string]string, undo []string) bool {
 	select {
 	case w.ch <- &cachev3.PassthroughResponse{Request: w.req, DiscoveryResponse: resp, ReturnedResources: next}:
-		c.inflight[resp.GetTypeUrl()] = &inflight{resp: resp, names: undo}
+		c.of(resp.GetTypeUrl()).inflight = &inflight{resp: resp, names: undo}
 		c.handed(resp.GetTypeUrl(), resp, next, undo)
 	default:
 		// Each watch is answered at most once and the server's channel
@@ -334,7 +368,7 @@ func (c *conn) setConfig(cfg *gen.ProxyConfig, dirty map[string][]string, first 
 	}
 	if c.cfg != nil {
 		for _, t := range gen.TypeURLs {
-			c.prevVersion[t] = c.cfg.Version(t)
+			c.of(t).prevVersion = c.cfg.Version(t)
 		}
 	}
 	c.cfg = cfg
@@ -347,13 +381,8 @@ func (c *conn) setConfig(cfg *gen.ProxyConfig, dirty map[string][]string, first 
 	}
 	if dirty == nil {
 		// Unknown types wait for the first configuration like the others.
-		for t := range c.sotw {
-			if !knownType(t) {
-				types = append(types, t)
-			}
-		}
-		for t := range c.delta {
-			if !knownType(t) {
+		for _, t := range sortedKeys(c.types) {
+			if ts := c.types[t]; !knownType(t) && (ts.sotw != nil || ts.delta != nil) {
 				types = append(types, t)
 			}
 		}
@@ -361,22 +390,23 @@ func (c *conn) setConfig(cfg *gen.ProxyConfig, dirty map[string][]string, first 
 	stalled := false
 	for _, t := range types {
 		names := dirty[t]
-		if w := c.sotw[t]; w != nil {
+		ts := c.of(t)
+		if w := ts.sotw; w != nil {
 			if c.respondSotw(w, names) {
-				delete(c.sotw, t)
+				ts.sotw = nil
 			}
 			continue
 		}
-		if w := c.delta[t]; w != nil {
+		if w := ts.delta; w != nil {
 			if c.respondDelta(w, names) {
-				delete(c.delta, t)
+				ts.delta = nil
 			}
 			continue
 		}
 		if c.key.delta && knownType(t) {
 			c.deferDelta(t, names)
 		}
-		if st := c.status[t]; st != nil && st.pending {
+		if st := ts.status; st != nil && st.pending {
 			stalled = true
 		}
 	}

@@ -101,7 +101,7 @@ func (c *conn) syncStatus() SyncStatus {
 		Node: p.ID, Class: class, Delta: c.key.delta, Connected: c.connected,
 		Types: map[string]*typeStatus{}, Resources: map[string]ResourceStatus{},
 	}
-	for t, st := range c.status {
+	for t, st := range c.statuses() {
 		cp := *st
 		row.Types[gen.ShortType(t)] = &cp
 		rs := ResourceStatus{Sent: st.SentNonce, Acked: st.AckedNonce, SentTime: st.Sent}
@@ -158,7 +158,7 @@ func (c *conn) configDump() (*adminv3.ConfigDump, error) {
 	c.mu.Lock()
 	cfg := c.cfg
 	versions := map[string]string{}
-	for t, st := range c.status {
+	for t, st := range c.statuses() {
 		versions[t] = st.SentVersion
 	}
 	c.mu.Unlock()

@@ -81,18 +81,15 @@ func (c *conn) debugWatch(req *cachev3.Request, ch chan cachev3.Response) (func(
 	names := slices.Clone(req.GetResourceNames())
 	slices.Sort(names)
 	c.mu.Lock()
-	if c.reqs[t] == req {
-		delete(c.reqs, t)
+	ts := c.of(t)
+	if ts.req == req {
+		ts.req = nil
 	}
-	prev, answered := c.debugAnswered[t]
-	if answered && slices.Equal(prev, names) || c.caller == nil {
+	if ts.answered && slices.Equal(ts.debugAnswered, names) || c.caller == nil {
 		c.mu.Unlock()
 		return func() {}, nil
 	}
-	if c.debugAnswered == nil {
-		c.debugAnswered = map[string][]string{}
-	}
-	c.debugAnswered[t] = names
+	ts.debugAnswered, ts.answered = names, true
 	caller := *c.caller
 	c.mu.Unlock()
 	// Built without c.mu: it reads every other stream.
@@ -199,8 +196,11 @@ func (c *conn) clientConfig() *statusv3.ClientConfig {
 		meta.Fields[model.MetaIstioVersion] = structpb.NewStringValue(v)
 	}
 	cc := &statusv3.ClientConfig{Node: &corev3.Node{Id: istioProxyID(p), Metadata: meta}}
-	for _, t := range sortedKeys(c.status) {
-		st := c.status[t]
+	for _, t := range sortedKeys(c.types) {
+		st := c.types[t].status
+		if st == nil {
+			continue
+		}
 		x := &statusv3.ClientConfig_GenericXdsConfig{TypeUrl: t, ConfigStatus: configStatus(st)}
 		if !st.Sent.IsZero() {
 			x.LastUpdated = timestamppb.New(st.Sent)

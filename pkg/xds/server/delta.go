@@ -17,13 +17,12 @@ import (
 // the names to look at. Called with c.mu held; reports whether a response
 // was handed over.
 //
-// What the stream holds is c.dbase[t] (a configuration it was brought fully
+// What the stream holds is its base (a configuration it was brought fully
 // up to date with) overridden by the map go-control-plane keeps for it
 // (returned; "" means it holds nothing of that name). Keeping a name ->
 // version map of every resource per stream was most of the server's memory
 // at 1,000 proxies (a megabyte each); the base is shared by the proxies of
-// a class. The map is updated in place: the delta server only changes it
-// between a watch's cancellation and the next CreateDeltaWatch, and sends
+// a class. The map is updated in place (gcp.go): the delta server sends
 // every queued response before reading the next request, so none is
 // dropped.
 func (c *conn) respondDelta(w *deltaWatch, dirty []string) bool {
@@ -41,17 +40,18 @@ func (c *conn) respondDelta(w *deltaWatch, dirty []string) bool {
 		c.logger().Warn("request for a type this server does not serve; answered with no resources", "type", t)
 		return c.deliverDelta(w, &discovery.DeltaDiscoveryResponse{TypeUrl: t}, map[string]string{})
 	}
+	ts := c.of(t)
 	returned := w.sub.ReturnedResources()
 	dirty = c.deltaNames(w, dirty, returned)
 	send, removed := c.deltaDiff(w, dirty, returned)
 	version := c.cfg.Version(t)
-	if dirty == nil || c.checked[t] == c.prevVersion[t] {
-		c.checked[t] = version
+	if dirty == nil || ts.checked == ts.prevVersion {
+		ts.checked = version
 	}
 	// From here the stream is right for every name but those the
 	// response carries, which it returns below.
-	c.dsynced[t] = true
-	delete(c.dpending, t)
+	ts.synced = true
+	ts.pending = nil
 	if len(send) == 0 && len(removed) == 0 && !w.initial {
 		return false
 	}
@@ -68,22 +68,18 @@ func (c *conn) respondDelta(w *deltaWatch, dirty []string) bool {
 		// and the stream's map starts empty. (go-control-plane installs
 		// it when it sends the response.)
 		if !c.deliverDelta(w, resp, map[string]string{}) {
-			c.dsynced[t] = false
+			ts.synced = false
 			return false
 		}
-		c.dbase[t] = baseOf(c.cfg, t)
+		ts.base = baseOf(c.cfg, t)
 		return true
 	}
 	if !c.deliverDelta(w, resp, returned) {
-		c.dsynced[t] = false
+		ts.synced = false
 		return false
 	}
-	for _, r := range send {
-		returned[r.Name] = r.Hash
-	}
-	for _, n := range removed {
-		returned[n] = "" // the base may hold it
-	}
+	markReturned(returned, send)
+	markRemoved(returned, removed) // the base may hold them
 	return true
 }
 
@@ -91,17 +87,17 @@ func (c *conn) respondDelta(w *deltaWatch, dirty []string) bool {
 // the names pushes changed while no watch was open, or (nil) every name
 // when nothing is known of the stream or its own map grew too large.
 func (c *conn) deltaNames(w *deltaWatch, dirty []string, returned map[string]string) []string {
-	t := w.req.GetTypeUrl()
+	ts := c.of(w.req.GetTypeUrl())
 	switch {
-	case !c.dsynced[t]:
+	case !ts.synced:
 		return nil // nothing known: compare in full
-	case dirty != nil && len(c.dpending[t]) > 0:
-		dirty = withPending(dirty, c.dpending[t])
-	case dirty == nil && len(c.dpending[t]) > 0 && w.req.GetResponseNonce() != "" &&
+	case dirty != nil && len(ts.pending) > 0:
+		dirty = withPending(dirty, ts.pending)
+	case dirty == nil && len(ts.pending) > 0 && w.req.GetResponseNonce() != "" &&
 		len(w.req.GetResourceNamesSubscribe())+len(w.req.GetResourceNamesUnsubscribe()) == 0:
 		// An ACK after pushes that found no open watch: only what they
 		// changed.
-		dirty = withPending(nil, c.dpending[t])
+		dirty = withPending(nil, ts.pending)
 	}
 	if dirty != nil && len(returned) > maxDeltaOverrides {
 		// Compare in full once, and start again from the current
@@ -116,7 +112,7 @@ func (c *conn) deltaNames(w *deltaWatch, dirty []string, returned map[string]str
 func (c *conn) deltaDiff(w *deltaWatch, names []string, returned map[string]string) (send []*gen.Resource, removed []string) {
 	t := w.req.GetTypeUrl()
 	wildcard, subscribed := w.sub.IsWildcard(), w.sub.SubscribedResources()
-	base := c.dbase[t]
+	base := c.of(t).base
 	has := func(n string) string {
 		if v, ok := returned[n]; ok {
 			return v
@@ -203,14 +199,14 @@ const maxDeltaOverrides = 512
 // subscribed again (clients may repeat their whole list) is still held.
 // Called with c.mu held, on the stream's goroutine.
 func (c *conn) noteDeltaRequest(t string, req *discovery.DeltaDiscoveryRequest) {
-	subs := c.dsubs[t]
+	ts := c.of(t)
 	var fresh []string
 	for _, n := range req.GetResourceNamesSubscribe() {
-		if _, ok := subs[n]; !ok {
+		if _, ok := ts.dsubs[n]; !ok {
 			fresh = append(fresh, n)
 		}
 	}
-	c.dnew[t] = fresh
+	ts.dnew = fresh
 }
 
 // deltaSubscriptionChanged records, for the names a delta request newly
@@ -219,21 +215,16 @@ func (c *conn) noteDeltaRequest(t string, req *discovery.DeltaDiscoveryRequest) 
 // dropped unsubscribed names from the stream's map. Called with c.mu held,
 // after go-control-plane applied the request.
 func (c *conn) deltaSubscriptionChanged(t string, req *discovery.DeltaDiscoveryRequest, sub cachev3.Subscription) {
-	c.dsubs[t] = sub.SubscribedResources()
-	fresh := c.dnew[t]
-	delete(c.dnew, t)
-	base := c.dbase[t]
+	ts := c.of(t)
+	ts.dsubs = sub.SubscribedResources()
+	fresh := ts.dnew
+	ts.dnew = nil
+	base := ts.base
 	if !base.set() {
 		return
 	}
-	returned := sub.ReturnedResources()
-	for _, names := range [][]string{fresh, req.GetResourceNamesUnsubscribe()} {
-		for _, n := range names {
-			if _, ok := returned[n]; !ok && base.get(n) != nil {
-				returned[n] = ""
-			}
-		}
-	}
+	markHeldNothing(sub, base, fresh)
+	markHeldNothing(sub, base, req.GetResourceNamesUnsubscribe())
 }
 
 func (c *conn) deliverDelta(w *deltaWatch, resp *discovery.DeltaDiscoveryResponse, next map[string]string) bool {
@@ -255,15 +246,16 @@ func (c *conn) deliverDelta(w *deltaWatch, resp *discovery.DeltaDiscoveryRespons
 // deferDelta records names of t changed while the delta stream had no open
 // watch (nil: unknown, compare in full next time). Called with c.mu held.
 func (c *conn) deferDelta(t string, names []string) {
-	if names == nil || !c.dsynced[t] {
-		c.dsynced[t] = false
-		delete(c.dpending, t)
+	ts := c.of(t)
+	if names == nil || !ts.synced {
+		ts.synced = false
+		ts.pending = nil
 		return
 	}
-	p := c.dpending[t]
+	p := ts.pending
 	if p == nil {
 		p = make(map[string]struct{}, len(names))
-		c.dpending[t] = p
+		ts.pending = p
 	}
 	for _, n := range names {
 		p[n] = struct{}{}

@@ -88,8 +88,9 @@ func (c *conn) checkNames(typeURL string, req any, misses int) error {
 		}
 		// The stream's set after the request: what it held and the names
 		// new to it (a name subscribed again counts once).
-		total = len(c.dsubs[typeURL]) + len(c.dnew[typeURL])
-		unknown = c.unknown(typeURL, c.dnew[typeURL]) + c.unknownHeld(typeURL)
+		ts := c.of(typeURL)
+		total = len(ts.dsubs) + len(ts.dnew)
+		unknown = c.unknown(typeURL, ts.dnew) + c.unknownHeld(typeURL)
 	}
 	if o.MaxNames > 0 && total > o.MaxNames {
 		c.s.refuse(refuseTooManyNames)
@@ -125,7 +126,7 @@ func (c *conn) unknown(typeURL string, names []string) int {
 // the bound there.
 func (c *conn) unknownHeld(typeURL string) int {
 	n := 0
-	for name := range c.dsubs[typeURL] {
+	for name := range c.of(typeURL).dsubs {
 		if c.cfg == nil || c.cfg.Get(typeURL, name) == nil {
 			n++
 		}

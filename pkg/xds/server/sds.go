@@ -68,11 +68,12 @@ func (s *Server) credentialChanged(ns, _ string) {
 		if c.closed || c.proxy == nil || c.proxy.Type != model.ProxyRouter || c.proxy.Namespace != ns {
 			return true
 		}
-		if w := c.sotw[gen.SecretType]; w != nil && c.respondSotw(w, nil) {
-			delete(c.sotw, gen.SecretType)
+		ts := c.of(gen.SecretType)
+		if w := ts.sotw; w != nil && c.respondSotw(w, nil) {
+			ts.sotw = nil
 		}
-		if w := c.delta[gen.SecretType]; w != nil && c.respondDelta(w, nil) {
-			delete(c.delta, gen.SecretType)
+		if w := ts.delta; w != nil && c.respondDelta(w, nil) {
+			ts.delta = nil
 		}
 		return true
 	})
@@ -211,13 +212,10 @@ func (c *conn) respondSecretDelta(w *deltaWatch) bool {
 	if !c.deliverDelta(w, resp, returned) {
 		return false
 	}
-	// As in respondDelta, the returned map is updated in place.
-	for _, r := range send {
-		returned[r.Name] = r.Hash
-	}
-	for _, n := range removed {
-		delete(returned, n)
-	}
+	// As in respondDelta, the returned map is updated in place (gcp.go);
+	// no base holds Secrets, so a removed name leaves the map.
+	markReturned(returned, send)
+	forgetReturned(returned, removed)
 	c.secrets.sent = cur
 	return true
 }
