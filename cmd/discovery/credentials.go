@@ -14,25 +14,30 @@ import (
 	"github.com/meshplane/discovery/pkg/monitor"
 )
 
-// gatewayCredentials serves Gateway credentialName Secrets over SDS when
-// the service account may read Secrets in every namespace; otherwise it
-// says why credentialName stays unsupported. Call it before serving.
-func gatewayCredentials(ctx context.Context, client kubernetes.Interface, p *parts, store *model.Store, mon *monitor.Server, log *slog.Logger, reg prometheus.Registerer) error {
+// gatewayCredentials returns the reader of Gateway credentialName Secrets
+// the xDS server serves over SDS when the service account may read Secrets
+// in every namespace; otherwise nil, and it says why credentialName stays
+// unsupported.
+func gatewayCredentials(ctx context.Context, client kubernetes.Interface, log *slog.Logger, reg prometheus.Registerer) (*credentials.Kube, error) {
 	ok, err := credentials.CanRead(ctx, client)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if !ok {
 		log.Warn("gateway credentials off: this service account may not list and watch Secrets in every namespace; Gateway servers with credentialName are left out")
-		return nil
+		return nil, nil
 	}
 	k, err := credentials.NewKube(client, log.With("component", "credentials"), reg)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if err := p.xds.UseCredentials(k, reg); err != nil {
-		return err
-	}
+	log.Info("gateway credentials on: Gateway credentialName Secrets are served over SDS to gateways of their namespace")
+	return k, nil
+}
+
+// runCredentials reads k's Secrets in p's runner, gates readiness on
+// their first list and tells the model of their changes.
+func runCredentials(k *credentials.Kube, p *parts, store *model.Store, mon *monitor.Server) {
 	mon.AddReadyCheck("gateway credentials", func() error {
 		if !k.HasSynced() {
 			return errors.New("Secrets not read yet")
@@ -54,6 +59,4 @@ func gatewayCredentials(ctx context.Context, client kubernetes.Interface, p *par
 		}()
 		return k.Start(ctx)
 	})
-	log.Info("gateway credentials on: Gateway credentialName Secrets are served over SDS to gateways of their namespace")
-	return nil
 }

@@ -201,7 +201,7 @@ spec:
 
 	t.Run("a CUSTOM policy whose provider the MeshConfig lacks leaves its workload denying", func(t *testing.T) {
 		// A missing provider is a configuration error, as in istiod: the
-		// rules deny and it is logged (gen/authzcustom.go); CUSTOM itself
+		// rules deny and it is logged (gen/authz_custom.go); CUSTOM itself
 		// is no longer an unsupported field.
 		if err := a.apply(ctx, t, `apiVersion: security.istio.io/v1
 kind: AuthorizationPolicy

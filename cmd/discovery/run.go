@@ -25,6 +25,7 @@ import (
 	"github.com/meshplane/discovery/pkg/ca"
 	"github.com/meshplane/discovery/pkg/config"
 	"github.com/meshplane/discovery/pkg/config/meshconfig"
+	gwcreds "github.com/meshplane/discovery/pkg/credentials"
 	"github.com/meshplane/discovery/pkg/jwks"
 	"github.com/meshplane/discovery/pkg/leader"
 	"github.com/meshplane/discovery/pkg/mesh"
@@ -190,7 +191,17 @@ func (o *serveOptions) build(ctx context.Context, cfg *rest.Config, client kuber
 	}
 	authority.RegisterDebug(mon.Mux())
 	p := &parts{guard: streamauth.New(authority, log.With("component", "xds-auth"), reg)}
-	if p.xds, err = xdsserver.New(o.xds, store, log.With("component", "xds"), reg); err != nil {
+	xo := o.xds
+	var creds *gwcreds.Kube
+	if client != nil {
+		if creds, err = gatewayCredentials(ctx, client, log, reg); err != nil {
+			return nil, err
+		}
+		if creds != nil {
+			xo.Credentials = creds
+		}
+	}
+	if p.xds, err = xdsserver.New(xo, store, log.With("component", "xds"), reg); err != nil {
 		return nil, err
 	}
 	p.xds.RegisterDebug(mon.Mux())
@@ -229,10 +240,8 @@ func (o *serveOptions) build(ctx context.Context, cfg *rest.Config, client kuber
 	if err := autoRegistration(o.autoreg, cfg, p, store, log, reg); err != nil {
 		return nil, err
 	}
-	if client != nil {
-		if err := gatewayCredentials(ctx, client, p, store, mon, log, reg); err != nil {
-			return nil, err
-		}
+	if creds != nil {
+		runCredentials(creds, p, store, mon)
 	}
 	if client != nil && cfg != nil {
 		if err := gatewayDeployment(o, cfg, client, injector, p, log, reg); err != nil {

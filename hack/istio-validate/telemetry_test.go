@@ -435,7 +435,10 @@ func discoveryListeners(t *testing.T, meshText, istio string) []*listenerv3.List
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := gen.New(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	g, err := gen.New(gen.DefaultOptions(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
 	cc, err := g.Class(store.World(), p, nil)
 	if err != nil {
 		t.Fatal(err)

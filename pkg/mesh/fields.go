@@ -136,7 +136,7 @@ func TracingProvider(p *meshv1alpha1.MeshConfig_ExtensionProvider) bool {
 
 func unsupportedProvider(p *meshv1alpha1.MeshConfig_ExtensionProvider) string {
 	if p.GetEnvoyExtAuthzHttp() != nil || p.GetEnvoyExtAuthzGrpc() != nil {
-		// AuthorizationPolicy CUSTOM's (xds/gen/authzcustom.go); every
+		// AuthorizationPolicy CUSTOM's (xds/gen/authz_custom.go); every
 		// field is served (clearRouteCache is not read, as in istiod).
 		return ""
 	}

@@ -14,7 +14,7 @@ import (
 // names a jwksUri (or only an issuer, resolved by OpenID discovery) and
 // hands it to the Store as an Event of this kind, Object a *JWKS, Key
 // JWKSKey(issuer, uri). Generation inlines the keys it finds here
-// (gen/requestauthn.go), so that it stays a function of the World, and a
+// (gen/authn_jwt.go), so that it stays a function of the World, and a
 // changed key set is a Change the push planner sees.
 const KindJWKS Kind = "JWKS"
 

@@ -58,7 +58,10 @@ func TestIntegrationEnvoyFilterPatchRefusedInStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := gen.New(log)
+	g, err := gen.New(gen.DefaultOptions(log))
+	if err != nil {
+		t.Fatal(err)
+	}
 	a, err := NewAuditor(DefaultOptions(), store.World, NewKubeWriter(dyn, env.Client), log, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)

@@ -49,7 +49,10 @@ func extensions(t *testing.T, y string) map[string]*anypb.Any {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := gen.New(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	g, err := gen.New(gen.DefaultOptions(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
 	w := store.World()
 	cc, err := g.Class(w, p, nil)
 	if err != nil {

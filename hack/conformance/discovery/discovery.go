@@ -87,10 +87,14 @@ func Generate(in *scenario.Input) (*Result, error) {
 		return nil, err
 	}
 	w := store.World()
-	g := gen.New(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	// In a cluster the server serves gateway credentials and the
-	// generator refers to them (server.UseCredentials).
-	g.EnableCredentials()
+	// generator refers to them (server.Options.Credentials).
+	o := gen.DefaultOptions(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	o.Credentials = true
+	g, err := gen.New(o)
+	if err != nil {
+		return nil, err
+	}
 	for _, n := range in.Nodes {
 		p, err := model.ParseProxy(n.ID, n.Meta)
 		if err != nil {

@@ -88,7 +88,10 @@ func TestIntegrationGatewayAPICRDsInstalledAfterStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := gen.New(testLogger(t))
+	g, err := gen.New(gen.DefaultOptions(testLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
 	cc, err := g.Class(w, p, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -21,10 +21,10 @@ import (
 
 // RBAC filter names, one filter per action that has policies: AUDIT (Envoy's
 // LOG) first, then DENY, then ALLOW. On sidecars the names differ because
-// their inbound filters also serve proxyless gRPC servers (grpcserver.go),
+// their inbound filters also serve proxyless gRPC servers (listener_grpc_server.go),
 // and grpc-go rejects an HttpConnectionManager with two filters of one
 // name. Gateways are Envoy only: there every RBAC filter is named
-// envoy.filters.http.rbac, as Istio names them (gatewayauthz.go).
+// envoy.filters.http.rbac, as Istio names them (gateway_authz.go).
 const (
 	RBACAuditFilter = "envoy.filters.http.rbac.audit"
 	RBACDenyFilter  = "envoy.filters.http.rbac.deny"
@@ -175,7 +175,7 @@ func (g *Generator) rbacRules(trust trustDomains, aps []*model.Config, names rba
 		action, suffix := ap.Spec.GetAction(), ""
 		if action == security.AuthorizationPolicy_CUSTOM {
 			if !names.customAsDeny {
-				continue // the CUSTOM filters' (authzcustom.go)
+				continue // the CUSTOM filters' (authz_custom.go)
 			}
 			// A proxyless gRPC server has no ext_authz: what the policy
 			// would send to the authorizer is denied, as istiod does for
@@ -313,7 +313,7 @@ type rbacNames struct {
 	// noJWT is set for proxyless gRPC servers, which validate no JWT:
 	// requestPrincipals and request.auth.* fail closed there.
 	noJWT bool
-	// custom names the CUSTOM action's RBAC filter (authzcustom.go);
+	// custom names the CUSTOM action's RBAC filter (authz_custom.go);
 	// customAsDeny, set for proxyless gRPC servers (no ext_authz), makes
 	// CUSTOM policies deny what they match, in the DENY filter.
 	custom       string
@@ -368,7 +368,7 @@ func (g *Generator) rbacFilters(trust trustDomains, aps []*model.Config, names r
 
 // warnFailClosed logs, once per policy version and rule, that rule i uses
 // what discovery cannot check, and what that does to it. The fields are
-// also reported as unsupported (authzvalues.go, warn.go).
+// also reported as unsupported (authz_values.go, warn.go).
 func (g *Generator) warnFailClosed(c *model.Config, resourceVersion string, i int, action security.AuthorizationPolicy_Action, what []string) {
 	effect := "the rule is enforced without them, so it denies more than written"
 	switch action {

@@ -45,7 +45,7 @@ spec:
 	if err != nil {
 		b.Fatal(err)
 	}
-	g := New(quietLog())
+	g := newForTest(quietLog())
 	w := store.World()
 	cc, err := g.Class(w, p, nil)
 	if err != nil {

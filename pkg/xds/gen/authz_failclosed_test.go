@@ -13,7 +13,7 @@ import (
 )
 
 // requestPrincipals and request.auth.* hold only for a token jwt_authn
-// validated (authzjwt.go); a request without one, as here (no
+// validated (authz_jwt.go); a request without one, as here (no
 // RequestAuthentication), matches none of them, and their negations
 // (notRequestPrincipals, notValues) hold for it, as in Istio. Both on
 // sidecars and on gateways.
@@ -142,7 +142,7 @@ spec:
 	}
 
 	var logs bytes.Buffer
-	g := New(slog.New(slog.NewTextHandler(&logs, nil)))
+	g := newForTest(slog.New(slog.NewTextHandler(&logs, nil)))
 	if _, err := g.Class(w, ingressGateway(t), nil); err != nil {
 		t.Fatal(err)
 	}

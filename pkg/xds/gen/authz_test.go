@@ -219,7 +219,7 @@ func TestAuthorizationPolicyUnsupportedFields(t *testing.T) {
 		}},
 		ActionDetail: &security.AuthorizationPolicy_Provider{Provider: &security.AuthorizationPolicy_ExtensionProvider{Name: "opa"}},
 	}
-	want := "targetRef" // CUSTOM and its provider are served (authzcustom.go)
+	want := "targetRef" // CUSTOM and its provider are served (authz_custom.go)
 	if got := strings.Join(UnsupportedFields(model.KindAuthorizationPolicy, ap), ","); got != want {
 		t.Errorf("unsupported %q, want %q", got, want)
 	}

@@ -278,7 +278,7 @@ type policedChain struct {
 	rules []*rbacv3.RBAC
 	hcm   *hcmv3.HttpConnectionManager
 	// jwt is the chain's jwt_authn filter, nil for none; it runs before
-	// the RBAC filters (requestauthn.go).
+	// the RBAC filters (authn_jwt.go).
 	jwt *jwtv3.JwtAuthentication
 }
 

@@ -24,7 +24,7 @@ func world1000(b *testing.B) *model.Store {
 // endpoints, 2,000 routes, 3 listeners), with nothing to reuse.
 func BenchmarkClassFromScratch(b *testing.B) {
 	store := world1000(b)
-	g := New(quietLog())
+	g := newForTest(quietLog())
 	p := sidecar(b, "ns-0")
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -39,7 +39,7 @@ func BenchmarkClassFromScratch(b *testing.B) {
 // VirtualService edit, reusing what did not change.
 func BenchmarkClassAfterVirtualServiceEdit(b *testing.B) {
 	store := world1000(b)
-	g := New(quietLog())
+	g := newForTest(quietLog())
 	p := sidecar(b, "ns-0")
 	prev, err := g.Class(store.World(), p, nil)
 	if err != nil {
@@ -60,7 +60,7 @@ func BenchmarkClassAfterVirtualServiceEdit(b *testing.B) {
 // BenchmarkEndpointUpdate regenerates one service's endpoints in a class.
 func BenchmarkEndpointUpdate(b *testing.B) {
 	store := world1000(b)
-	g := New(quietLog())
+	g := newForTest(quietLog())
 	p := sidecar(b, "ns-0")
 	prev, err := g.Class(store.World(), p, nil)
 	if err != nil {
@@ -91,7 +91,7 @@ func BenchmarkClassFromScratchSniffed(b *testing.B) {
 	if _, err := store.Apply(evs...); err != nil {
 		b.Fatal(err)
 	}
-	g := New(quietLog())
+	g := newForTest(quietLog())
 	p := sidecar(b, "ns-0")
 	b.ReportAllocs()
 	b.ResetTimer()

@@ -54,7 +54,7 @@ func TestABadVirtualServiceCostsOnlyItsOwnResources(t *testing.T) {
 	for _, p := range []*model.Proxy{sidecar(t, "ns-0"), sidecar(t, "ns-1"), grpcProxy(t, "ns-0")} {
 		t.Run(p.Class(), func(t *testing.T) {
 			var logs bytes.Buffer
-			g := New(slog.New(slog.NewTextHandler(&logs, nil)))
+			g := newForTest(slog.New(slog.NewTextHandler(&logs, nil)))
 			want, err := g.Class(base.World(), p, nil)
 			if err != nil {
 				t.Fatal(err)

@@ -146,7 +146,7 @@ func FuzzBlastRadius(f *testing.F) {
 	proxies := []*model.Proxy{sidecar(f, "ns-0"), sidecar(f, "ns-1"), grpcProxy(f, "ns-0")}
 	want := map[string]*ClassConfig{}
 	for _, p := range proxies {
-		cc, err := New(quietLog()).Class(base.World(), p, nil)
+		cc, err := newForTest(quietLog()).Class(base.World(), p, nil)
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -164,7 +164,7 @@ func FuzzBlastRadius(f *testing.F) {
 			predicted = append(predicted, EnvoyRefusals(c.Key.Kind, specOf(c))...)
 		}
 		for _, p := range proxies {
-			g := New(slog.New(slog.NewTextHandler(io.Discard, nil)))
+			g := newForTest(slog.New(slog.NewTextHandler(io.Discard, nil)))
 			got, err := g.Class(store.World(), p, nil)
 			if err != nil || got == nil {
 				t.Fatalf("%s: no configuration published: %v", p.Class(), err)

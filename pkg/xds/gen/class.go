@@ -21,11 +21,11 @@ type Generator struct {
 	warns warnings
 	ids   atomic.Uint64
 	parts partCache
-	trust trustDomains // SetTrustDomain (trustdomain.go)
-	// traceSampling is SetTraceSampling's percentage; set means it was
-	// called (else DefaultTraceSampling).
-	traceSampling    float64
-	traceSamplingSet bool
+	trust trustDomains // Options.TrustDomain (trust_domain.go)
+	// traceSampling is Options.TraceSampling.
+	traceSampling float64
+	// credentials is Options.Credentials.
+	credentials bool
 	// refusals logs and counts resources that broke Envoy's rules
 	// (contain.go).
 	refusals refusals
@@ -37,8 +37,51 @@ type Generator struct {
 	efLastGood efLastGood
 }
 
-// New returns a Generator that logs to log.
-func New(log *slog.Logger) *Generator { return &Generator{log: log} }
+// Options configure a Generator. They are fixed at construction: what a
+// Generator generates never mixes two settings.
+type Options struct {
+	// Log receives what generation warns about (nil: discarded).
+	Log *slog.Logger
+	// TrustDomain is the SPIFFE trust domain of workload identities
+	// (spiffe://DOMAIN/ns/NS/sa/SA), the one the CA signs for; ""
+	// means DefaultTrustDomain. TrustDomainAliases are Istio's
+	// trustDomainAliases: domains the mesh migrates from, whose
+	// identities count as this one's. Clients then verify servers
+	// against those identities, and AuthorizationPolicy principals in
+	// cluster.local or an alias also match the others.
+	TrustDomain        string
+	TrustDomainAliases []string
+	// TraceSampling is the percentage of requests traced where neither a
+	// Telemetry nor the proxy's defaultConfig.tracing.sampling says
+	// (Istio's PILOT_TRACE_SAMPLING; DefaultOptions: DefaultTraceSampling).
+	TraceSampling float64
+	// Credentials says gateway credentialName Secrets are served over SDS
+	// (a cluster's Secrets are read). Without it, a Gateway server with a
+	// credentialName is left out and reported.
+	Credentials bool
+}
+
+// DefaultOptions are Istio's defaults, logging to log.
+func DefaultOptions(log *slog.Logger) Options {
+	return Options{Log: log, TraceSampling: DefaultTraceSampling}
+}
+
+// New returns a Generator configured by o, or why o is not valid.
+func New(o Options) (*Generator, error) {
+	if o.TraceSampling < 0 || o.TraceSampling > 100 {
+		return nil, fmt.Errorf("trace sampling %v%% is not between 0 and 100", o.TraceSampling)
+	}
+	trust, err := newTrustDomains(o.TrustDomain, o.TrustDomainAliases)
+	if err != nil {
+		return nil, err
+	}
+	log := o.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	g := &Generator{log: log, trust: trust, traceSampling: o.TraceSampling, credentials: o.Credentials}
+	return g, nil
+}
 
 // ClassConfig is the configuration shared by every proxy of one class for
 // one World: outbound clusters, endpoints, listeners and routes.
@@ -91,7 +134,7 @@ type unit struct {
 	edsRefs, routeRefs                     []string
 	svc                                    *model.Service
 	// localEndpoints makes outboundClusters leave the endpoints out: they
-	// depend on the class's proxies (parts.go builds them per view).
+	// depend on the class's proxies (class_parts.go builds them per view).
 	localEndpoints bool
 }
 
@@ -250,7 +293,7 @@ func (g *Generator) sidecarOutbound(sc *Scope, bs map[string]*builder, cc, prev 
 		for _, svc := range byPort[port] {
 			fmt.Fprintf(&kb, "%p%s,", svc, sc.aliasKey(svc))
 			if EndpointsShapeListeners(svc) {
-				// A chain per endpoint address (headless.go).
+				// A chain per endpoint address (listener_headless.go).
 				fmt.Fprintf(&kb, "%p,", sc.World.Endpoints(svc.Namespace, svc.Name))
 			}
 		}

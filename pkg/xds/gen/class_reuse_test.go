@@ -66,7 +66,7 @@ spec:
 `},
 	}
 	store := model.NewStore(model.StoreOptions{})
-	g := New(quietLog())
+	g := newForTest(quietLog())
 	p := sidecar(t, "ns")
 	var prev *ClassConfig
 	for _, st := range steps {
@@ -82,7 +82,7 @@ spec:
 		if err != nil {
 			t.Fatalf("%s: %v", st.name, err)
 		}
-		fresh, err := New(quietLog()).Class(w, p, nil)
+		fresh, err := newForTest(quietLog()).Class(w, p, nil)
 		if err != nil {
 			t.Fatalf("%s: %v", st.name, err)
 		}
@@ -107,7 +107,7 @@ func TestEndpointUpdateThenClassEqualsFromScratch(t *testing.T) {
 	if _, err := store.Apply(worldtest.Mesh(20, 2, 3)...); err != nil {
 		t.Fatal(err)
 	}
-	g := New(quietLog())
+	g := newForTest(quietLog())
 	p := sidecar(t, "ns-0")
 	prev, err := g.Class(store.World(), p, nil)
 	if err != nil {
@@ -121,7 +121,7 @@ func TestEndpointUpdateThenClassEqualsFromScratch(t *testing.T) {
 	if len(names) == 0 {
 		t.Fatal("UpdateEndpoints changed nothing")
 	}
-	fresh, err := New(quietLog()).Class(w, p, nil)
+	fresh, err := newForTest(quietLog()).Class(w, p, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ spec:
 	if _, err := store.Apply(evs...); err != nil {
 		t.Fatal(err)
 	}
-	g := New(quietLog())
+	g := newForTest(quietLog())
 	a, err := g.Class(store.World(), sidecar(t, "ns-0"), nil)
 	if err != nil {
 		t.Fatal(err)

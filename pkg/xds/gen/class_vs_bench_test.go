@@ -17,7 +17,7 @@ func BenchmarkClassAfterEditWith100VirtualServices(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	g := New(quietLog())
+	g := newForTest(quietLog())
 	p := sidecar(b, "ns-0")
 	prev, err := g.Class(store.World(), p, nil)
 	if err != nil {

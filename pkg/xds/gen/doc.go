@@ -33,17 +33,69 @@
 // naming no visible service takes allow_any, plaintext to the address,
 // one naming another service of the port that service's routes). A port
 // without a protocol Istio knows is sniffed on sidecars, as istiod does
-// (sniff.go): its addresses have an HTTP chain, with the route HOST:PORT,
-// beside the TCP one.
+// (listener_sniff.go): its addresses have an HTTP chain, with the route
+// HOST:PORT, beside the TCP one.
 //
 // MeshConfig and telemetry: generation reads the World's MeshConfig
 // (meshconfig.go: root namespace, exportTo defaults, connect timeout,
 // traffic policies, auto mTLS, trust domain aliases) and builds Istio's
 // telemetry filters, access logs and tracing per proxy class and traffic
-// class (telemetry.go and telemetrytracing.go decide with the Telemetry
-// API's rules, telemetryfilters.go, telemetrylogs.go and tracingbuild.go
-// build). Tracing tags name the proxy: with tracing on, ClassKey also
+// class (telemetry.go and telemetry_tracing.go decide with the Telemetry
+// API's rules, telemetry_filters.go, telemetry_logs.go and
+// telemetry_tracing_build.go build). Tracing tags name the proxy: with tracing on, ClassKey also
 // names what the tracing reads of the proxy. A class's listeners are
 // reused only for the same telemetry key, so an unrelated change does not
 // rebuild them; a MeshConfig change rebuilds every class.
+//
+// # File map
+//
+// A file's prefix says what it produces or decides; its _test.go files
+// share the name.
+//
+//   - Generation and reuse: class.go (Generator, Options, Class),
+//     class_key.go (which proxies share a class; the World's index),
+//     class_parts.go (clusters and endpoints shared between classes),
+//     proxy.go (one proxy's configuration), resource.go (Resource, Set),
+//     route_deps.go (what a host's routes are built from), contain.go
+//     (what one bad config may cost), provenance.go (the configs a
+//     rejected resource came from), warn.go and kinds.go (what is not
+//     supported, and reported), envoy_refusals.go (what Envoy would
+//     reject, refused before it is sent).
+//   - What a class sees: scope.go (visible services, VirtualServices and
+//     DestinationRules), scope_vs.go (VirtualService precedence),
+//     scope_sidecar.go (the Sidecar's egress), meshconfig.go,
+//     trust_domain.go.
+//   - Clusters: cluster.go (fixed and inbound clusters),
+//     cluster_outbound.go, cluster_policy.go (DestinationRule traffic
+//     policy), cluster_drselect.go (which DestinationRule applies),
+//     cluster_automtls.go, cluster_serviceentry.go, grpc_security.go
+//     (proxyless gRPC TLS, both sides).
+//   - Endpoints: endpoint.go, endpoint_locality.go (locality load
+//     balancing), endpoint_mtls.go (what clients read of
+//     PeerAuthentication).
+//   - Listeners: listener.go (names, connection managers),
+//     listener_inbound.go (Sidecar ingress and the inbound ports),
+//     listener_inbound_passthrough.go, listener_sniff.go (protocol
+//     sniffing), listener_headless.go, listener_outbound_policy.go
+//     (ALLOW_ANY / REGISTRY_ONLY), listener_vs_tcp.go (VirtualService tcp
+//     and tls routes), listener_grpc_server.go (xDS-enabled gRPC
+//     servers).
+//   - Routes: route.go (virtual hosts, default routes), route_vs.go (http
+//     routes), route_vs_select.go (which VirtualServices, shadowing),
+//     route_vs_delegate.go, route_vs_jwt.go (JWT claim routing),
+//     route_vs_metrics.go, route_retry.go, route_filters.go (per-route
+//     filter configuration: fault, CORS).
+//   - Gateways: gateway.go (servers to listeners), gateway_server.go,
+//     gateway_tls.go, gateway_credential.go (SDS Secrets), gateway_tcp.go,
+//     gateway_passthrough.go, gateway_autopassthrough.go, gateway_authz.go.
+//   - Security filters: authn_mtls.go (PeerAuthentication, inbound TLS),
+//     authn_jwt.go (RequestAuthentication), authz.go (RBAC filters),
+//     authz_match.go, authz_values.go (what fails closed), authz_jwt.go,
+//     authz_custom.go and authz_extauthz.go (CUSTOM, ext_authz).
+//   - Telemetry: telemetry.go (the Telemetry API's rules),
+//     telemetry_class.go, telemetry_filters.go, telemetry_logs.go,
+//     telemetry_tracing.go, telemetry_tracing_build.go.
+//   - Extensions: wasm.go and wasm_apply.go (WasmPlugin over ECDS),
+//     envoyfilter.go, envoyfilter_apply.go, envoyfilter_lastgood.go;
+//     workloadgroup.go.
 package gen

@@ -65,7 +65,7 @@ spec:
 func efGen(t *testing.T) (*Generator, *bytes.Buffer) {
 	t.Helper()
 	var logs bytes.Buffer
-	return New(slog.New(slog.NewTextHandler(&logs, nil))), &logs
+	return newForTest(slog.New(slog.NewTextHandler(&logs, nil))), &logs
 }
 
 func efGenerate(t *testing.T, g *Generator, w *model.World, p *model.Proxy) *ProxyConfig {

@@ -231,7 +231,7 @@ func FuzzGenerate(f *testing.F) {
 		labelled.Metadata.Labels = map[string]string{"app": "client"}
 		for _, p := range []*model.Proxy{sidecar(t, "ns-0"), labelled, grpcProxy(t, "ns-0")} {
 			var logs bytes.Buffer
-			g := New(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelError})))
+			g := newForTest(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelError})))
 			if _, err := g.Class(store.World(), p, nil); err != nil {
 				t.Fatalf("%s: %v", p.Class(), err)
 			}

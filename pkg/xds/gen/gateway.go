@@ -49,7 +49,7 @@ type portServers struct {
 // https.PORT...), with a virtual host per service host of the
 // VirtualServices bound to the Gateway; it returns the route names the
 // listeners use. The AuthorizationPolicies that apply to the gateway are
-// enforced on every chain but AUTO_PASSTHROUGH's (gatewayauthz.go).
+// enforced on every chain but AUTO_PASSTHROUGH's (gateway_authz.go).
 func (g *Generator) gateway(sc *Scope, bs map[string]*builder) []string {
 	ports, byPort := g.gatewayServers(sc)
 	if len(ports) == 0 {
@@ -101,7 +101,7 @@ func (g *Generator) gatewayServers(sc *Scope) ([]uint32, map[uint32]*portServers
 			}
 			var ts *tlsServer
 			if kind == serverHTTPS || kind == serverTLSTCP {
-				if ts, ok = gatewayTLSServer(c, i, s, g.credentials()); !ok {
+				if ts, ok = gatewayTLSServer(c, i, s, g.credentials); !ok {
 					g.log.Warn("gateway TLS server has no usable certificate; left out", "gateway", c.Key.String(), "port", s.GetPort().GetNumber())
 					continue
 				}

@@ -141,7 +141,7 @@ func FuzzGatewayL4(f *testing.F) {
 		}
 		for _, p := range []*model.Proxy{routerProxy(t, "istio=ingressgateway"), sidecar(t, "ns-0")} {
 			var logs bytes.Buffer
-			g := New(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelError})))
+			g := newForTest(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelError})))
 			cc, err := g.Class(store.World(), p, nil)
 			if err != nil {
 				t.Fatalf("%s: %v", p.Class(), err)

@@ -43,7 +43,7 @@ spec:
 				"}\nspec:\n  selector: {istio: ingressgateway}\n  ports: " + tc.ports + "\n"
 			w := loadWorld(t, gateway+svc).World()
 			p := labelled(t, "router", "istio-system", map[string]string{"istio": "ingressgateway"})
-			cc, err := New(quietLog()).Class(w, p, nil)
+			cc, err := newForTest(quietLog()).Class(w, p, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -47,7 +47,7 @@ spec:
 		t.Run(name, func(t *testing.T) {
 			w := loadWorld(t, tc.input).World()
 			p := labelled(t, "router", "istio-system", map[string]string{"istio": "ingressgateway"})
-			cc, err := New(quietLog()).Class(w, p, nil)
+			cc, err := newForTest(quietLog()).Class(w, p, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

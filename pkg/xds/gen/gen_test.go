@@ -57,7 +57,7 @@ func TestIncrementalGeneration(t *testing.T) {
 	if _, err := store.Apply(worldtest.Mesh(50, 5, 3)...); err != nil {
 		t.Fatal(err)
 	}
-	g := New(quietLog())
+	g := newForTest(quietLog())
 	p := sidecar(t, "ns-0")
 	before, err := g.Class(store.World(), p, nil)
 	if err != nil {
@@ -119,7 +119,7 @@ func TestInvalidResourceIsNeverPublished(t *testing.T) {
 	if _, err := store.Apply(worldtest.Mesh(3, 1, 1)...); err != nil {
 		t.Fatal(err)
 	}
-	g := New(quietLog())
+	g := newForTest(quietLog())
 	p := sidecar(t, "ns-0")
 	good, err := g.Class(store.World(), p, nil)
 	if err != nil {

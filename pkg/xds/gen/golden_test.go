@@ -29,6 +29,15 @@ var goldenFiles = map[string]string{
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
+// newForTest is a Generator with DefaultOptions logging to log.
+func newForTest(log *slog.Logger) *Generator {
+	g, err := New(DefaultOptions(log))
+	if err != nil {
+		panic(err)
+	}
+	return g
+}
+
 // loadCase reads testdata/<name>: input.yaml into a World and node.yaml
 // into a Proxy.
 func loadCase(t *testing.T, dir string) (*model.World, *model.Proxy) {
@@ -66,7 +75,7 @@ func loadCase(t *testing.T, dir string) (*model.World, *model.Proxy) {
 
 func generate(t *testing.T, w *model.World, p *model.Proxy) *ProxyConfig {
 	t.Helper()
-	g := New(quietLog())
+	g := newForTest(quietLog())
 	cc, err := g.Class(w, p, nil)
 	if err != nil {
 		t.Fatal(err)

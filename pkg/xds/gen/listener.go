@@ -60,7 +60,7 @@ func rdsManager(t *listenerTelemetry, statPrefix, routeName string) *hcmv3.HttpC
 		}},
 	}
 	// Fault before CORS, as istiod orders them; the telemetry filters
-	// around them (telemetryfilters.go).
+	// around them (telemetry_filters.go).
 	return t.manager(m, nil, faultFilter(), corsFilter())
 }
 
@@ -168,10 +168,10 @@ type portRefs struct {
 // service address on the port has its own filter chain: HTTP ports use RDS
 // with the service port's own RouteConfiguration (HOST:PORT), TCP ports a
 // TCP proxy routed by the host's VirtualService tcp routes, TLS ports
-// chains matched by SNI (tcproute.go), sniffed ports both an HTTP and a TCP
-// chain (sniff.go). The TCP and sniffed ports of a service without
+// chains matched by SNI (listener_vs_tcp.go), sniffed ports both an HTTP and a TCP
+// chain (listener_sniff.go). The TCP and sniffed ports of a service without
 // addresses that sends connections where they were dialled (headless)
-// have chains per endpoint address (headless.go). HTTP hosts without an
+// have chains per endpoint address (listener_headless.go). HTTP hosts without an
 // address share the default chain, which uses the RouteConfiguration named
 // PORT. An address belongs to the first service that has it (chainClaims):
 // a later service with the same address gets no chain, and its HOST:PORT
@@ -337,7 +337,7 @@ type inboundSecurity struct {
 // (passthroughChains). The workload's AuthorizationPolicies run as RBAC
 // filters on every chain and its PeerAuthentication mode decides whether
 // a chain takes mTLS, plaintext or both; sniffed ports have HTTP and TCP
-// chains of each (sniff.go). declared are further ports the caller adds
+// chains of each (listener_sniff.go). declared are further ports the caller adds
 // chains for (a Sidecar's TLS-terminating ingress ports), which the
 // passthrough leaves alone. The caller sets the listener filters once its
 // chains are complete (setInboundInspectors).
@@ -367,7 +367,7 @@ func virtualInbound(ports []InboundPort, declared []int32, sec inboundSecurity) 
 // inboundChain is the plaintext chain of one pod port: an
 // HttpConnectionManager with the RBAC filters before the router, or the
 // network RBAC filters before a TCP proxy; with telemetry, Istio's filters
-// around them (telemetryfilters.go).
+// around them (telemetry_filters.go).
 func inboundChain(p InboundPort, sec inboundSecurity) *listenerv3.FilterChain {
 	cluster := InboundClusterName(p.Port)
 	return inboundChainTo(cluster, cluster, p.Port, p.Port, p.Protocol, sec)

@@ -49,7 +49,7 @@ func TestServiceEntryPortWithoutProtocol(t *testing.T) {
 		t.Errorf("port 8080 is %q, want %q (Istio's protocol.Parse of \"\"; the name is not read)", p.Protocol, model.ProtocolUnknown)
 	}
 	var logs bytes.Buffer
-	g := New(slog.New(slog.NewTextHandler(&logs, nil)))
+	g := newForTest(slog.New(slog.NewTextHandler(&logs, nil)))
 	sidecarP := labelled(t, "sidecar", "default", nil)
 	cc, err := g.Class(w, sidecarP, nil)
 	if err != nil {
@@ -74,7 +74,7 @@ func TestServiceEntryPortWithoutProtocol(t *testing.T) {
 	if strings.Contains(logs.String(), "ServiceEntry port without protocol") {
 		t.Errorf("the sniffed port is reported as not sniffed:\n%s", logs.String())
 	}
-	gw, err := New(quietLog()).Class(w, labelled(t, "router", "default", map[string]string{"istio": "ingressgateway"}), nil)
+	gw, err := newForTest(quietLog()).Class(w, labelled(t, "router", "default", map[string]string{"istio": "ingressgateway"}), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func usesDownstreamProtocol(t *testing.T, cc *ClassConfig, name string) bool {
 func TestSidecarIngressPortWithoutProtocol(t *testing.T) {
 	w := loadWorld(t, noProtocolWorld).World()
 	var logs bytes.Buffer
-	g := New(slog.New(slog.NewTextHandler(&logs, nil)))
+	g := newForTest(slog.New(slog.NewTextHandler(&logs, nil)))
 	p := labelled(t, "sidecar", "default", map[string]string{"app": "app"})
 	cc, err := g.Class(w, p, nil)
 	if err != nil {
@@ -140,7 +140,7 @@ metadata: {name: default, namespace: default}
 spec: {mtls: {mode: DISABLE}}
 `).World()
 	var logs bytes.Buffer
-	g := New(slog.New(slog.NewTextHandler(&logs, nil)))
+	g := newForTest(slog.New(slog.NewTextHandler(&logs, nil)))
 	p := labelled(t, "sidecar", "default", map[string]string{"app": "app"})
 	cc, err := g.Class(w, p, nil)
 	if err != nil {

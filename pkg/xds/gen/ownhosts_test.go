@@ -65,7 +65,7 @@ func TestExternalNameAlias(t *testing.T) {
 	if _, err := store.Apply(append(worldtest.Mesh(2, 2, 1), alias)...); err != nil {
 		t.Fatal(err)
 	}
-	g := New(quietLog())
+	g := newForTest(quietLog())
 	p := sidecar(t, "ns-0")
 	cc, err := g.Class(store.World(), p, nil)
 	if err != nil {

@@ -28,7 +28,7 @@ func TestSources(t *testing.T) {
 	if _, err := store.Apply(vs, drEvent("ns-2", "svc-2", "svc-2", 2)); err != nil {
 		t.Fatal(err)
 	}
-	g := New(quietLog())
+	g := newForTest(quietLog())
 	p := sidecar(t, "ns-0")
 	cc, err := g.Class(store.World(), p, nil)
 	if err != nil {
@@ -98,7 +98,7 @@ func BenchmarkSources(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	g := New(quietLog())
+	g := newForTest(quietLog())
 	p := sidecar(b, "ns-0")
 	cc, err := g.Class(store.World(), p, nil)
 	if err != nil {

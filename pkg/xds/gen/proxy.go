@@ -56,7 +56,7 @@ func (c *ProxyConfig) Len(typeURL string) int {
 // proxyless gRPC workload gets the server-side listeners of its ports; a
 // sidecar gets an inbound cluster and virtualInbound filter chains for
 // each of its inbound ports: the ingress listeners of its Sidecar if that
-// has any (sidecaringress.go), else the ports of the services that select
+// has any (listener_inbound.go), else the ports of the services that select
 // its labels.
 func (g *Generator) Proxy(w *model.World, p *model.Proxy, cls *ClassConfig) (out *ProxyConfig) {
 	pc := &ProxyConfig{Class: cls, Own: map[string]*Set{}}

@@ -22,7 +22,7 @@ type Scope struct {
 	aliases  map[string][]*model.Service
 	visible  map[model.NamespacedName]bool
 	// vs maps a host to the VirtualServices that name it, in precedence
-	// order (vsscope.go); a service host without one for sidecars also
+	// order (scope_vs.go); a service host without one for sidecars also
 	// gets the first sidecar VirtualService of the most specific wildcard
 	// covering it.
 	vs map[string][]*model.Config
@@ -33,7 +33,7 @@ type Scope struct {
 	// delegations are the http routes of root VirtualServices with their
 	// delegates merged in.
 	delegations map[*model.Config]*delegation
-	// dr maps a host to its DestinationRule (drselect.go), drShadowed to
+	// dr maps a host to its DestinationRule (cluster_drselect.go), drShadowed to
 	// the rules that one shadows, if any.
 	dr         map[string]*model.Config
 	drShadowed map[string][]*model.Config
@@ -42,7 +42,7 @@ type Scope struct {
 	// tel is the class's telemetry (Class sets it; nil: none).
 	tel *classTelemetry
 	// topo is the class's proxy's locality and labels as locality load
-	// balancing reads them (locality.go).
+	// balancing reads them (endpoint_locality.go).
 	topo proxyTopology
 }
 

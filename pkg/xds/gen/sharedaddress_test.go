@@ -34,7 +34,7 @@ spec:
 func TestSharedAddressSendsOnlyTheRoutesOfChainsItHas(t *testing.T) {
 	store := loadWorld(t, sharedAddressWorld)
 	var logs bytes.Buffer
-	g := New(slog.New(slog.NewTextHandler(&logs, nil)))
+	g := newForTest(slog.New(slog.NewTextHandler(&logs, nil)))
 	p := sidecar(t, "default")
 	cc, err := g.Class(store.World(), p, nil)
 	if err != nil {

@@ -17,7 +17,7 @@ import (
 // Telemetry resources apply to a proxy, how their metrics and access
 // logging merge with the MeshConfig's default providers, and what the
 // result is per traffic class (a sidecar's outbound and inbound, a
-// gateway's). This file decides; telemetryfilters.go builds the Envoy
+// gateway's). This file decides; telemetry_filters.go builds the Envoy
 // configuration.
 //
 // Selection (Istio's applicableTelemetries, for sidecars and gateways):
@@ -26,7 +26,7 @@ import (
 // selector matches its labels or whose targetRefs name its Gateway, in
 // creation order; later ones override earlier ones.
 //
-// Tracing is decided in telemetrytracing.go with the same selection.
+// Tracing is decided in telemetry_tracing.go with the same selection.
 //
 // Not done: the stackdriver provider; service-attached (targetRefs to a
 // Service) Telemetry, which Istio applies to waypoints only.

@@ -27,7 +27,7 @@ func world1000WithTelemetry(b *testing.B) *model.Store {
 // istio.stats and access logs in every connection manager and TCP chain.
 func BenchmarkClassFromScratchWithTelemetry(b *testing.B) {
 	store := world1000WithTelemetry(b)
-	g := New(quietLog())
+	g := newForTest(quietLog())
 	p := sidecar(b, "ns-0")
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -43,7 +43,7 @@ func BenchmarkClassFromScratchWithTelemetry(b *testing.B) {
 // host's routes change.
 func BenchmarkClassAfterVirtualServiceEditWithTelemetry(b *testing.B) {
 	store := world1000WithTelemetry(b)
-	g := New(quietLog())
+	g := newForTest(quietLog())
 	p := sidecar(b, "ns-0")
 	prev, err := g.Class(store.World(), p, nil)
 	if err != nil {

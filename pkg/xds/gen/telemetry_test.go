@@ -172,7 +172,7 @@ func TestTelemetryKeepsReuse(t *testing.T) {
 	if _, err := store.Apply(append(worldtest.Mesh(20, 4, 2), meshEv)...); err != nil {
 		t.Fatal(err)
 	}
-	g := New(quietLog())
+	g := newForTest(quietLog())
 	p := sidecar(t, "ns-0")
 	prev, err := g.Class(store.World(), p, nil)
 	if err != nil {

@@ -171,7 +171,7 @@ func TestClassKeySeparatesWhatTracingReads(t *testing.T) {
 	if ClassKey(off, a) != ClassKey(off, b) || strings.Contains(ClassKey(off, a), "trace=") {
 		t.Errorf("tracing off: keys %q and %q, want one without trace=", ClassKey(off, a), ClassKey(off, b))
 	}
-	g := New(quietLog())
+	g := newForTest(quietLog())
 	for _, p := range []*model.Proxy{a, b} {
 		cc, err := g.Class(on, p, nil)
 		if err != nil {
@@ -192,13 +192,18 @@ func TestClassKeySeparatesWhatTracingReads(t *testing.T) {
 
 // PILOT_TRACE_SAMPLING's counterpart: where nothing else says, the
 // Generator's sampling applies.
-func TestSetTraceSampling(t *testing.T) {
+func TestTraceSamplingOption(t *testing.T) {
 	w := loadWorld(t, "apiVersion: v1\nkind: Namespace\nmetadata: {name: default}\n").World()
-	g := New(quietLog())
-	if err := g.SetTraceSampling(101); err == nil {
-		t.Error("101% accepted")
+	o := DefaultOptions(quietLog())
+	for _, bad := range []float64{-1, 101} {
+		o.TraceSampling = bad
+		if _, err := New(o); err == nil {
+			t.Errorf("%v%% accepted", bad)
+		}
 	}
-	if err := g.SetTraceSampling(42); err != nil {
+	o.TraceSampling = 42
+	g, err := New(o)
+	if err != nil {
 		t.Fatal(err)
 	}
 	cc, err := g.Class(w, labelled(t, "sidecar", "default", nil), nil)

@@ -69,7 +69,7 @@ spec: {host: backend, trafficPolicy: {connectionPool: {tcp: {maxConnections: 10}
 	} {
 		t.Run(name, func(t *testing.T) {
 			w := localityStore(t, tc.extra).World()
-			g := New(quietLog())
+			g := newForTest(quietLog())
 			for _, z := range []struct{ zone, want string }{{"a", tc.a}, {"c", tc.c}} {
 				cc, err := g.Class(w, localityClient(t, z.zone, 0), nil)
 				if err != nil {
@@ -123,7 +123,7 @@ kind: DestinationRule
 metadata: {name: backend, namespace: ns}
 spec: {host: backend, trafficPolicy: {outlierDetection: {consecutive5xxErrors: 5, minHealthPercent: 50}}}
 `+namespace("{}"))
-	g := New(quietLog())
+	g := newForTest(quietLog())
 	p := localityClient(t, "a", 0)
 	cc, err := g.Class(store.World(), p, nil)
 	if err != nil {

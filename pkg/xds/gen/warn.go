@@ -4,7 +4,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
@@ -78,10 +77,7 @@ type warnings struct {
 	mu    sync.Mutex
 	count map[[2]string]float64 // kind, field (without indexes) -> resources
 	vec   *prometheus.CounterVec
-	// credentials is set when gateway credentials are served over SDS
-	// (EnableCredentials): credentialName is then supported.
-	credentials atomic.Bool
-	// dupDomains counts shadowed VirtualServices (vsmetrics.go).
+	// dupDomains counts shadowed VirtualServices (route_vs_metrics.go).
 	dupDomains dupDomainCounter
 }
 
@@ -219,7 +215,7 @@ func unsupportedValues(kind model.Kind, spec proto.Message) []string {
 // returns them as warnings. Gateway servers of every Istio mode are
 // served (TCP, TLS terminated or passed through, AUTO_PASSTHROUGH) except
 // OPTIONAL_MUTUAL and unknown protocols, reported as values
-// (gatewayserver.go).
+// (gateway_server.go).
 func UnsupportedFields(kind model.Kind, spec proto.Message) []string {
 	fs, ok := supportedFields[kind]
 	if !ok {

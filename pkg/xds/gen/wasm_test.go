@@ -301,7 +301,7 @@ func BenchmarkClassAfterVirtualServiceEditWithWasm(b *testing.B) {
 	if _, err := store.Apply(evs...); err != nil {
 		b.Fatal(err)
 	}
-	g := New(quietLog())
+	g := newForTest(quietLog())
 	p := sidecar(b, "ns-0")
 	prev, err := g.Class(store.World(), p, nil)
 	if err != nil {

@@ -32,7 +32,7 @@ func BenchmarkInitialConfigOverGRPC(b *testing.B) {
 		b.Fatal(err)
 	}
 	ts := startServer(b, store)
-	g := gen.New(testLog())
+	g := newGen(b)
 	// What each namespace's sidecars subscribe to by name, worked out
 	// before the clock starts.
 	eds, routes := map[string][]string{}, map[string][]string{}

@@ -23,7 +23,7 @@ func classResources(t testing.TB, services int, typeURL string) []*gen.Resource 
 	if err != nil {
 		t.Fatal(err)
 	}
-	cls, err := gen.New(testLog()).Class(store.World(), p, nil)
+	cls, err := newGen(t).Class(store.World(), p, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

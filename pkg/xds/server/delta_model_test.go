@@ -112,7 +112,7 @@ func (m *modelClient) mismatch(t *testing.T, w *model.World) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := gen.New(testLog())
+	g := newGen(t)
 	cls, err := g.Class(w, p, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -19,7 +19,7 @@
 // the Istio configs they were built from (pkg/status reports those).
 //
 // Gateway credentials (Gateway tls.credentialName) are served as SDS
-// Secrets over ADS when UseCredentials gave the server a Secret reader; a
+// Secrets over ADS when Options.Credentials gave the server a Secret reader; a
 // Secret goes only to gateways of its own namespace (see sds.go).
 //
 // Istio's debug types (istio.io/debug/syncz, istio.io/debug/config_dump,

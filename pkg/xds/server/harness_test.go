@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/meshplane/discovery/pkg/model"
+	"github.com/meshplane/discovery/pkg/xds/gen"
 )
 
 func TestMain(m *testing.M) {
@@ -43,6 +44,16 @@ func testLog() *slog.Logger {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// newGen is a generator with the defaults, as a Server builds it.
+func newGen(t testing.TB) *gen.Generator {
+	t.Helper()
+	g, err := gen.New(gen.DefaultOptions(testLog()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
 }
 
 // startServer runs a Server on a loopback port for the test's duration.

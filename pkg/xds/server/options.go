@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/meshplane/discovery/pkg/credentials"
 	"github.com/meshplane/discovery/pkg/xds/gen"
 )
 
@@ -43,6 +44,10 @@ type Options struct {
 	// Telemetry nor the proxy's defaultConfig.tracing.sampling says
 	// (Istio's PILOT_TRACE_SAMPLING).
 	TraceSampling float64
+	// Credentials, when set, are the gateway credentials (credentialName
+	// Secrets) served over SDS and referred to by gateway listeners; the
+	// serve command sets it when it may read Secrets. Not a flag.
+	Credentials credentials.Reader
 	// What one stream may hold (limits.go); 0 turns a bound off.
 	// MaxStreams bounds the replica's open xDS streams.
 	MaxStreams int

@@ -282,7 +282,7 @@ func TestDelta(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		g := gen.New(testLog())
+		g := newGen(t)
 		cls, err := g.Class(store.World(), p, nil)
 		if err != nil {
 			t.Fatal(err)

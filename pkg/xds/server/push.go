@@ -167,7 +167,7 @@ func changeMatters(k model.Key, p *model.Proxy, w *model.World, old *gen.Scope) 
 	case model.KindPeerAuthentication:
 		// It shapes the inbound configuration of the proxies it applies
 		// to and, through auto mTLS, the clusters and endpoints of every
-		// client of its namespace's services (gen/endpointmtls.go): as
+		// client of its namespace's services (gen/endpoint_mtls.go): as
 		// istiod, every proxy.
 		return true
 	case model.KindAuthorizationPolicy:
@@ -175,7 +175,7 @@ func changeMatters(k model.Key, p *model.Proxy, w *model.World, old *gen.Scope) 
 		return k.Namespace == p.Namespace || k.Namespace == gen.RootNamespace(w)
 	case model.KindRequestAuthentication:
 		// It shapes the HTTP chains of the workloads it selects
-		// (gen/requestauthn.go).
+		// (gen/authn_jwt.go).
 		return k.Namespace == p.Namespace || k.Namespace == gen.RootNamespace(w)
 	case model.KindJWKS:
 		// A fetched key set is inlined where a policy names it.

@@ -41,10 +41,9 @@ type secretState struct {
 	denied map[string]bool          // names already logged as denied
 }
 
-// UseCredentials makes the server serve gateway credentials read from r
-// over ADS, and the generator refer to them. Call it once, before the
-// server serves streams.
-func (s *Server) UseCredentials(r credentials.Reader, reg prometheus.Registerer) error {
+// useCredentials makes the server serve gateway credentials read from r
+// over ADS (Options.Credentials; the generator was told by New).
+func (s *Server) useCredentials(r credentials.Reader, reg prometheus.Registerer) error {
 	denied := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "discovery_xds_secrets_denied_total",
 		Help: "SDS requests for a gateway credential the proxy may not read (unauthenticated stream, not a gateway, another namespace, or a name that is not a credential), by reason.",
@@ -53,7 +52,6 @@ func (s *Server) UseCredentials(r credentials.Reader, reg prometheus.Registerer)
 		return err
 	}
 	s.creds, s.credsDenied = r, denied
-	s.gen.EnableCredentials()
 	r.OnChange(s.credentialChanged)
 	return nil
 }

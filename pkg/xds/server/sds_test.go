@@ -125,14 +125,12 @@ func startCredServer(t *testing.T, creds credentials.Reader) (ts *testServer, lo
 	opts := DefaultOptions()
 	opts.DebounceAfter = 10 * time.Millisecond
 	opts.DebounceMax = time.Second
+	opts.Credentials = creds
 	logs = &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	reg := prometheus.NewRegistry()
 	s, err := New(opts, meshStore(t, 1), log, reg)
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.UseCredentials(creds, reg); err != nil {
 		t.Fatal(err)
 	}
 	guard := streamauth.New(testAuthn{}, log, reg)

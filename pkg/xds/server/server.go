@@ -83,15 +83,15 @@ func New(opts Options, world World, log *slog.Logger, reg prometheus.Registerer)
 	if opts.PushStatusSize <= 0 {
 		opts.PushStatusSize = DefaultOptions().PushStatusSize
 	}
-	var err error
-	s := &Server{opts: opts, world: world, log: log, m: newMetrics(reg), gen: gen.New(log), refusals: streamauth.NewRefusalLog(log)}
-	if opts.TrustDomain != "" {
-		if err = s.gen.SetTrustDomain(opts.TrustDomain); err != nil {
+	g, err := gen.New(gen.Options{Log: log, TrustDomain: opts.TrustDomain, TraceSampling: opts.TraceSampling, Credentials: opts.Credentials != nil})
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{opts: opts, world: world, log: log, m: newMetrics(reg), gen: g, refusals: streamauth.NewRefusalLog(log)}
+	if opts.Credentials != nil {
+		if err := s.useCredentials(opts.Credentials, reg); err != nil {
 			return nil, err
 		}
-	}
-	if err = s.gen.SetTraceSampling(opts.TraceSampling); err != nil {
-		return nil, err
 	}
 	if err = s.gen.RegisterMetrics(reg); err != nil {
 		return nil, fmt.Errorf("xds metrics: %w", err)
