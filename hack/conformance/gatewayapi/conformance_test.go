@@ -14,7 +14,6 @@ import (
 	"strings"
 	"testing"
 
-	"sigs.k8s.io/gateway-api/conformance/tests"
 	"sigs.k8s.io/gateway-api/conformance/utils/suite"
 )
 
@@ -162,7 +161,7 @@ func collect(events []event) ([]result, error) {
 	}
 	var out []result
 	ran := 0
-	for _, ct := range tests.ConformanceTests {
+	for _, ct := range allTests() {
 		r := result{name: ct.ShortName}
 		for _, f := range ct.Features {
 			r.features = append(r.features, string(f))

@@ -198,7 +198,7 @@ func (k *kubelet) start(ctx context.Context, d *appsv1.Deployment, hash string) 
 	}
 	pod.Labels[ownerLabel] = d.Name
 	pod.Labels["pod-template-hash"] = hash
-	pod.Spec.NodeName = "conformance-node"
+	pod.Spec.NodeName = nodeName
 	created, err := k.c.CoreV1().Pods(d.Namespace).Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
 		return err

@@ -27,6 +27,7 @@ import (
 	xv1alpha1 "sigs.k8s.io/gateway-api/apisx/v1alpha1"
 	"sigs.k8s.io/gateway-api/conformance"
 	"sigs.k8s.io/gateway-api/conformance/tests"
+	meshtests "sigs.k8s.io/gateway-api/conformance/tests/mesh"
 	"sigs.k8s.io/gateway-api/conformance/utils/config"
 	"sigs.k8s.io/gateway-api/conformance/utils/suite"
 	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
@@ -62,8 +63,6 @@ func TestSuite(t *testing.T) {
 		}
 	}
 	kl := newKubelet(kc)
-	go kl.run(ctx, t)
-
 	xdsAddr := startDiscovery(t, env.Kubeconfig)
 	// GatewayClass istio is discovery's to create (its class controller),
 	// as istiod does: the suite's setup waits for it to be Accepted.
@@ -80,6 +79,13 @@ func TestSuite(t *testing.T) {
 		}
 	}
 	p := &proxies{kube: kc, gateway: gc, kubelet: kl, xds: xdsAddr, cache: map[string]cached{}}
+	// The mesh tests exec into Pods: their Node's kubelet is the exec
+	// server.
+	execs := startExecServer(t, kc, p)
+	if err := registerNode(ctx, kc, execs.port(t)); err != nil {
+		t.Fatal(err)
+	}
+	go kl.run(ctx, t)
 	timeouts := config.DefaultTimeoutConfig()
 	// A bare API server and one process: what is right is right within
 	// seconds, and a failing expectation need not wait minutes.
@@ -116,8 +122,8 @@ func TestSuite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Setup(t, tests.ConformanceTests)
-	if err := s.Run(t, tests.ConformanceTests); err != nil {
+	s.Setup(t, allTests())
+	if err := s.Run(t, allTests()); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -154,9 +160,24 @@ var claimed = sets.New[features.FeatureName](
 	features.SupportHTTPRoute303RedirectStatusCode,
 	features.SupportHTTPRoute307RedirectStatusCode,
 	features.SupportHTTPRoute308RedirectStatusCode,
+	features.SupportMesh,
+	features.SupportMeshClusterIPMatching,
+	features.SupportMeshConsumerRoute,
+	features.SupportMeshHTTPRouteRewritePath,
+	features.SupportMeshHTTPRouteSchemeRedirect,
+	features.SupportMeshHTTPRouteRedirectPort,
+	features.SupportMeshHTTPRouteRedirectPath,
+	features.SupportMeshHTTPRouteBackendRequestHeaderModification,
+	features.SupportMeshHTTPRouteQueryParamMatching,
+	features.SupportMeshHTTPRouteNamedRouteRule,
 )
 
 const className = "istio"
+
+// allTests are the suite's Gateway tests and its mesh (GAMMA) tests.
+func allTests() []suite.ConformanceTest {
+	return append(append([]suite.ConformanceTest(nil), tests.ConformanceTests...), meshtests.MeshConformanceTests...)
+}
 
 // startDiscovery builds and runs `discovery serve` on the API server,
 // with the automated gateway deployment on, and returns its plaintext
