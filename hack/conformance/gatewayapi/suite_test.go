@@ -27,7 +27,6 @@ import (
 	xv1alpha1 "sigs.k8s.io/gateway-api/apisx/v1alpha1"
 	"sigs.k8s.io/gateway-api/conformance"
 	"sigs.k8s.io/gateway-api/conformance/tests"
-	meshtests "sigs.k8s.io/gateway-api/conformance/tests/mesh"
 	"sigs.k8s.io/gateway-api/conformance/utils/config"
 	"sigs.k8s.io/gateway-api/conformance/utils/suite"
 	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
@@ -122,16 +121,17 @@ func TestSuite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Setup(t, allTests())
-	if err := s.Run(t, allTests()); err != nil {
+	s.Setup(t, tests.ConformanceTests)
+	if err := s.Run(t, tests.ConformanceTests); err != nil {
 		t.Fatal(err)
 	}
 }
 
 // claimed are the features discovery claims and this harness can judge:
-// the evaluator decides HTTP and gRPC requests; TCP, TLS passthrough,
-// UDP and WebSocket tests open real connections to the Gateway's address
-// and mirror tests read the backends' logs, which need a data plane.
+// the evaluator decides HTTP and gRPC requests, a gateway's or (Mesh) a
+// client Pod's sidecar's; TCP, TLS passthrough, UDP and WebSocket tests
+// open real connections to the Gateway's address and mirror tests read
+// the backends' logs, which need a data plane.
 var claimed = sets.New[features.FeatureName](
 	features.SupportGateway,
 	features.SupportHTTPRoute,
@@ -173,11 +173,6 @@ var claimed = sets.New[features.FeatureName](
 )
 
 const className = "istio"
-
-// allTests are the suite's Gateway tests and its mesh (GAMMA) tests.
-func allTests() []suite.ConformanceTest {
-	return append(append([]suite.ConformanceTest(nil), tests.ConformanceTests...), meshtests.MeshConformanceTests...)
-}
 
 // startDiscovery builds and runs `discovery serve` on the API server,
 // with the automated gateway deployment on, and returns its plaintext
