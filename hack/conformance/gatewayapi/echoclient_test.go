@@ -15,6 +15,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/gateway-api/conformance/utils/echo"
 
 	"github.com/meshplane/discovery/hack/conformance/dataplane"
 )
@@ -246,4 +247,70 @@ func sortedKeys(m map[string][]string) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+func TestParseEchoClient(t *testing.T) {
+	cases := map[string]struct {
+		args    []string
+		want    echoCommand
+		wantErr bool
+	}{
+		"reads the URL, method, headers and count as the mesh tests pass them": {
+			args: []string{"client", "http://echo/v2?x=1", "--method=POST", "-H", "Host:echo-v1", "-H", "X-A: b", "--count=7"},
+			want: echoCommand{method: "POST", headers: [][2]string{{"Host", "echo-v1"}, {"X-A", "b"}}, count: 7},
+		},
+		"takes a flag's value from the next argument": {
+			args: []string{"client", "--method", "PUT", "grpc://echo:7070"},
+			want: echoCommand{method: "PUT", count: 1},
+		},
+		"refuses another command":         {args: []string{"sh", "-c", "true"}, wantErr: true},
+		"refuses a flag it does not know": {args: []string{"client", "http://echo", "--timeout=1s"}, wantErr: true},
+		"refuses a command without a URL": {args: []string{"client", "--count=2"}, wantErr: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, err := parseEchoClient(tc.args)
+			if tc.wantErr {
+				if err == nil {
+					t.Fatalf("no error for %q", tc.args)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.url == nil || got.method != tc.want.method || got.count != tc.want.count || fmt.Sprint(got.headers) != fmt.Sprint(tc.want.headers) {
+				t.Errorf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestWriteEchoParses holds writeEcho to the suite's own parser of the
+// echo client's output: a batch splits into its responses, each with the
+// status, the answering Pod and the headers.
+func TestWriteEchoParses(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "echo-v2-abc", Labels: map[string]string{"version": "v2"}}}
+	var b strings.Builder
+	writeEcho(&b, 0, false, answer{status: 200, pod: pod, method: "GET", path: "/p", host: "echo",
+		requestHeaders: map[string][]string{"X-Header-Add": {"a", "b"}}, responseHeaders: map[string][]string{"x-header-set": {"set"}}})
+	b.WriteString("\n")
+	writeEcho(&b, 1, false, answer{status: 302, location: "http://example.org/", responseHeaders: map[string][]string{"location": {"http://example.org/"}}})
+	sections := strings.Split(b.String(), "\n\n")
+	if len(sections) != 2 {
+		t.Fatalf("%d sections, want 2:\n%s", len(sections), b.String())
+	}
+	first, second := echo.ParseResponse(sections[0]), echo.ParseResponse(sections[1])
+	if first.Code != "200" || first.Hostname != "echo-v2-abc" || first.Host != "echo" || first.URL != "/p" || first.Version != "v2" {
+		t.Errorf("first answer parsed as %v", first)
+	}
+	if got := strings.Join(first.RequestHeaders.Values("X-Header-Add"), ","); got != "a,b" {
+		t.Errorf("request header X-Header-Add = %q, want a,b", got)
+	}
+	if got := first.ResponseHeaders.Get("X-Header-Set"); got != "set" {
+		t.Errorf("response header X-Header-Set = %q, want set", got)
+	}
+	if second.Code != "302" || second.Hostname != "" || second.ResponseHeaders.Get("Location") != "http://example.org/" {
+		t.Errorf("second answer parsed as %v", second)
+	}
 }
