@@ -55,6 +55,7 @@ func startExecServer(t *testing.T, kube kubernetes.Interface, p *proxies) *execS
 
 // port is the kubelet port the Node advertises.
 func (e *execServer) port(t *testing.T) int32 {
+	t.Helper()
 	u, err := url.Parse(e.srv.URL)
 	if err != nil {
 		t.Fatal(err)
