@@ -27,7 +27,9 @@ import (
 // Pods become an EndpointSlice, and every namespace has its default
 // ServiceAccount. Nothing runs in the Pods: the echo backends' answers
 // are made up from the evaluator's decision (roundtrip_test.go), and the
-// Pod's address is how a decision's upstream host names its Pod.
+// Pod's address is how a decision's upstream host names its Pod. Every
+// Pod is on one Node, whose kubelet endpoint serves the mesh tests'
+// exec (exec_test.go).
 type kubelet struct {
 	c kubernetes.Interface
 
@@ -198,7 +200,7 @@ func (k *kubelet) start(ctx context.Context, d *appsv1.Deployment, hash string) 
 	}
 	pod.Labels[ownerLabel] = d.Name
 	pod.Labels["pod-template-hash"] = hash
-	pod.Spec.NodeName = "conformance-node"
+	pod.Spec.NodeName = nodeName
 	created, err := k.c.CoreV1().Pods(d.Namespace).Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
 		return err

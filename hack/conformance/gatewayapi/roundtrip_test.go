@@ -135,9 +135,12 @@ func pick(d dataplane.Decision) (dataplane.Upstream, dataplane.Endpoint, bool) {
 
 // backend is the echo Pod a host address stands for.
 func (p *proxies) backend(e dataplane.Endpoint) (*corev1.Pod, error) {
-	ip, _, err := net.SplitHostPort(e.Address)
+	// An original destination cluster's host is the address the client
+	// dialled (the evaluator names it so).
+	addr := strings.TrimPrefix(e.Address, "original-destination ")
+	ip, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		ip = e.Address
+		ip = addr
 	}
 	pod := p.kubelet.pod(ip)
 	if pod == nil {
@@ -208,34 +211,67 @@ func (h httpRoundTripper) CaptureRoundTrip(r roundtripper.Request) (*roundtrippe
 	if testing.Verbose() && r.T != nil {
 		r.T.Logf("%s %s%s -> %s", method, authority, req.Path, d.Summary())
 	}
-	switch d.Outcome {
-	case dataplane.Reset, dataplane.Fail:
-		return nil, nil, fmt.Errorf("%w: %s", errReset, d.Reason)
-	case dataplane.Local:
-		res := &roundtripper.CapturedResponse{StatusCode: d.Status, Protocol: proto, Headers: map[string][]string{}}
-		if d.Location != "" {
-			res.Headers["location"] = []string{d.Location}
-			u, err := url.Parse(d.Location)
-			if err != nil {
-				return nil, nil, fmt.Errorf("redirect location %q: %w", d.Location, err)
-			}
-			res.RedirectRequest = &roundtripper.RedirectRequest{Scheme: u.Scheme, Host: u.Hostname(), Port: u.Port(), Path: u.Path}
-		}
-		return &roundtripper.CapturedRequest{Method: method}, res, nil
-	}
-	up, ep, ok := pick(d)
-	if !ok {
-		status := 503
-		return &roundtripper.CapturedRequest{Method: method}, &roundtripper.CapturedResponse{StatusCode: status, Protocol: proto}, nil
-	}
-	pod, err := h.p.backend(ep)
+	a, err := h.p.answer(d, req, echoSet)
 	if err != nil {
 		return nil, nil, err
 	}
+	res := &roundtripper.CapturedResponse{StatusCode: a.status, Protocol: proto, Headers: a.responseHeaders}
+	if a.location != "" {
+		u, err := url.Parse(a.location)
+		if err != nil {
+			return nil, nil, fmt.Errorf("redirect location %q: %w", a.location, err)
+		}
+		res.RedirectRequest = &roundtripper.RedirectRequest{Scheme: u.Scheme, Host: u.Hostname(), Port: u.Port(), Path: u.Path}
+	}
+	if a.pod == nil {
+		return &roundtripper.CapturedRequest{Method: method}, res, nil
+	}
+	captured := &roundtripper.CapturedRequest{
+		Path: a.path, Host: a.host, Method: method, Protocol: proto, Headers: a.requestHeaders,
+		Namespace: a.pod.Namespace, Pod: a.pod.Name,
+	}
+	return captured, res, nil
+}
+
+// answer is what a client gets for one request: a local reply of the
+// proxy (pod nil), or the echo backend's answer from the Pod the proxy
+// chose, with the request as that backend saw it.
+type answer struct {
+	status          int
+	location        string
+	responseHeaders map[string][]string // lower-case names
+
+	pod                *corev1.Pod
+	method, path, host string
+	requestHeaders     map[string][]string // canonical names, as Go's net/http holds them
+}
+
+// answer plays out the evaluator's decision on req: Envoy's local reply,
+// or a weighted pick of an upstream and a host of it, and what the
+// suite's echo backend on that host answers. echoSet is the backend's
+// X-Echo-Set-Header instruction ("k:v,k:v"). A reset is errReset.
+func (p *proxies) answer(d dataplane.Decision, req dataplane.Request, echoSet string) (answer, error) {
+	switch d.Outcome {
+	case dataplane.Reset, dataplane.Fail:
+		return answer{}, fmt.Errorf("%w: %s", errReset, d.Reason)
+	case dataplane.Local:
+		a := answer{status: d.Status, responseHeaders: map[string][]string{}}
+		if d.Location != "" {
+			a.location = d.Location
+			a.responseHeaders["location"] = []string{d.Location}
+		}
+		return a, nil
+	}
+	up, ep, ok := pick(d)
+	if !ok {
+		return answer{status: 503}, nil
+	}
+	pod, err := p.backend(ep)
+	if err != nil {
+		return answer{}, err
+	}
 	// What the backend sees: the request after rewrites and header
 	// changes.
-	// The echo server reports them as Go's net/http holds them:
-	// canonical names.
 	seen := map[string][]string{}
 	for k, v := range req.Headers {
 		seen[http.CanonicalHeaderKey(k)] = []string{v}
@@ -248,24 +284,19 @@ func (h httpRoundTripper) CaptureRoundTrip(r roundtripper.Request) (*roundtrippe
 		k, v, _ := strings.Cut(c, ": ")
 		seen[http.CanonicalHeaderKey(k)] = strings.Split(v, ",")
 	}
-	path := req.Path
+	a := answer{status: 200, pod: pod, method: req.Method, path: req.Path, host: req.Authority, requestHeaders: seen}
 	if up.Path != "" {
-		path = up.Path
+		a.path = up.Path
 	}
-	seenHost := authority
 	if up.Authority != "" {
-		seenHost = up.Authority
-	}
-	captured := &roundtripper.CapturedRequest{
-		Path: path, Host: seenHost, Method: method, Protocol: proto, Headers: seen,
-		Namespace: pod.Namespace, Pod: pod.Name,
+		a.host = up.Authority
 	}
 	// The echo backend answers ?delay=D after D: Envoy gives up with 504
 	// when the route's timeout, or each try's, is shorter (every retry
 	// waits as long).
-	if delay := delayOf(path); delay > 0 {
+	if delay := delayOf(a.path); delay > 0 {
 		if limit := timeoutOf(d.Policy); limit > 0 && delay >= limit {
-			return &roundtripper.CapturedRequest{Method: method}, &roundtripper.CapturedResponse{StatusCode: 504, Protocol: proto}, nil
+			return answer{status: 504}, nil
 		}
 	}
 	// The echo backend sets the response headers it is asked to.
@@ -278,8 +309,8 @@ func (h httpRoundTripper) CaptureRoundTrip(r roundtripper.Request) (*roundtrippe
 			}
 		}
 	}
-	res := &roundtripper.CapturedResponse{StatusCode: 200, Protocol: proto, Headers: up.ResponseHeadersFrom(backendHeaders)}
-	return captured, res, nil
+	a.responseHeaders = up.ResponseHeadersFrom(backendHeaders)
+	return a, nil
 }
 
 // grpcClient answers the suite's gRPC calls the same way, for the echo
@@ -326,23 +357,18 @@ func (g grpcClient) SendRPC(t *testing.T, address string, expected gwgrpc.Expect
 		t.Logf("gRPC %s%s -> %s", authority, fqm, d.Summary())
 	}
 	resp := &gwgrpc.Response{Headers: &metadata.MD{}, Trailers: &metadata.MD{}}
-	switch d.Outcome {
-	case dataplane.Reset, dataplane.Fail:
+	a, err := g.p.answer(d, req, "")
+	switch {
+	case errors.Is(err, errReset):
 		resp.Code = codes.Unavailable
 		return resp, nil
-	case dataplane.Local:
-		resp.Code = httpToGRPC(d.Status)
-		return resp, nil
-	}
-	_, ep, ok := pick(d)
-	if !ok {
-		resp.Code = codes.Unavailable
-		return resp, nil
-	}
-	pod, err := g.p.backend(ep)
-	if err != nil {
+	case err != nil:
 		return nil, err
+	case a.pod == nil:
+		resp.Code = httpToGRPC(a.status)
+		return resp, nil
 	}
+	pod := a.pod
 	resp.Code = codes.OK
 	resp.Response = &pb.EchoResponse{Assertions: &pb.Assertions{
 		FullyQualifiedMethod: fqm,

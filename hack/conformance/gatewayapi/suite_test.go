@@ -62,8 +62,6 @@ func TestSuite(t *testing.T) {
 		}
 	}
 	kl := newKubelet(kc)
-	go kl.run(ctx, t)
-
 	xdsAddr := startDiscovery(t, env.Kubeconfig)
 	// GatewayClass istio is discovery's to create (its class controller),
 	// as istiod does: the suite's setup waits for it to be Accepted.
@@ -80,6 +78,13 @@ func TestSuite(t *testing.T) {
 		}
 	}
 	p := &proxies{kube: kc, gateway: gc, kubelet: kl, xds: xdsAddr, cache: map[string]cached{}}
+	// The mesh tests exec into Pods: their Node's kubelet is the exec
+	// server.
+	execs := startExecServer(t, kc, p)
+	if err := registerNode(ctx, kc, execs.port(t)); err != nil {
+		t.Fatal(err)
+	}
+	go kl.run(ctx, t)
 	timeouts := config.DefaultTimeoutConfig()
 	// A bare API server and one process: what is right is right within
 	// seconds, and a failing expectation need not wait minutes.
@@ -123,9 +128,10 @@ func TestSuite(t *testing.T) {
 }
 
 // claimed are the features discovery claims and this harness can judge:
-// the evaluator decides HTTP and gRPC requests; TCP, TLS passthrough,
-// UDP and WebSocket tests open real connections to the Gateway's address
-// and mirror tests read the backends' logs, which need a data plane.
+// the evaluator decides HTTP and gRPC requests, a gateway's or (Mesh) a
+// client Pod's sidecar's; TCP, TLS passthrough, UDP and WebSocket tests
+// open real connections to the Gateway's address and mirror tests read
+// the backends' logs, which need a data plane.
 var claimed = sets.New[features.FeatureName](
 	features.SupportGateway,
 	features.SupportHTTPRoute,
@@ -154,6 +160,16 @@ var claimed = sets.New[features.FeatureName](
 	features.SupportHTTPRoute303RedirectStatusCode,
 	features.SupportHTTPRoute307RedirectStatusCode,
 	features.SupportHTTPRoute308RedirectStatusCode,
+	features.SupportMesh,
+	features.SupportMeshClusterIPMatching,
+	features.SupportMeshConsumerRoute,
+	features.SupportMeshHTTPRouteRewritePath,
+	features.SupportMeshHTTPRouteSchemeRedirect,
+	features.SupportMeshHTTPRouteRedirectPort,
+	features.SupportMeshHTTPRouteRedirectPath,
+	features.SupportMeshHTTPRouteBackendRequestHeaderModification,
+	features.SupportMeshHTTPRouteQueryParamMatching,
+	features.SupportMeshHTTPRouteNamedRouteRule,
 )
 
 const className = "istio"

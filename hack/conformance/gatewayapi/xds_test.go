@@ -16,8 +16,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/structpb"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/meshplane/discovery/hack/conformance/dataplane"
+	"github.com/meshplane/discovery/hack/conformance/scenario"
 )
 
 const (
@@ -178,4 +180,29 @@ func gatewayNode(ip, pod, ns string, podLabels map[string]string) (*corev3.Node,
 		return nil, err
 	}
 	return &corev3.Node{Id: "router~" + ip + "~" + pod + "." + ns + "~" + ns + ".svc.cluster.local", Metadata: md}, nil
+}
+
+// sidecarNode is the node an injected Pod's pilot-agent presents, with
+// the metadata it sends (scenario's nodes carry the same for the istiod
+// comparison).
+func sidecarNode(pod *corev1.Pod) (*corev3.Node, error) {
+	lbls := map[string]any{}
+	for k, v := range pod.Labels {
+		lbls[k] = v
+	}
+	sa := pod.Spec.ServiceAccountName
+	if sa == "" {
+		sa = "default"
+	}
+	ip, ns := pod.Status.PodIP, pod.Namespace
+	md, err := structpb.NewStruct(map[string]any{
+		"NAMESPACE": ns, "LABELS": lbls, "NAME": pod.Name, "CLUSTER_ID": "Kubernetes",
+		"ISTIO_VERSION": scenario.IstioVersion, "SERVICE_ACCOUNT": sa, "INSTANCE_IPS": ip,
+		"INTERCEPTION_MODE": "REDIRECT", "MESH_ID": "cluster.local", "NODE_NAME": pod.Spec.NodeName,
+		"WORKLOAD_NAME": pod.Labels[ownerLabel],
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &corev3.Node{Id: "sidecar~" + ip + "~" + pod.Name + "." + ns + "~" + ns + ".svc.cluster.local", Metadata: md}, nil
 }

@@ -41,6 +41,44 @@ type routeInfo struct {
 	// partial is set when some rules were replaced by a 500 (a filter
 	// discovery cannot apply): the PartiallyInvalid condition.
 	partial string
+	// mesh is the route translated for its Service parents (ruleState's
+	// mesh), when it has any: their rules and status.
+	mesh *routeInfo
+}
+
+// translateRoute attaches an HTTPRoute or GRPCRoute that build
+// translates: with gateway semantics for its Gateway parents and, when it
+// has Service parents, again with mesh semantics for those, as istiod
+// converts a route once for each. The reports of what was not supported
+// are the gateway translation's, or the mesh one's for a route of
+// Service parents only.
+func (t *translator) translateRoute(parents []gw.ParentReference, build func(mesh bool) (*routeInfo, []string, []string)) {
+	gateways, services := false, false
+	for _, p := range parents {
+		if isServiceParent(p) {
+			services = true
+		} else {
+			gateways = true
+		}
+	}
+	ri, unsupported, denied := build(false)
+	if services {
+		mi, mu, md := build(true)
+		ri.mesh = mi
+		if !gateways {
+			unsupported, denied = mu, md
+		}
+	}
+	t.attach(ri)
+	if rep := t.out.Reports[ri.ref]; rep != nil {
+		rep.Unsupported = append(rep.Unsupported, unsupported...)
+		rep.Denied = append(rep.Denied, denied...)
+	}
+}
+
+func isServiceParent(p gw.ParentReference) bool {
+	group, kind := string(ptrOr(p.Group, gw.GroupName)), string(ptrOr(p.Kind, "Gateway"))
+	return (group == "" || group == "core") && kind == "Service"
 }
 
 // attach binds a route to the listeners of its parents and records its
@@ -57,9 +95,13 @@ func (t *translator) attach(ri *routeInfo) {
 		group, kind := string(ptrOr(p.Group, gw.GroupName)), string(ptrOr(p.Kind, "Gateway"))
 		ns := string(ptrOr(p.Namespace, gw.Namespace(ri.ref.Namespace)))
 		switch {
-		case (group == "" || group == "core") && kind == "Service":
-			ok, reason, msg := t.attachToService(ri, p, ns, report())
-			t.parentStatus(report(), ri, p, ok, reason, msg)
+		case isServiceParent(p):
+			mi := ri
+			if ri.mesh != nil {
+				mi = ri.mesh
+			}
+			ok, reason, msg := t.attachToService(mi, p, ns, report())
+			t.parentStatus(report(), mi, p, ok, reason, msg)
 			continue
 		case group != gw.GroupName || kind != "Gateway":
 			report().Unsupported = append(report().Unsupported, fmt.Sprintf("spec.parentRefs[%s/%s %s]: not a parent discovery supports", group, kind, p.Name))

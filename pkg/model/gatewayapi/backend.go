@@ -16,7 +16,7 @@ func (t *translator) backend(s *ruleState, ns string, ref gw.BackendObjectRefere
 		return nil, string(gw.RouteReasonInvalidKind), fmt.Sprintf("backendRef %s/%s %s: only Services are supported", group, kind, ref.Name)
 	}
 	to := string(ptrOr(ref.Namespace, gw.Namespace(ns)))
-	if !t.grants.allowed(gw.GroupName, s.ri.ref.Kind, ns, "", "Service", to, string(ref.Name)) {
+	if !s.mesh && !t.grants.allowed(gw.GroupName, s.ri.ref.Kind, ns, "", "Service", to, string(ref.Name)) {
 		return nil, string(gw.RouteReasonRefNotPermitted),
 			fmt.Sprintf("backendRef Service %s/%s is not permitted to a %s of namespace %s (no ReferenceGrant)", to, ref.Name, s.ri.ref.Kind, ns)
 	}

@@ -41,7 +41,9 @@
 //     routes' age, namespace/name and rule order. A rule whose backends
 //     all have weight 0 (or none) answers 500.
 //   - An HTTPRoute or GRPCRoute backendRef that is not found, not
-//     permitted (no ReferenceGrant) or of an unsupported kind keeps its
+//     permitted (no ReferenceGrant; only under a Gateway parent: rules
+//     for Service parents are translated again without that check, as
+//     istiod's mesh conversion) or of an unsupported kind keeps its
 //     weight, as istiod keeps it: a Service not found keeps its host, the
 //     others go to a host no Service or ServiceEntry can own
 //     (unresolvedHost; istiod's UnknownService). Neither has a cluster,

@@ -27,6 +27,9 @@ type rule struct {
 type ruleState struct {
 	ri    *routeInfo
 	field string
+	// mesh: the rules are for Service parents, whose backendRefs are
+	// not held to ReferenceGrants (istiod's enforceRefGrant is !mesh).
+	mesh bool
 }
 
 func (s *ruleState) unresolved(reason, msg string) {
@@ -36,25 +39,23 @@ func (s *ruleState) unresolved(reason, msg string) {
 }
 
 func (t *translator) translateHTTPRoute(r *gw.HTTPRoute) {
-	ri := &routeInfo{
-		ref:        Ref{Kind: KindHTTPRoute, Namespace: r.Namespace, Name: r.Name},
-		generation: r.Generation, parents: r.Spec.ParentRefs, hostnames: r.Spec.Hostnames, resolvedOK: true,
-	}
-	var unsupported, denied []string
-	for n, rr := range r.Spec.Rules {
-		s := &ruleState{ri: ri, field: fmt.Sprintf("spec.rules[%d]", n)}
-		rules, u, d := t.httpRule(s, r.Namespace, r.Name, n, rr)
-		ri.rules = append(ri.rules, rules...)
-		unsupported, denied = append(unsupported, u...), append(denied, d...)
-	}
-	if len(denied) > 0 {
-		ri.partial = "rules answer 500 where discovery cannot apply a filter: " + strings.Join(denied, "; ")
-	}
-	t.attach(ri)
-	if rep := t.out.Reports[ri.ref]; rep != nil {
-		rep.Unsupported = append(rep.Unsupported, unsupported...)
-		rep.Denied = append(rep.Denied, denied...)
-	}
+	t.translateRoute(r.Spec.ParentRefs, func(mesh bool) (*routeInfo, []string, []string) {
+		ri := &routeInfo{
+			ref:        Ref{Kind: KindHTTPRoute, Namespace: r.Namespace, Name: r.Name},
+			generation: r.Generation, parents: r.Spec.ParentRefs, hostnames: r.Spec.Hostnames, resolvedOK: true,
+		}
+		var unsupported, denied []string
+		for n, rr := range r.Spec.Rules {
+			s := &ruleState{ri: ri, field: fmt.Sprintf("spec.rules[%d]", n), mesh: mesh}
+			rules, u, d := t.httpRule(s, r.Namespace, r.Name, n, rr)
+			ri.rules = append(ri.rules, rules...)
+			unsupported, denied = append(unsupported, u...), append(denied, d...)
+		}
+		if len(denied) > 0 {
+			ri.partial = "rules answer 500 where discovery cannot apply a filter: " + strings.Join(denied, "; ")
+		}
+		return ri, unsupported, denied
+	})
 }
 
 // httpRule converts one HTTPRoute rule: one Istio route per match (istiod
