@@ -117,6 +117,28 @@ func attaches(ns string, spec *security.AuthorizationPolicy, p *model.Proxy) boo
 	return false
 }
 
+// PolicyApplies reports whether the AuthorizationPolicy or
+// RequestAuthentication k of w attaches to p's workload (false when w has
+// none of that name), as authzPolicies and requestAuthnConfigs select
+// them: the push sends a changed policy to the proxies it selected before
+// or selects now.
+func PolicyApplies(w *model.World, k model.Key, p *model.Proxy) bool {
+	if k.Namespace != RootNamespace(w) && k.Namespace != p.Namespace {
+		return false
+	}
+	c := w.Config(k.Kind, k.Namespace, k.Name)
+	if c == nil {
+		return false
+	}
+	switch o := c.Object.(type) {
+	case *securityv1.AuthorizationPolicy:
+		return attaches(k.Namespace, &o.Spec, p)
+	case *securityv1.RequestAuthentication:
+		return attaches(k.Namespace, &security.AuthorizationPolicy{Selector: o.Spec.GetSelector(), TargetRef: o.Spec.GetTargetRef(), TargetRefs: o.Spec.GetTargetRefs()}, p)
+	}
+	return false
+}
+
 // actionRules are Envoy RBAC rules per action, for HTTP or for TCP chains.
 type actionRules map[security.AuthorizationPolicy_Action]*rbacv3.RBAC
 

@@ -170,13 +170,12 @@ func changeMatters(k model.Key, p *model.Proxy, w *model.World, old *gen.Scope) 
 		// client of its namespace's services (gen/endpoint_mtls.go): as
 		// istiod, every proxy.
 		return true
-	case model.KindAuthorizationPolicy:
-		// It shapes the proxy's own inbound configuration.
-		return k.Namespace == p.Namespace || k.Namespace == gen.RootNamespace(w)
-	case model.KindRequestAuthentication:
-		// It shapes the HTTP chains of the workloads it selects
-		// (gen/authn_jwt.go).
-		return k.Namespace == p.Namespace || k.Namespace == gen.RootNamespace(w)
+	case model.KindAuthorizationPolicy, model.KindRequestAuthentication:
+		// They shape the configuration of the workloads they select (a
+		// sidecar's inbound side, a gateway's listeners: gen/authz.go,
+		// gen/authn_jwt.go), before or after the change. A change of the
+		// root namespace is a MeshConfig change, which pushes everyone.
+		return gen.PolicyApplies(w, k, p) || gen.PolicyApplies(old.World, k, p)
 	case model.KindJWKS:
 		// A fetched key set is inlined where a policy names it.
 		issuer, uri := model.JWKSKeyParts(k)
