@@ -21,6 +21,8 @@ type Scope struct {
 	Services []*model.Service
 	aliases  map[string][]*model.Service
 	visible  map[model.NamespacedName]bool
+	// namespaces are those of the visible services.
+	namespaces map[string]bool
 	// vs maps a host to the VirtualServices that name it, in precedence
 	// order (scope_vs.go); a service host without one for sidecars also
 	// gets the first sidecar VirtualService of the most specific wildcard
@@ -72,7 +74,7 @@ func (sc *Scope) inTel() *listenerTelemetry {
 
 // NewScope computes what proxies of p's class see of w.
 func NewScope(w *model.World, p *model.Proxy) *Scope {
-	sc := &Scope{World: w, Proxy: p, visible: map[model.NamespacedName]bool{}, vs: map[string][]*model.Config{}, topo: topologyOf(w, p)}
+	sc := &Scope{World: w, Proxy: p, visible: map[model.NamespacedName]bool{}, namespaces: map[string]bool{}, vs: map[string][]*model.Config{}, topo: topologyOf(w, p)}
 	egress := sidecarScope(w, p)
 	sc.sidecar = egress
 	var seen []*model.Service
@@ -92,6 +94,7 @@ func NewScope(w *model.World, p *model.Proxy) *Scope {
 		}
 		sc.Services = append(sc.Services, s)
 		sc.visible[s.Key()] = true
+		sc.namespaces[s.Namespace] = true
 	}
 	sc.indexVirtualServices()
 	sc.dr, sc.drShadowed = indexFor(w).rules.forScope(sc)
@@ -100,6 +103,9 @@ func NewScope(w *model.World, p *model.Proxy) *Scope {
 
 // Visible reports whether the service ns/name is visible to the class.
 func (sc *Scope) Visible(nn model.NamespacedName) bool { return sc.visible[nn] }
+
+// SeesNamespace reports whether the class sees a service of namespace ns.
+func (sc *Scope) SeesNamespace(ns string) bool { return sc.namespaces[ns] }
 
 // VirtualServices returns the VirtualServices for host that apply to the
 // gateway or, for "mesh", to sidecars, in precedence order. For "mesh", a

@@ -165,11 +165,13 @@ func changeMatters(k model.Key, p *model.Proxy, w *model.World, old *gen.Scope) 
 	case model.KindSidecar:
 		return k.Namespace == p.Namespace || k.Namespace == gen.RootNamespace(w)
 	case model.KindPeerAuthentication:
-		// It shapes the inbound configuration of the proxies it applies
-		// to and, through auto mTLS, the clusters and endpoints of every
-		// client of its namespace's services (gen/endpoint_mtls.go): as
-		// istiod, every proxy.
-		return true
+		// It shapes the inbound configuration of the proxies of its
+		// namespace (the root namespace's: of every proxy) and, through
+		// auto mTLS, the clusters and endpoints of every client of its
+		// namespace's services (gen/endpoint_mtls.go). istiod pushes
+		// every proxy.
+		return k.Namespace == p.Namespace || k.Namespace == gen.RootNamespace(w) ||
+			k.Namespace == gen.RootNamespace(old.World) || old.SeesNamespace(k.Namespace)
 	case model.KindAuthorizationPolicy, model.KindRequestAuthentication:
 		// They shape the configuration of the workloads they select (a
 		// sidecar's inbound side, a gateway's listeners: gen/authz.go,
