@@ -9,4 +9,13 @@
 // a new push into one still waiting, and hands items to a bounded number
 // of workers, so a slow proxy never delays the others and the pending work
 // never grows beyond one item per proxy.
+//
+// Between them, planning: Split sorts a Request's changes, and
+// Changes.For decides what they mean for one proxy (nothing, new
+// endpoints of the services it sees, or a full push) from the proxy's
+// last configuration and the generator's selection rules (ChangeMatters);
+// Classes holds each proxy class's newest configuration, generated once
+// per World for all its proxies, and ChangedSince names what a proxy's
+// new configuration changed. The server (pkg/xds/server) holds the
+// streams: it asks the planner, queues the plans and answers the watches.
 package push

@@ -7,9 +7,9 @@
 // ordered ADS) and the per-type CDS, EDS, LDS and RDS services, all built on
 // go-control-plane's server/v3 with this package's own cache behind it (see
 // conn.go). Updates go through push.Debouncer; each proxy for which a change
-// matters gets one merged item in a push.Queue; configuration is generated
-// once per proxy class (gen.ClassConfig) and sent as the difference from
-// what the proxy already has. A rejected response (NACK) is counted and
+// matters (push.Changes.For decides) gets one merged item in a push.Queue;
+// configuration is generated once per proxy class (push.Classes) and sent
+// as the difference from what the proxy already has. A rejected response (NACK) is counted and
 // logged; the proxy keeps its last good configuration and is sent nothing
 // more for that type until the configuration changes.
 //

@@ -3,10 +3,7 @@ package server
 import (
 	"context"
 	"sort"
-	"sync"
 	"time"
-
-	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 
 	"github.com/meshplane/discovery/pkg/model"
 	"github.com/meshplane/discovery/pkg/xds/gen"
@@ -64,24 +61,13 @@ func (s *Server) onPush(_ context.Context, req *push.Request) {
 	for kind, n := range reasons {
 		s.m.triggers.WithLabelValues(kind).Add(float64(n))
 	}
-	eps := map[model.NamespacedName]bool{}
-	var others []model.Key
-	for k := range req.Changes {
-		switch k.Kind {
-		case model.KindEndpoints:
-			eps[model.NamespacedName{Namespace: k.Namespace, Name: k.Name}] = true
-		case model.KindEndpointSlice:
-			// Its effect arrives as a KindEndpoints change.
-		default:
-			others = append(others, k)
-		}
-	}
+	changes := push.Split(req.Changes)
 	rec := s.history.begin(req, reasons)
 	live := map[string]bool{}
 	var waved []classItem
 	s.conns.Range(func(_, v any) bool {
 		c := v.(*conn)
-		item := s.matters(c, req.World, others, eps, live)
+		item := s.matters(c, req.World, changes, live)
 		if item == nil {
 			return true
 		}
@@ -98,158 +84,23 @@ func (s *Server) onPush(_ context.Context, req *push.Request) {
 		s.waves.dispatch(waved, rec)
 	}
 	rec.enqueued()
-	s.classes.forget(live)
+	s.classes.Forget(live)
 }
 
-// matters decides what a change means for one proxy: nothing, new
-// endpoints for the services it sees, or a full push.
-func (s *Server) matters(c *conn, w *model.World, others []model.Key, eps map[model.NamespacedName]bool, live map[string]bool) *pushItem {
+// matters plans what a change means for one proxy (push.Changes.For).
+func (s *Server) matters(c *conn, w *model.World, changes push.Changes, live map[string]bool) *pushItem {
 	c.mu.Lock()
 	p, cfg := c.proxy, c.cfg
 	c.mu.Unlock()
 	if p == nil {
 		return nil // not identified yet; its initial push reads the newest World
 	}
-	// The class can change with the World (a Sidecar selecting the
-	// workload, a VirtualService matching its labels): then everything
-	// is regenerated for the new class.
-	key := gen.ClassKey(w, p)
-	live[key] = true
-	if cfg == nil || cfg.Class.Class != key {
-		return &pushItem{full: true, world: w, class: key}
-	}
-	scope := cfg.Class.Scope()
-	for _, k := range others {
-		if changeMatters(k, p, w, scope) {
-			return &pushItem{full: true, keepOwn: ownUnchanged(others), world: w, class: key}
-		}
-	}
-	var seen map[model.NamespacedName]bool
-	for nn := range eps {
-		if scope.Visible(nn) {
-			if svc := w.Service(nn.Namespace, nn.Name); svc != nil && p.Type == model.ProxySidecar && gen.EndpointsShapeListeners(svc) {
-				// Its endpoints are listener chains too (headless TCP).
-				return &pushItem{full: true, world: w, class: key}
-			}
-			if seen == nil {
-				seen = map[model.NamespacedName]bool{}
-			}
-			seen[nn] = true
-		}
-	}
-	if seen == nil {
+	plan, class := changes.For(w, p, cfg)
+	live[class] = true
+	if plan == nil {
 		return nil
 	}
-	return &pushItem{eds: seen, keepOwn: true, world: w, class: key}
-}
-
-// changeMatters reports whether a change to k can alter what proxy p is
-// sent, judged by the new World w and the scope p's configuration was
-// built from.
-func changeMatters(k model.Key, p *model.Proxy, w *model.World, old *gen.Scope) bool {
-	nn := model.NamespacedName{Namespace: k.Namespace, Name: k.Name}
-	switch k.Kind {
-	case model.KindService:
-		if k.Namespace == p.Namespace || old.Visible(nn) {
-			return true
-		}
-		svc := w.Service(k.Namespace, k.Name)
-		return svc != nil && gen.ServiceExportedTo(w, svc, p.Namespace) ||
-			gen.ExtAuthzServiceChanged(w, old.World, k.Namespace, k.Name)
-	case model.KindVirtualService, model.KindDestinationRule:
-		return configVisible(w, k, p.Namespace) || configVisible(old.World, k, p.Namespace)
-	case model.KindGateway:
-		return p.Type == model.ProxyRouter
-	case model.KindPod:
-		return k.Namespace == p.Namespace && k.Name == p.PodName
-	case model.KindSidecar:
-		return k.Namespace == p.Namespace || k.Namespace == gen.RootNamespace(w)
-	case model.KindPeerAuthentication:
-		// It shapes the inbound configuration of the proxies of its
-		// namespace (the root namespace's: of every proxy) and, through
-		// auto mTLS, the clusters and endpoints of every client of its
-		// namespace's services (gen/endpoint_mtls.go). istiod pushes
-		// every proxy.
-		return k.Namespace == p.Namespace || k.Namespace == gen.RootNamespace(w) ||
-			k.Namespace == gen.RootNamespace(old.World) || old.SeesNamespace(k.Namespace)
-	case model.KindAuthorizationPolicy, model.KindRequestAuthentication:
-		// They shape the configuration of the workloads they select (a
-		// sidecar's inbound side, a gateway's listeners: gen/authz.go,
-		// gen/authn_jwt.go), before or after the change. A change of the
-		// root namespace is a MeshConfig change, which pushes everyone.
-		return gen.PolicyApplies(w, k, p) || gen.PolicyApplies(old.World, k, p)
-	case model.KindJWKS:
-		// A fetched key set is inlined where a policy names it.
-		issuer, uri := model.JWKSKeyParts(k)
-		return gen.JWKSNeeded(w, p, issuer, uri) || gen.JWKSNeeded(old.World, p, issuer, uri)
-	case model.KindTelemetry:
-		// Root and namespace Telemetry shape every listener of the
-		// proxies they apply to; a selecting one also moves the proxies
-		// it selects to another class (ClassKey).
-		return k.Namespace == p.Namespace || k.Namespace == gen.RootNamespace(w)
-	case model.KindEnvoyFilter:
-		// Its patches reach the proxies it selects (whose class key
-		// names it: gen/envoyfilter.go), before or after the change.
-		return gen.EnvoyFilterApplies(w, k, p) || gen.EnvoyFilterApplies(old.World, k, p)
-	case model.KindWasmPlugin:
-		// Its filters and extension reach the proxies it selects (whose
-		// class key names it: gen/wasm.go), before or after the change.
-		return gen.WasmPluginApplies(w, k, p) || gen.WasmPluginApplies(old.World, k, p)
-	case model.KindMeshConfig:
-		return true // mesh-wide, as istiod's full push on a mesh change
-	case model.KindNode:
-		// A Node's locality reaches proxies through their class key (a
-		// proxy on it moves class) and the endpoints of the pods on it
-		// (KindEndpoints changes).
-		return false
-	case model.KindCAConfigMap:
-		// Read only by the Gateway API translation: its effect arrives
-		// as a change of the DestinationRule it derives.
-		return false
-	}
-	if k.Kind.IsGatewayAPI() {
-		// Generation reads the Istio Gateways and VirtualServices the
-		// Store derives from them: their effect arrives as those changes.
-		return false
-	}
-	return true
-}
-
-// ownUnchanged reports whether none of the changes can change a proxy's
-// own configuration: gen.Proxy reads the proxy's pod, the Services that
-// select it, PeerAuthentication, AuthorizationPolicy, Sidecar ingress and
-// ServiceEntry/WorkloadEntry, never routing configuration.
-func ownUnchanged(changes []model.Key) bool {
-	for _, k := range changes {
-		switch k.Kind {
-		case model.KindVirtualService, model.KindDestinationRule, model.KindGateway, model.KindNode, model.KindCAConfigMap:
-		default:
-			return false
-		}
-	}
-	return true
-}
-
-func configVisible(w *model.World, k model.Key, ns string) bool {
-	c := w.Config(k.Kind, k.Namespace, k.Name)
-	if c == nil {
-		return false
-	}
-	switch o := c.Object.(type) {
-	case *networkingv1.VirtualService:
-		if len(o.Spec.GetHosts()) == 0 {
-			// A delegate: its exportTo names its roots' namespaces; it
-			// matters where a root that names it is seen.
-			return gen.DelegatedTo(w, k, ns)
-		}
-		return gen.VirtualServiceExportedTo(w, &o.Spec, k.Namespace, ns)
-	case *networkingv1.DestinationRule:
-		// One with a workloadSelector applies in its own namespace only,
-		// whatever its exportTo: there to the proxies it selects, which a
-		// changed selection also moves to another class (ClassKey).
-		return gen.DestinationRuleExportedTo(w, &o.Spec, k.Namespace, ns)
-	}
-	return true
+	return &pushItem{full: plan.Full, keepOwn: plan.KeepOwn, eds: plan.EDS, world: w, class: plan.Class}
 }
 
 // work prepares one proxy's push: its class's configuration (generated
@@ -276,7 +127,7 @@ func (s *Server) work(_ context.Context, c *conn, item *pushItem) {
 	// proxyless gRPC): an endpoint change that changes them needs the
 	// clusters, not only the endpoints.
 	if item.full || prev == nil || gen.IdentitiesChanged(prev.Class, item.world, svcs) {
-		cls := s.classes.full(s.gen, item.world, p)
+		cls := s.classes.Full(s.gen, item.world, p)
 		if cls == nil {
 			return // logged by the generator; nothing good to send yet
 		}
@@ -286,10 +137,10 @@ func (s *Server) work(_ context.Context, c *conn, item *pushItem) {
 		} else {
 			pc = s.gen.Proxy(item.world, p, cls)
 		}
-		c.setConfig(pc, changedSince(prev, pc), item.first)
+		c.setConfig(pc, push.ChangedSince(prev, pc), item.first)
 	} else {
 		kind = "eds"
-		cls := s.classes.endpoints(s.gen, item.world, p, svcs)
+		cls := s.classes.Endpoints(s.gen, item.world, p, svcs)
 		if cls == nil {
 			return // logged by the generator; nothing good to send yet
 		}
@@ -304,101 +155,4 @@ func (s *Server) work(_ context.Context, c *conn, item *pushItem) {
 	for _, r := range item.records {
 		r.done()
 	}
-}
-
-// changedSince lists, per type, what differs between a proxy's previous
-// configuration and next, when next's class configuration was derived
-// directly from prev's; nil (compare everything) otherwise. Types whose
-// version did not change are left out.
-func changedSince(prev, next *gen.ProxyConfig) map[string][]string {
-	if prev == nil || next.Class.Base == 0 || next.Class.Base != prev.Class.ID {
-		return nil
-	}
-	out := map[string][]string{}
-	for _, t := range gen.TypeURLs {
-		if prev.Version(t) == next.Version(t) {
-			continue
-		}
-		if setVersion(prev.Own[t]) != setVersion(next.Own[t]) {
-			out[t] = nil // own part changed: compare in full
-			continue
-		}
-		// State-of-the-world Cluster and Listener responses carry every
-		// resource whatever the names (respondSotw); delta ones only these.
-		out[t] = next.Class.Changed[t]
-	}
-	return out
-}
-
-// classCache holds the newest configuration of every proxy class.
-type classCache struct {
-	mu      sync.Mutex
-	entries map[string]*classEntry
-}
-
-type classEntry struct {
-	mu  sync.Mutex
-	cfg *gen.ClassConfig
-}
-
-func (cc *classCache) entry(class string) *classEntry {
-	cc.mu.Lock()
-	defer cc.mu.Unlock()
-	e := cc.entries[class]
-	if e == nil {
-		e = &classEntry{}
-		cc.entries[class] = e
-	}
-	return e
-}
-
-// full returns the class's configuration for w (or newer), generating it
-// once for all the class's proxies. On a generation failure it returns the
-// last good configuration, or nil if there is none.
-func (cc *classCache) full(g *gen.Generator, w *model.World, p *model.Proxy) *gen.ClassConfig {
-	e := cc.entry(gen.ClassKey(w, p))
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.cfg != nil && e.cfg.WorldVersion >= w.Version {
-		return e.cfg
-	}
-	cfg, _ := g.Class(w, p, e.cfg)
-	if cfg != nil {
-		e.cfg = cfg
-	}
-	return e.cfg
-}
-
-// endpoints returns the class's configuration with the endpoints of svcs
-// taken from w, updating it once for all the class's proxies.
-func (cc *classCache) endpoints(g *gen.Generator, w *model.World, p *model.Proxy, svcs []model.NamespacedName) *gen.ClassConfig {
-	e := cc.entry(gen.ClassKey(w, p))
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	switch {
-	case e.cfg == nil:
-		cfg, _ := g.Class(w, p, nil)
-		e.cfg = cfg
-	case e.cfg.WorldVersion < w.Version:
-		e.cfg, _ = g.UpdateEndpoints(e.cfg, w, svcs)
-	}
-	return e.cfg
-}
-
-// forget drops classes without proxies, so their memory goes.
-func (cc *classCache) forget(keep map[string]bool) {
-	cc.mu.Lock()
-	defer cc.mu.Unlock()
-	for k := range cc.entries {
-		if !keep[k] {
-			delete(cc.entries, k)
-		}
-	}
-}
-
-func setVersion(s *gen.Set) string {
-	if s == nil {
-		return ""
-	}
-	return s.Version
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/meshplane/discovery/pkg/model"
 	"github.com/meshplane/discovery/pkg/xds/gen"
 	"github.com/meshplane/discovery/pkg/xds/internal/worldtest"
+	"github.com/meshplane/discovery/pkg/xds/push"
 )
 
 // A delegate VirtualService (no hosts) is exported to its root's
@@ -38,7 +39,7 @@ func TestDelegateChangeMattersWhereItsRootIsSeen(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := changeMatters(k, p, w, gen.NewScope(w, p)); got != want {
+		if got := push.ChangeMatters(k, p, w, gen.NewScope(w, p)); got != want {
 			t.Errorf("a delegate change matters to %s: %v, want %v", ns, got, want)
 		}
 	}

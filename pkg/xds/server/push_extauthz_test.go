@@ -9,6 +9,7 @@ import (
 	"github.com/meshplane/discovery/pkg/model"
 	"github.com/meshplane/discovery/pkg/xds/gen"
 	"github.com/meshplane/discovery/pkg/xds/internal/worldtest"
+	"github.com/meshplane/discovery/pkg/xds/push"
 )
 
 // The Service an ext_authz provider names decides whether CUSTOM policies
@@ -47,7 +48,7 @@ spec:
 	sc := gen.NewScope(w, p)
 	for name, want := range map[string]bool{"ext-authz": true, "private": false} {
 		k := model.Key{Kind: model.KindService, Namespace: "authz", Name: name}
-		if got := changeMatters(k, p, w, sc); got != want {
+		if got := push.ChangeMatters(k, p, w, sc); got != want {
 			t.Errorf("a change to authz/%s matters to a proxy of ns-0: %v, want %v", name, got, want)
 		}
 	}

@@ -58,7 +58,7 @@ type Server struct {
 	queue     *push.Queue[*conn, *pushItem]
 	conns     sync.Map // streamKey -> *conn
 	reqs      sync.Map // request pointer -> *conn, between OnStreamRequest and CreateWatch
-	classes   classCache
+	classes   push.Classes
 	history   *history
 	waves     *waves                 // push waves (canary.go)
 	streams   streamCount            // open streams, against Options.MaxStreams (limits.go)
@@ -101,7 +101,6 @@ func New(opts Options, world World, log *slog.Logger, reg prometheus.Registerer)
 	}
 	s.history = newHistory(opts.PushStatusSize)
 	s.waves = newWaves(s)
-	s.classes.entries = map[string]*classEntry{}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.xdsCancel = cancel
 	s.xds = serverv3.NewServer(ctx, watcher{s}, callbacks{s}, sotwv3.WithOrderedADS(),

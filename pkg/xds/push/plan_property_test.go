@@ -1,4 +1,4 @@
-package server
+package push
 
 import (
 	"flag"
@@ -13,7 +13,7 @@ import (
 	"github.com/meshplane/discovery/pkg/xds/internal/worldtest"
 )
 
-// TestPushPlanCoversEveryChangedProxy is the push planner's property: for
+// TestPushPlanCoversEveryChangedProxy is the planner's property (Changes.For): for
 // random Worlds and a random single change, every proxy whose
 // configuration, generated from scratch, differs between the World before
 // and after is planned a push that covers the difference (a full push,
@@ -32,7 +32,10 @@ func TestPushPlanCoversEveryChangedProxy(t *testing.T) {
 	if *planTrials > 0 {
 		trials = *planTrials
 	}
-	g := newGen(t)
+	g, err := gen.New(gen.DefaultOptions(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
 	var changed, extra, planned, proxies int
 	byKind := map[model.Kind][2]int{} // kind -> {extra, changed}
 	for trial := range trials {
@@ -63,11 +66,10 @@ func TestPushPlanCoversEveryChangedProxy(t *testing.T) {
 		for _, c := range u.Changes {
 			kinds[c.Key] = c.Op
 		}
-		eps, others := splitChanges(kinds)
+		changes := Split(kinds)
 		for i, p := range ps {
 			proxies++
-			c := &conn{proxy: p, cfg: before[i]}
-			item := (&Server{}).matters(c, w1, others, eps, map[string]bool{})
+			item, _ := changes.For(w1, p, before[i])
 			after := generate(t, g, w1, p, nil)
 			reused := generate(t, g, w1, p, before[i].Class)
 			if d := configDiff(after, reused); d != "" {
@@ -85,11 +87,11 @@ func TestPushPlanCoversEveryChangedProxy(t *testing.T) {
 			switch {
 			case len(diff) > 0 && item == nil:
 				t.Errorf("trial %d (%s), proxy %s: configuration changed (%s) and no push was planned", trial, desc, p.ID, strings.Join(clip(diff), ", "))
-			case len(diff) > 0 && !item.full:
+			case len(diff) > 0 && !item.Full:
 				if miss := notCovered(diff, item, after); len(miss) > 0 {
 					t.Errorf("trial %d (%s), proxy %s: an endpoints push was planned, but %s changed too", trial, desc, p.ID, strings.Join(clip(miss), ", "))
 				}
-			case len(diff) == 0 && item != nil && item.full:
+			case len(diff) == 0 && item != nil && item.Full:
 				extra++
 				ek[0]++
 			}
@@ -119,22 +121,6 @@ func generate(t *testing.T, g *gen.Generator, w *model.World, p *model.Proxy, pr
 		t.Fatalf("%s: %v", p.ID, err)
 	}
 	return g.Proxy(w, p, cc)
-}
-
-// splitChanges sorts a push's changes as onPush does.
-func splitChanges(changes map[model.Key]model.Op) (map[model.NamespacedName]bool, []model.Key) {
-	eps := map[model.NamespacedName]bool{}
-	var others []model.Key
-	for k := range changes {
-		switch k.Kind {
-		case model.KindEndpoints:
-			eps[model.NamespacedName{Namespace: k.Namespace, Name: k.Name}] = true
-		case model.KindEndpointSlice:
-		default:
-			others = append(others, k)
-		}
-	}
-	return eps, others
 }
 
 func firstKind(changes map[model.Key]model.Op) model.Kind {
@@ -184,9 +170,9 @@ func configDiff(a, b *gen.ProxyConfig) string {
 
 // notCovered lists the differences an endpoints-only push does not send:
 // anything but the endpoints of the services it names.
-func notCovered(diff []string, item *pushItem, after *gen.ProxyConfig) []string {
+func notCovered(diff []string, item *Plan, after *gen.ProxyConfig) []string {
 	covered := map[string]bool{}
-	for nn := range item.eds {
+	for nn := range item.EDS {
 		for _, n := range after.Class.EndpointsOf[nn] {
 			covered[gen.ShortType(gen.EndpointType)+"/"+n] = true
 		}
