@@ -144,6 +144,17 @@ func ChangeMatters(k model.Key, p *model.Proxy, w *model.World, old *gen.Scope) 
 		// Read only by the Gateway API translation: its effect arrives
 		// as a change of the DestinationRule it derives.
 		return false
+	case model.KindProxyConfig, model.KindWorkloadGroup:
+		// Not read by generation: the injector reads ProxyConfig when a
+		// pod is created (nothing is pushed, as in Istio); WorkloadGroup
+		// becomes WorkloadEntries (auto-registration), whose changes
+		// arrive as such.
+		return false
+	}
+	if k.Kind.IsIstio() && !gen.ReadsKind(k.Kind) {
+		// A kind discovery does not implement (TrafficExtension) changes
+		// no proxy; it is reported on the object instead.
+		return false
 	}
 	if k.Kind.IsGatewayAPI() {
 		// Generation reads the Istio Gateways and VirtualServices the

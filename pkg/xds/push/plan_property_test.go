@@ -1,12 +1,17 @@
 package push
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"math/rand"
 	"slices"
 	"strings"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/api/meta"
 
 	"github.com/meshplane/discovery/pkg/model"
 	"github.com/meshplane/discovery/pkg/xds/gen"
@@ -22,7 +27,10 @@ import (
 // from scratch. A proxy planned a full push whose configuration did not
 // change is an extra push: allowed (the push then sends nothing), counted
 // and reported as the planner's efficiency.
-var planTrials = flag.Int("plan.trials", 0, "TestPushPlanCoversEveryChangedProxy's number of random Worlds (0: 300, 60 with -short)")
+var (
+	planTrials = flag.Int("plan.trials", 0, "TestPushPlanCoversEveryChangedProxy's number of random Worlds (0: 300, 60 with -short)")
+	planTrial  = flag.Int("plan.trial", -1, "run only this trial of TestPushPlanCoversEveryChangedProxy, and log its World and change")
+)
 
 func TestPushPlanCoversEveryChangedProxy(t *testing.T) {
 	trials := 300
@@ -39,10 +47,13 @@ func TestPushPlanCoversEveryChangedProxy(t *testing.T) {
 	var changed, extra, planned, proxies int
 	byKind := map[model.Kind][2]int{} // kind -> {extra, changed}
 	for trial := range trials {
+		if *planTrial >= 0 && trial != *planTrial {
+			continue
+		}
 		rng := rand.New(rand.NewSource(int64(trial)))
 		pw := randomPlanWorld(rng)
 		store := model.NewStore(model.StoreOptions{})
-		evs, err := worldtest.Decode([]byte(pw.yaml()))
+		evs, err := decodeVersioned(pw.yaml())
 		if err != nil {
 			t.Fatalf("trial %d: %v\n%s", trial, err, pw.yaml())
 		}
@@ -57,9 +68,15 @@ func TestPushPlanCoversEveryChangedProxy(t *testing.T) {
 			before[i] = generate(t, g, w0, p, nil)
 		}
 		desc, change := pw.change(rng)
+		if *planTrial >= 0 {
+			t.Logf("trial %d: the World\n%s\nthe change: %s", trial, pw.yaml(), desc)
+		}
 		u, err := store.Apply(change...)
 		if err != nil {
 			t.Fatalf("trial %d (%s): %v", trial, desc, err)
+		}
+		if u == nil {
+			continue // the same revision again: the Store publishes nothing
 		}
 		w1 := u.World
 		kinds := map[model.Key]model.Op{}
@@ -112,6 +129,30 @@ func TestPushPlanCoversEveryChangedProxy(t *testing.T) {
 	}) {
 		t.Logf("  %-24s changed %4d, extra full pushes %4d", k, byKind[k][1], byKind[k][0])
 	}
+}
+
+// decodeVersioned decodes YAML documents, each object with a
+// resourceVersion that changes with its content, as every source gives
+// them (the API server; the file source hashes the document): the Store
+// and generation tell revisions of an object apart by it.
+func decodeVersioned(y string) ([]model.Event, error) {
+	evs, err := worldtest.Decode([]byte(y))
+	if err != nil {
+		return nil, err
+	}
+	for _, ev := range evs {
+		m, err := meta.Accessor(ev.Object)
+		if err != nil {
+			continue
+		}
+		js, err := json.Marshal(ev.Object)
+		if err != nil {
+			return nil, err
+		}
+		sum := sha256.Sum256(js)
+		m.SetResourceVersion(hex.EncodeToString(sum[:8]))
+	}
+	return evs, nil
 }
 
 func generate(t *testing.T, g *gen.Generator, w *model.World, p *model.Proxy, prev *gen.ClassConfig) *gen.ProxyConfig {
@@ -235,7 +276,7 @@ func (pw *planWorld) config(rng *rand.Rand) (key, doc string) {
 	name := fmt.Sprintf("c-%d", rng.Intn(4))
 	exportTo := []string{"", `  exportTo: ["."]` + "\n", `  exportTo: ["*"]` + "\n"}[rng.Intn(3)]
 	a, b := pw.svc(rng), pw.svc(rng)
-	switch rng.Intn(10) {
+	switch rng.Intn(12) {
 	case 0, 1:
 		gw := ""
 		if rng.Intn(3) == 0 {
@@ -318,6 +359,21 @@ metadata: {name: %s, namespace: %s}
 spec:
   selector: {matchLabels: {app: %s}}
   jwtRules: [{issuer: "https://issuer-%d.example", jwksUri: "https://issuer.example/jwks"}]
+`, name, ns, a.name, rng.Intn(3))
+	case 10:
+		return "ProxyConfig " + ns + "/" + name, fmt.Sprintf(`apiVersion: networking.istio.io/v1beta1
+kind: ProxyConfig
+metadata: {name: %s, namespace: %s}
+spec:
+  concurrency: %d
+`, name, ns, 1+rng.Intn(4))
+	case 11:
+		return "WorkloadGroup " + ns + "/" + name, fmt.Sprintf(`apiVersion: networking.istio.io/v1
+kind: WorkloadGroup
+metadata: {name: %s, namespace: %s}
+spec:
+  metadata: {labels: {app: %s}}
+  template: {serviceAccount: sa-%d}
 `, name, ns, a.name, rng.Intn(3))
 	default:
 		return "ServiceEntry " + ns + "/" + name, fmt.Sprintf(`apiVersion: networking.istio.io/v1
@@ -412,7 +468,7 @@ func planProxy(t *testing.T, typ, ip, pod, ns string, labels map[string]any) *mo
 // service's endpoints or ports changed, a service added or removed.
 func (pw *planWorld) change(rng *rand.Rand) (string, []model.Event) {
 	decode := func(doc string) []model.Event {
-		evs, err := worldtest.Decode([]byte(doc))
+		evs, err := decodeVersioned(doc)
 		if err != nil {
 			panic(err)
 		}
