@@ -59,7 +59,7 @@ func edsCluster(name string, proto model.Protocol, envoy bool) *clusterv3.Cluste
 		ConnectTimeout:       durationpb.New(10 * time.Second),
 	}
 	if envoy && (proto == model.ProtocolHTTP2 || proto == model.ProtocolGRPC) {
-		opts, _ := anypb.New(&httpv3.HttpProtocolOptions{
+		opts := mustAny(&httpv3.HttpProtocolOptions{
 			UpstreamProtocolOptions: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{
 				ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
 					ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{

@@ -26,11 +26,17 @@ const (
 	VirtualInboundPort  = 15006
 )
 
+// mustAny wraps m in an Any, marshaled deterministically as the
+// resources around it are (marshalOpts): a map in m (a Struct's fields:
+// TypedStruct configurations, metadata) is otherwise written in Go's
+// random map order, and the same configuration would hash differently
+// from one generation, or one process, to the next, resending unchanged
+// resources (every listener after a restart, at M1).
 func mustAny(m proto.Message) *anypb.Any {
-	a, err := anypb.New(m)
-	if err != nil {
-		// anypb.New fails only for a message without a registered type,
-		// which the generated Envoy types always have.
+	a := &anypb.Any{}
+	if err := anypb.MarshalFrom(a, m, marshalOpts); err != nil {
+		// It fails only for a message without a registered type, which
+		// the generated Envoy types always have.
 		panic(err)
 	}
 	return a
