@@ -165,7 +165,12 @@ func (o *serveOptions) build(ctx context.Context, cfg *rest.Config, client kuber
 			return nil, err
 		}
 	}
-	sources, fileSource, err := o.sources(cfg, log, reg)
+	clients, err := o.kubeClients(cfg)
+	if err != nil {
+		return nil, err
+	}
+	// Built before anything can start the shared factory (kube.Clients).
+	sources, fileSource, err := o.sources(clients, log, reg)
 	if err != nil {
 		return nil, err
 	}
@@ -198,12 +203,19 @@ func (o *serveOptions) build(ctx context.Context, cfg *rest.Config, client kuber
 	if err != nil {
 		return nil, err
 	}
+	if clients != nil {
+		namespaces := clients.Shared.Core().V1().Namespaces()
+		injector.SetNamespaceLister(namespaces.Lister(), namespaces.Informer().HasSynced)
+	}
 	plain, secure := o.grpcServers(authority.ServerTLSConfig(), p.guard)
 	authority.Register(secure)
 	p.xds.Register(secure)
 
 	p.runner = leader.NewRunner(o.leader, client, o.namespace, leader.LeaseName(o.revision), identity(), log.With("component", "leader"))
 	p.runner.Add("monitor", false, mon.Start)
+	if clients != nil {
+		p.runner.Add("shared informers", false, runSharedInformers(clients.Shared))
+	}
 	for _, src := range sources {
 		mon.AddReadyCheck("source "+src.Name(), synced(src))
 		p.runner.Add("source "+src.Name(), false, func(ctx context.Context) error { return src.Start(ctx, meshWatcher) })
@@ -242,8 +254,8 @@ func (o *serveOptions) build(ctx context.Context, cfg *rest.Config, client kuber
 	for _, c := range webhooks {
 		p.runner.Add(c.name, c.needsLeader, c.start)
 	}
-	if client != nil {
-		publisher, err := authority.NewRootPublisher()
+	if clients != nil {
+		publisher, err := authority.NewRootPublisher(clients.Shared.Core().V1().Namespaces().Informer())
 		if err != nil {
 			return nil, err
 		}

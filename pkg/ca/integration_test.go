@@ -20,7 +20,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/meshplane/discovery/internal/testenv"
 	pb "github.com/meshplane/discovery/proto/istio/v1/auth"
@@ -38,6 +40,21 @@ func runInBackground(t *testing.T, f func(context.Context) error) {
 			t.Errorf("background component: %v", err)
 		}
 	})
+}
+
+// namespaceInformer runs, until t ends, the Namespace informer that the
+// process shares with the root publisher.
+func namespaceInformer(t *testing.T, client kubernetes.Interface) cache.SharedIndexInformer {
+	t.Helper()
+	f := informers.NewSharedInformerFactory(client, 0)
+	inf := f.Core().V1().Namespaces().Informer()
+	ctx, cancel := context.WithCancel(context.Background())
+	f.Start(ctx.Done())
+	t.Cleanup(func() {
+		cancel()
+		f.Shutdown()
+	})
+	return inf
 }
 
 func createNamespace(t *testing.T, client kubernetes.Interface, name string) {
@@ -135,7 +152,7 @@ func testIssueOnAPIServer(t *testing.T, client kubernetes.Interface) {
 		t.Fatal(err)
 	}
 	runInBackground(t, c.Start)
-	pub, err := c.NewRootPublisher()
+	pub, err := c.NewRootPublisher(namespaceInformer(t, client))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -341,7 +358,7 @@ func testRootRotation(t *testing.T, client kubernetes.Interface) {
 		t.Fatal(err)
 	}
 	runInBackground(t, c.Start)
-	pub, err := c.NewRootPublisher()
+	pub, err := c.NewRootPublisher(namespaceInformer(t, client))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,8 +11,10 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// Start watches the injection ConfigMap (and, unless SetNamespaceLister
-// was called, the namespaces) until ctx ends. Each change of the ConfigMap
+// Start watches the injection ConfigMap until ctx ends. Namespaces come
+// from the lister SetNamespaceLister gave (the process's one Namespace
+// informer), else from a GET at each injection: the injector never
+// watches namespaces of its own. Each change of the ConfigMap
 // is loaded as Load describes; deleting it keeps the configuration in
 // force. When the service account may list and watch every
 // MutatingWebhookConfiguration it also follows the revision tags
@@ -42,15 +44,8 @@ func (i *Injector) Start(ctx context.Context) error {
 		return fmt.Errorf("watch injection ConfigMap: %w", err)
 	}
 	syncs := []cache.InformerSynced{cmInformer.HasSynced}
-	if i.namespaces.Load() == nil {
-		nsFactory := informers.NewSharedInformerFactory(i.client, 0)
-		defer nsFactory.Shutdown()
-		nsInformer := nsFactory.Core().V1().Namespaces()
-		syncs = append(syncs, nsInformer.Informer().HasSynced)
-		nsFactory.Start(ctx.Done())
-		// Until the informer has synced, a miss falls back to a GET.
-		lister := nsInformer.Lister()
-		i.namespaces.Store(&lister)
+	if s := i.namespacesSynced.Load(); s != nil {
+		syncs = append(syncs, *s)
 	}
 	switch ok, err := CanWatchWebhooks(ctx, i.client); {
 	case err != nil:
