@@ -134,8 +134,10 @@ func TestIstioYAMLOnARealAPIServer(t *testing.T) {
 	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, nsObject("shop"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "reviews", Namespace: "shop"},
-		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "reviews"}, Ports: []corev1.ServicePort{{Name: "http", Port: 9080}}}}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "reviews", Namespace: "shop"},
+		Spec:       corev1.ServiceSpec{Selector: map[string]string{"app": "reviews"}, Ports: []corev1.ServicePort{{Name: "http", Port: 9080}}},
+	}
 	if _, err := env.Client.CoreV1().Services("shop").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

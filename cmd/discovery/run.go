@@ -354,8 +354,10 @@ func (o *serveOptions) grpcServers(tlsCfg *tls.Config, guard *streamauth.Guard) 
 		grpc.MaxConcurrentStreams(uint32(o.xds.MaxStreamsPerConnection)),
 		// MaxConnectionAge sends GOAWAY (gRPC adds +/-10% jitter); the
 		// proxy's stream then has the grace period to move.
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second,
-			MaxConnectionAge: o.maxStreamAgeOrInfinity(), MaxConnectionAgeGrace: 10 * time.Second}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			Time: 30 * time.Second, Timeout: 10 * time.Second,
+			MaxConnectionAge: o.maxStreamAgeOrInfinity(), MaxConnectionAgeGrace: 10 * time.Second,
+		}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 15 * time.Second, PermitWithoutStream: true}),
 		// xDS responses reference the shared, already-marshalled resources
 		// instead of copying them into one buffer per response.

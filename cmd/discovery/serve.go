@@ -275,8 +275,10 @@ func instanceName() string {
 // xdsInstance is what Istio's debug types say of this replica and build.
 func xdsInstance() xdsserver.Instance {
 	v := currentVersion()
-	return xdsserver.Instance{ID: instanceName(), Version: v.Version, GitRevision: v.GitCommit,
-		GoVersion: v.GoVersion, BuildStatus: v.BuildStatus(), GitTag: v.Version}
+	return xdsserver.Instance{
+		ID: instanceName(), Version: v.Version, GitRevision: v.GitCommit,
+		GoVersion: v.GoVersion, BuildStatus: v.BuildStatus(), GitTag: v.Version,
+	}
 }
 
 // identity names this replica in the leader Lease.

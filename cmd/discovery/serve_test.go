@@ -63,7 +63,8 @@ func freePort(t *testing.T) string {
 func startServe(t *testing.T, args ...string) *proc {
 	t.Helper()
 	p := &proc{out: &syncBuffer{}, done: make(chan struct{}), monitor: freePort(t), readiness: freePort(t)}
-	args = append([]string{"serve",
+	args = append([]string{
+		"serve",
 		"--grpc-address", freePort(t), "--secure-grpc-address", freePort(t), "--webhook-address", freePort(t),
 		"--monitoring-address", p.monitor, "--readiness-address", p.readiness,
 	}, args...)

@@ -73,8 +73,10 @@ func newReviewer(t *testing.T) *reviewer {
 		}
 		return false, nil, nil
 	})
-	r.authn = &tokenReviewAuthn{client: client, audience: "istio-ca", trustDomain: "cluster.local",
-		cache: newTokenCache(30*time.Second, 5*time.Second), metrics: newMetrics(nil), now: func() time.Time { return r.now }}
+	r.authn = &tokenReviewAuthn{
+		client: client, audience: "istio-ca", trustDomain: "cluster.local",
+		cache: newTokenCache(30*time.Second, 5*time.Second), metrics: newMetrics(nil), now: func() time.Time { return r.now },
+	}
 	return r
 }
 

@@ -50,8 +50,10 @@ func (c *CA) NewRootPublisher(namespaces cache.SharedIndexInformer) (*RootPublis
 	if namespaces == nil {
 		return nil, fmt.Errorf("root publisher needs the Namespace informer")
 	}
-	return &RootPublisher{client: c.client, namespaces: namespaces, authority: c.authority,
-		log: c.log.With("controller", "root-publisher"), publishSystem: c.opts.PublishToSystemNamespaces}, nil
+	return &RootPublisher{
+		client: c.client, namespaces: namespaces, authority: c.authority,
+		log: c.log.With("controller", "root-publisher"), publishSystem: c.opts.PublishToSystemNamespaces,
+	}, nil
 }
 
 // Start publishes until ctx ends.

@@ -41,8 +41,10 @@ var _ PodRenderer = (*inject.Injector)(nil)
 
 func gateway(mut ...func(*gw.Gateway)) *gw.Gateway {
 	g := &gw.Gateway{
-		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop", UID: types.UID("uid-1"),
-			Labels: map[string]string{"team": "a"}, Annotations: map[string]string{"note": "x", ControllerVersionAnnotation: "5"}},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "web", Namespace: "shop", UID: types.UID("uid-1"),
+			Labels: map[string]string{"team": "a"}, Annotations: map[string]string{"note": "x", ControllerVersionAnnotation: "5"},
+		},
 		Spec: gw.GatewaySpec{GatewayClassName: "istio", Listeners: []gw.Listener{
 			{Name: "http", Port: 80, Protocol: gw.HTTPProtocolType},
 			{Name: "https.example", Port: 443, Protocol: gw.HTTPSProtocolType},
@@ -90,8 +92,10 @@ func TestRenderDeploymentRunsTheInjectorsGatewayProxy(t *testing.T) {
 		t.Fatalf("selector %v", got)
 	}
 	tl := d.Spec.Template.Labels
-	for k, v := range map[string]string{GatewayNameLabel: "web", GatewayClassLabel: "istio", ManagedLabel: ManagedValue,
-		"service.istio.io/canonical-name": "web-istio", "service.istio.io/canonical-revision": "latest", "sidecar.istio.io/inject": "false", "team": "a"} {
+	for k, v := range map[string]string{
+		GatewayNameLabel: "web", GatewayClassLabel: "istio", ManagedLabel: ManagedValue,
+		"service.istio.io/canonical-name": "web-istio", "service.istio.io/canonical-revision": "latest", "sidecar.istio.io/inject": "false", "team": "a",
+	} {
 		if tl[k] != v {
 			t.Errorf("pod label %s=%q, want %q", k, tl[k], v)
 		}
@@ -140,8 +144,13 @@ func TestRenderServicePortsFromListenersAndStatusPort(t *testing.T) {
 		}
 		got = append(got, port{p.Name, p.Port, *p.AppProtocol})
 	}
-	want := []port{{"status-port", 15021, "tcp"}, {"http", 80, "http"}, {"https-example", 443, "https"},
-		{"status-port-8443", 8443, "tls"}, {strings.Repeat("a", 63), 9000, "tcp"}}
+	want := []port{
+		{"status-port", 15021, "tcp"},
+		{"http", 80, "http"},
+		{"https-example", 443, "https"},
+		{"status-port-8443", 8443, "tls"},
+		{strings.Repeat("a", 63), 9000, "tcp"},
+	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("ports %v\nwant  %v", got, want)
 	}

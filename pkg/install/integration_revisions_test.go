@@ -123,7 +123,8 @@ func testOwnershipCheck(ctx context.Context, t *testing.T, c *Client, def, canar
 func testCanaryGateway(ctx context.Context, t *testing.T, c *Client, canary *Manifest) {
 	before := snapshot(ctx, t, c, "default")
 	gw := mustRender(t, Input{Profile: "empty", Revision: "canary", Sets: []string{
-		"components.ingressGateways[0].name=istio-ingressgateway-canary", "components.ingressGateways[0].enabled=true"}})
+		"components.ingressGateways[0].name=istio-ingressgateway-canary", "components.ingressGateways[0].enabled=true",
+	}})
 	res := mustApply(ctx, t, c, gw, ApplyOptions{})
 	if len(res.Created) != len(gw.Objects()) || len(res.Pruned) != 0 {
 		t.Errorf("canary gateway: created %v, pruned %v", res.Created, res.Pruned)
@@ -137,7 +138,8 @@ func testCanaryGateway(ctx context.Context, t *testing.T, c *Client, canary *Man
 		t.Errorf("a canary gateway named as the default's: err = %v", err)
 	}
 	off := mustRender(t, Input{Profile: "empty", Revision: "canary", Sets: []string{
-		"components.ingressGateways[0].name=istio-ingressgateway-canary", "components.ingressGateways[0].enabled=false"}})
+		"components.ingressGateways[0].name=istio-ingressgateway-canary", "components.ingressGateways[0].enabled=false",
+	}})
 	if res := mustApply(ctx, t, c, off, ApplyOptions{}); len(res.Pruned) != len(gw.Objects()) {
 		t.Errorf("canary gateway off: pruned %v, want its %d objects", res.Pruned, len(gw.Objects()))
 	}

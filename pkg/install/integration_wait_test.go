@@ -39,7 +39,8 @@ func TestTimedOutWaitStillAppliesAndPrunes(t *testing.T) {
 	// What an earlier bootstrap made and this one no longer renders.
 	mustCreate(ctx, t, client, "v1", "Namespace", "", "istio-system", nil, nil, nil)
 	stale := mustCreate(ctx, t, client, "v1", "ConfigMap", "istio-system", "stale", map[string]string{
-		LabelManagedBy: ManagedByValue, LabelComponent: ComponentDiscovery, LabelRevision: "default"}, nil, nil)
+		LabelManagedBy: ManagedByValue, LabelComponent: ComponentDiscovery, LabelRevision: "default",
+	}, nil, nil)
 
 	res, err := client.Apply(ctx, def, ApplyOptions{Wait: true, ReadinessTimeout: 2 * time.Second})
 	var nr *NotReadyError

@@ -14,7 +14,8 @@ import (
 
 func tagConfig(tag, rev string) *admissionregistrationv1.MutatingWebhookConfiguration {
 	return &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{
-		Name: "istio-revision-tag-" + tag, Labels: map[string]string{LabelTag: tag, LabelRev: rev}}}
+		Name: "istio-revision-tag-" + tag, Labels: map[string]string{LabelTag: tag, LabelRev: rev},
+	}}
 }
 
 func TestSelectionOfTagWebhooks(t *testing.T) {

@@ -174,8 +174,10 @@ func checkVirtualServices(ctx context.Context, t *testing.T, env *testenv.Env) {
 	// with a warning the client sees.
 	valid := virtualService("with-stat-prefix", map[string]any{
 		"hosts": []any{"reviews"},
-		"http": []any{map[string]any{"match": []any{map[string]any{"statPrefix": "web"}},
-			"route": []any{map[string]any{"destination": map[string]any{"host": "reviews"}}}}},
+		"http": []any{map[string]any{
+			"match": []any{map[string]any{"statPrefix": "web"}},
+			"route": []any{map[string]any{"destination": map[string]any{"host": "reviews"}}},
+		}},
 	})
 	if _, err := vs.Create(ctx, valid, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("valid VirtualService refused: %v", err)

@@ -228,7 +228,8 @@ func TestALaterChangeMeetsAnEarlierOnesExpectation(t *testing.T) {
 		var lbs []*endpointv3.LbEndpoint
 		for _, a := range addrs {
 			lbs = append(lbs, &endpointv3.LbEndpoint{HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
-				Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{Address: a}}}}}})
+				Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{Address: a}}},
+			}}})
 		}
 		return &endpointv3.ClusterLoadAssignment{ClusterName: "c", Endpoints: []*endpointv3.LocalityLbEndpoints{{LbEndpoints: lbs}}}
 	}
