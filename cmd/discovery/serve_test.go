@@ -23,7 +23,10 @@ import (
 )
 
 // discoveryBinary is the real discovery command, built once per run.
-func discoveryBinary(t *testing.T) string { return testenv.DiscoveryBinary(t) }
+func discoveryBinary(t *testing.T) string {
+	t.Helper()
+	return testenv.DiscoveryBinary(t)
+}
 
 // proc is a running `discovery serve`.
 type proc struct {

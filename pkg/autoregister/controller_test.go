@@ -71,6 +71,7 @@ func newFixture(t *testing.T, grace time.Duration, objs ...runtime.Object) *fixt
 }
 
 func vm(t *testing.T, ip string, extra ...any) *model.Proxy {
+	t.Helper()
 	meta := map[string]any{"AUTO_REGISTER_GROUP": "ratings", "LABELS": map[string]any{"version": "v2"}}
 	for i := 0; i+1 < len(extra); i += 2 {
 		meta[extra[i].(string)] = extra[i+1]

@@ -64,6 +64,7 @@ type reviewer struct {
 }
 
 func newReviewer(t *testing.T) *reviewer {
+	t.Helper()
 	r := &reviewer{now: time.Unix(1700000000, 0)}
 	client := fakeClient(&r.reviews)
 	client.PrependReactor("create", "tokenreviews", func(k8stesting.Action) (bool, runtime.Object, error) {
@@ -81,6 +82,7 @@ func newReviewer(t *testing.T) *reviewer {
 }
 
 func (r *reviewer) authenticate(t *testing.T, token string) error {
+	t.Helper()
 	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", "Bearer "+token))
 	_, err := r.authn.Authenticate(ctx)
 	return err

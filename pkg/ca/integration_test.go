@@ -103,7 +103,7 @@ func TestOnAPIServer(t *testing.T) {
 	})
 }
 
-func testAPIServerOutage(t *testing.T, env *testenv.Env) {
+func testAPIServerOutage(t *testing.T, env *testenv.Env) { //nolint:thelper // a subtest's body, not a helper: a failure points into it
 	createNamespace(t, env.Client, "outage")
 	o := DefaultOptions()
 	o.Namespace = "outage"
@@ -141,7 +141,7 @@ func testAPIServerOutage(t *testing.T, env *testenv.Env) {
 	env.StartAPIServer(t)
 }
 
-func testIssueOnAPIServer(t *testing.T, client kubernetes.Interface) {
+func testIssueOnAPIServer(t *testing.T, client kubernetes.Interface) { //nolint:thelper // a subtest's body, not a helper: a failure points into it
 	createNamespace(t, client, "istio-system")
 	createNamespace(t, client, "app")
 	createNamespace(t, client, "kube-system")
@@ -209,7 +209,7 @@ func testIssueOnAPIServer(t *testing.T, client kubernetes.Interface) {
 	}
 }
 
-func testReplicasShareRoot(t *testing.T, client kubernetes.Interface) {
+func testReplicasShareRoot(t *testing.T, client kubernetes.Interface) { //nolint:thelper // a subtest's body, not a helper: a failure points into it
 	createNamespace(t, client, "race")
 	o := DefaultOptions()
 	o.Namespace = "race"
@@ -249,7 +249,7 @@ func testReplicasShareRoot(t *testing.T, client kubernetes.Interface) {
 	}
 }
 
-func testPluggedIn(t *testing.T, client kubernetes.Interface) {
+func testPluggedIn(t *testing.T, client kubernetes.Interface) { //nolint:thelper // a subtest's body, not a helper: a failure points into it
 	createNamespace(t, client, "plugged")
 	secrets := client.CoreV1().Secrets("plugged")
 	root, data := pluggedInCA(t, "first")
@@ -348,7 +348,7 @@ func caCert(t *testing.T, cn string, parent *x509.Certificate, parentKey, key cr
 // the root ConfigMap they were given. At each step every pair of workloads
 // that can meet completes mTLS both ways, and every generation of
 // pilot-agent still reaches the CA.
-func testRootRotation(t *testing.T, client kubernetes.Interface) {
+func testRootRotation(t *testing.T, client kubernetes.Interface) { //nolint:thelper // a subtest's body, not a helper: a failure points into it
 	createNamespace(t, client, "rotate")
 	createNamespace(t, client, "rotapp")
 	o := DefaultOptions()

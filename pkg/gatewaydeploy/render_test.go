@@ -168,6 +168,7 @@ func TestRenderHonoursGatewaySettings(t *testing.T) {
 		"the service-type annotation sets the Service's type": {
 			gateway(func(g *gw.Gateway) { g.Annotations[ServiceTypeAnnotation] = "ClusterIP" }),
 			func(t *testing.T, o *Objects) {
+				t.Helper()
 				if o.Service.Spec.Type != corev1.ServiceTypeClusterIP {
 					t.Errorf("type %s", o.Service.Spec.Type)
 				}
@@ -181,6 +182,7 @@ func TestRenderHonoursGatewaySettings(t *testing.T) {
 				}
 			}),
 			func(t *testing.T, o *Objects) {
+				t.Helper()
 				if l := o.Service.Labels; l["infra"] != "yes" || l["team"] != "" || l["gateway.networking.k8s.io/x"] != "" {
 					t.Errorf("labels %v", l)
 				}
@@ -198,6 +200,7 @@ func TestRenderHonoursGatewaySettings(t *testing.T) {
 				g.Annotations[ServiceAccountAnnotation] = "edge-sa"
 			}),
 			func(t *testing.T, o *Objects) {
+				t.Helper()
 				if o.Deployment.Name != "edge" || o.Service.Name != "edge" || o.ServiceAccount.Name != "edge-sa" ||
 					o.Deployment.Spec.Template.Spec.ServiceAccountName != "edge-sa" {
 					t.Errorf("names %s %s %s", o.Deployment.Name, o.Service.Name, o.ServiceAccount.Name)
@@ -212,6 +215,7 @@ func TestRenderHonoursGatewaySettings(t *testing.T) {
 				g.Spec.Addresses = []gw.GatewaySpecAddress{{Type: &ipType, Value: "10.0.0.7"}}
 			}),
 			func(t *testing.T, o *Objects) {
+				t.Helper()
 				if o.Service.Spec.LoadBalancerIP != "10.0.0.7" {
 					t.Errorf("loadBalancerIP %q", o.Service.Spec.LoadBalancerIP)
 				}

@@ -42,7 +42,7 @@ type istioFlavor struct {
 	pilot, crds, remove string
 }
 
-func testBesideIstio(t *testing.T, f istioFlavor) {
+func testBesideIstio(t *testing.T, f istioFlavor) { //nolint:thelper // a subtest's body, not a helper: a failure points into it
 	env := testenv.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -124,7 +124,7 @@ func testBesideIstio(t *testing.T, f istioFlavor) {
 
 // testMigration moves Istio's namespaces to the discovery revision by
 // label; Istio's objects stay as they were until istiod is removed.
-func testMigration(ctx context.Context, t *testing.T, c *Client, f istioFlavor, istioUntouched func(when string)) {
+func testMigration(ctx context.Context, t *testing.T, c *Client, f istioFlavor, istioUntouched func(when string)) { //nolint:thelper // a subtest's body, not a helper: a failure points into it
 	for _, ns := range []struct{ name, key, val string }{{"shop", labelIstioInjection, "enabled"}, {"cart", labelRev, "default"}, {"other", "team", "a"}} {
 		mustCreate(ctx, t, c, "v1", "Namespace", "", ns.name, map[string]string{ns.key: ns.val}, nil, nil)
 	}

@@ -74,6 +74,7 @@ func (r *result) note(format string, args ...any) {
 // finish logs the report and writes it under dir/<scenario>/ when dir is
 // set.
 func (r *result) finish(t *testing.T, dir string) {
+	t.Helper()
 	r.Seconds = time.Since(r.Started).Seconds()
 	r.Machine.LoadAvgEnd = loadkit.LoadAvg()
 	r.Failed = t.Failed()

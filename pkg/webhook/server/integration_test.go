@@ -99,7 +99,7 @@ func TestWebhooksOnARealAPIServer(t *testing.T) {
 
 // checkTemplatesAccepted creates a native-sidecar pod, a gateway pod and a
 // proxyless gRPC pod: the API server validates what each template added.
-func checkTemplatesAccepted(ctx context.Context, t *testing.T, c kubernetes.Interface) {
+func checkTemplatesAccepted(ctx context.Context, t *testing.T, c kubernetes.Interface) { //nolint:thelper // a subtest's body, not a helper: a failure points into it
 	native := testPod()
 	native.Annotations = map[string]string{"sidecar.istio.io/nativeSidecar": "true"}
 	got, err := c.CoreV1().Pods("mesh").Create(ctx, native, metav1.CreateOptions{})
@@ -134,7 +134,7 @@ func checkTemplatesAccepted(ctx context.Context, t *testing.T, c kubernetes.Inte
 	}
 }
 
-func checkVirtualServices(ctx context.Context, t *testing.T, env *testenv.Env) {
+func checkVirtualServices(ctx context.Context, t *testing.T, env *testenv.Env) { //nolint:thelper // a subtest's body, not a helper: a failure points into it
 	kubetest.InstallCRDs(ctx, t, apiextclient.NewForConfigOrDie(env.Config), model.KindVirtualService)
 	warnings := &warningRecorder{}
 	cfg := rest.CopyConfig(env.Config)
