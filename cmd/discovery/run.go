@@ -207,7 +207,7 @@ func (o *serveOptions) build(ctx context.Context, cfg *rest.Config, client kuber
 		namespaces := clients.Shared.Core().V1().Namespaces()
 		injector.SetNamespaceLister(namespaces.Lister(), namespaces.Informer().HasSynced)
 	}
-	plain, secure := o.grpcServers(authority.ServerTLSConfig(), p.guard)
+	plain, secure := o.grpcServers(authority.ServerTLSConfig(), p.guard) //nolint:contextcheck // gRPC interceptors take the stream's context
 	authority.Register(secure)
 	p.xds.Register(secure)
 

@@ -183,7 +183,7 @@ func (o *XDSOptions) startWorld(ctx context.Context) (*loadkit.World, *loadkit.S
 		return world, server, err
 	}
 	dir := filepath.Join(o.Out, "world")
-	world, err := loadkit.NewWorld(o.World, dir)
+	world, err := loadkit.NewWorld(ctx, o.World, dir)
 	if err != nil {
 		return nil, nil, err
 	}
