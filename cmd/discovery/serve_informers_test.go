@@ -3,6 +3,8 @@ package main
 import (
 	"bufio"
 	"context"
+	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,34 +16,59 @@ import (
 	"github.com/meshplane/discovery/internal/testenv"
 )
 
-// namespaceCalls counts the API server's LIST requests for namespaces
-// (apiserver_request_total) and its open WATCH requests for them
+// requestCounts are, per resource, the API server's LIST requests
+// (apiserver_request_total) and open WATCH requests
 // (apiserver_longrunning_requests), across every client.
-func namespaceCalls(ctx context.Context, t *testing.T, c kubernetes.Interface) (lists, watches int) {
+type requestCounts map[string]*struct{ lists, watches int }
+
+func apiRequests(ctx context.Context, t *testing.T, c kubernetes.Interface) requestCounts {
 	t.Helper()
 	body, err := c.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
+	out := requestCounts{}
 	sc := bufio.NewScanner(strings.NewReader(string(body)))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.Contains(line, `resource="namespaces"`) || !strings.Contains(line, `subresource=""`) {
+		list := strings.HasPrefix(line, "apiserver_request_total{") && strings.Contains(line, `verb="LIST"`)
+		watch := strings.HasPrefix(line, "apiserver_longrunning_requests{") && strings.Contains(line, `verb="WATCH"`)
+		if !list && !watch || !strings.Contains(line, `subresource=""`) {
 			continue
 		}
+		_, rest, _ := strings.Cut(line, `resource="`)
+		resource, _, _ := strings.Cut(rest, `"`)
 		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
 		if err != nil {
 			continue
 		}
-		switch {
-		case strings.HasPrefix(line, "apiserver_request_total{") && strings.Contains(line, `verb="LIST"`):
-			lists += int(v)
-		case strings.HasPrefix(line, "apiserver_longrunning_requests{") && strings.Contains(line, `verb="WATCH"`):
-			watches += int(v)
+		if out[resource] == nil {
+			out[resource] = &struct{ lists, watches int }{}
+		}
+		if list {
+			out[resource].lists += int(v)
+		} else {
+			out[resource].watches += int(v)
 		}
 	}
-	return lists, watches
+	return out
+}
+
+// since is what happened after before, per resource, sorted by resource.
+func (r requestCounts) since(before requestCounts) []string {
+	var out []string
+	for res, n := range r {
+		b := before[res]
+		if b == nil {
+			b = &struct{ lists, watches int }{}
+		}
+		if l, w := n.lists-b.lists, n.watches-b.watches; l != 0 || w != 0 {
+			out = append(out, fmt.Sprintf("%s: %d LIST, %d WATCH", res, l, w))
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Every part that reads Namespaces (the config source, the injector, the
@@ -55,7 +82,7 @@ func TestServeWatchesNamespacesOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	lists0, watches0 := namespaceCalls(ctx, t, env.Client)
+	before := apiRequests(ctx, t, env.Client)
 	p := startServe(t, "--kubeconfig", env.Kubeconfig)
 	p.waitReady(t)
 	// The root publisher runs on the leader: once it has published, every
@@ -65,9 +92,15 @@ func TestServeWatchesNamespacesOnce(t *testing.T) {
 		return err == nil
 	})
 	time.Sleep(time.Second) // let a late informer show up in the figures
-	lists, watches := namespaceCalls(ctx, t, env.Client)
-	lists, watches = lists-lists0, watches-watches0
-	t.Logf("namespaces requests from discovery serve at start: %d LIST, %d WATCH open", lists, watches)
+	after := apiRequests(ctx, t, env.Client)
+	// Every resource, for the record: a kind watched under several option
+	// sets (ConfigMaps by name, by namespace) shows here as several.
+	t.Logf("requests from discovery serve at start (WATCH: open now):\n%s", strings.Join(after.since(before), "\n"))
+	ns, ns0 := after["namespaces"], before["namespaces"]
+	if ns == nil || ns0 == nil {
+		t.Fatal("no namespaces requests in the API server's metrics")
+	}
+	lists, watches := ns.lists-ns0.lists, ns.watches-ns0.watches
 	if lists > 1 || watches != 1 {
 		t.Errorf("discovery serve made %d LIST and holds %d WATCH of namespaces, want at most 1 LIST and 1 WATCH", lists, watches)
 	}
