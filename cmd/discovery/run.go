@@ -327,6 +327,7 @@ func (o *serveOptions) webhooks(ctx context.Context, authority *ca.CA, client ku
 		if !o.patcher.TagWebhooks {
 			log.Warn("revision tags' caBundle not kept: this service account may not list and watch MutatingWebhookConfigurations")
 		}
+		out = append(out, component{"injector informers", false, injectorInformers(injector, client, o.inject, o.patcher.TagWebhooks)})
 		patcher, err := webhookserver.NewCABundlePatcher(o.patcher, client, roots, reg, log)
 		if err != nil {
 			return nil, nil, err

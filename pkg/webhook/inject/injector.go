@@ -87,6 +87,7 @@ type Injector struct {
 	namespaces atomic.Pointer[corelisters.NamespaceLister]
 	// namespacesSynced reports when the lister's informer has synced.
 	namespacesSynced atomic.Pointer[cache.InformerSynced]
+	informers        atomic.Pointer[Informers] // SetInformers'
 	sel              atomic.Pointer[Selection] // the revision and its tags (tags.go)
 	synced           atomic.Bool
 

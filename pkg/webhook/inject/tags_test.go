@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 )
 
@@ -75,10 +76,15 @@ func TestInjectorFollowsRevisionTags(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	synced, err := i.watchTags(ctx)
+	tf := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(TagListOptions))
+	inf := tf.Admissionregistration().V1().MutatingWebhookConfigurations().Informer()
+	reg, err := i.followTags(inf)
 	if err != nil {
 		t.Fatal(err)
 	}
+	tf.Start(ctx.Done())
+	defer func() { cancel(); tf.Shutdown() }()
+	synced := reg.HasSynced
 	wait := func(what string, cond func() bool) {
 		t.Helper()
 		deadline := time.Now().Add(5 * time.Second)

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -58,6 +59,17 @@ func TestWebhooksOnARealAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The injector's ConfigMap informer, as discovery serve builds it.
+	injOpts := inject.Options{Namespace: istioNS}
+	cmf := informers.NewSharedInformerFactoryWithOptions(env.Client, 0,
+		informers.WithNamespace(istioNS), informers.WithTweakListOptions(injOpts.ConfigMapListOptions))
+	inj.SetInformers(inject.Informers{ConfigMap: cmf.Core().V1().ConfigMaps().Informer()})
+	runInBackground(t, func(ctx context.Context) error {
+		cmf.Start(ctx.Done())
+		<-ctx.Done()
+		cmf.Shutdown()
+		return nil
+	})
 	runInBackground(t, inj.Start)
 	runInBackground(t, patcher.Start)
 	poll(t, "the injector loads its ConfigMap", func() (bool, string) {
