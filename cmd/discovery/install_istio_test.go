@@ -23,8 +23,10 @@ func TestBootstrapOverIstioRefusesThenMigrates(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	kc := env.Client
-	labels := map[string]string{"app": "istiod", "istio": "pilot", "istio.io/rev": "default",
-		"operator.istio.io/component": "Pilot", "install.operator.istio.io/owning-resource": "installed-state"}
+	labels := map[string]string{
+		"app": "istiod", "istio": "pilot", "istio.io/rev": "default",
+		"operator.istio.io/component": "Pilot", "install.operator.istio.io/owning-resource": "installed-state",
+	}
 	for _, ns := range []*corev1.Namespace{
 		{ObjectMeta: metav1.ObjectMeta{Name: "istio-system"}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "shop", Labels: map[string]string{"istio-injection": "enabled"}}},
@@ -34,14 +36,19 @@ func TestBootstrapOverIstioRefusesThenMigrates(t *testing.T) {
 		}
 	}
 	sel := map[string]string{"app": "istiod"}
-	istiod := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "istiod", Namespace: "istio-system", Labels: labels},
+	istiod := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "istiod", Namespace: "istio-system", Labels: labels},
 		Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: sel}, Template: corev1.PodTemplateSpec{
-			ObjectMeta: metav1.ObjectMeta{Labels: sel}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "discovery", Image: "docker.io/istio/pilot:1.32.0"}}}}}}
+			ObjectMeta: metav1.ObjectMeta{Labels: sel}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "discovery", Image: "docker.io/istio/pilot:1.32.0"}}},
+		}},
+	}
 	if _, err := kc.AppsV1().Deployments("istio-system").Create(ctx, istiod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "istiod", Namespace: "istio-system", Labels: labels},
-		Spec: corev1.ServiceSpec{Selector: sel, Ports: []corev1.ServicePort{{Name: "grpc-xds", Port: 15010}}}}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "istiod", Namespace: "istio-system", Labels: labels},
+		Spec:       corev1.ServiceSpec{Selector: sel, Ports: []corev1.ServicePort{{Name: "grpc-xds", Port: 15010}}},
+	}
 	if _, err := kc.CoreV1().Services("istio-system").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -70,8 +77,10 @@ func TestBootstrapOverIstioRefusesThenMigrates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"Migration from Istio to revision discovery: 0 namespaces moved, 1 still select Istio's injector",
-		"kubectl label namespace shop istio-injection- istio.io/rev=discovery --overwrite", "not waited for readiness (--wait=false)"} {
+	for _, want := range []string{
+		"Migration from Istio to revision discovery: 0 namespaces moved, 1 still select Istio's injector",
+		"kubectl label namespace shop istio-injection- istio.io/rev=discovery --overwrite", "not waited for readiness (--wait=false)",
+	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("bootstrap --take-over output lacks %q", want)
 		}

@@ -67,14 +67,14 @@ func (a *applier) apply(ctx context.Context, t *testing.T, doc string) error {
 
 // listenersOf asks the plaintext xDS port for the listeners of the node id
 // with metadata meta, and returns them as JSON.
-func listenersOf(t *testing.T, addr, id string, meta map[string]any) string {
+func listenersOf(ctx context.Context, t *testing.T, addr, id string, meta map[string]any) string {
 	t.Helper()
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cc.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	stream, err := discovery.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(ctx)
 	if err != nil {
@@ -134,8 +134,10 @@ func TestIstioYAMLOnARealAPIServer(t *testing.T) {
 	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, nsObject("shop"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "reviews", Namespace: "shop"},
-		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "reviews"}, Ports: []corev1.ServicePort{{Name: "http", Port: 9080}}}}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "reviews", Namespace: "shop"},
+		Spec:       corev1.ServiceSpec{Selector: map[string]string{"app": "reviews"}, Ports: []corev1.ServicePort{{Name: "http", Port: 9080}}},
+	}
 	if _, err := env.Client.CoreV1().Services("shop").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +195,7 @@ spec:
 		gw := "router~10.1.0.9~istio-ingressgateway-0.istio-system~istio-system.svc.cluster.local"
 		meta := map[string]any{"NAMESPACE": "istio-system", "LABELS": map[string]any{"istio": "ingressgateway"}}
 		waitFor(t, 30*time.Second, "the gateway's listener with the allow-list", func() bool {
-			ls := listenersOf(t, plain, gw, meta)
+			ls := listenersOf(ctx, t, plain, gw, meta)
 			return strings.Contains(ls, "envoy.filters.http.rbac") && strings.Contains(ls, "203.0.113.0") &&
 				strings.Contains(ls, "ns[istio-system]-policy[ingress-allowlist]-rule[0]")
 		})
@@ -216,7 +218,7 @@ spec:
 		sidecar := "sidecar~10.1.0.7~reviews-0.shop~shop.svc.cluster.local"
 		meta := map[string]any{"NAMESPACE": "shop", "LABELS": map[string]any{"app": "reviews"}}
 		waitFor(t, 30*time.Second, "the workload's deny rule", func() bool {
-			return strings.Contains(listenersOf(t, plain, sidecar, meta), "istio-ext-authz-opa-ns[shop]-policy[ext-authz]-rule[0]-deny-due-to-bad-CUSTOM-action")
+			return strings.Contains(listenersOf(ctx, t, plain, sidecar, meta), "istio-ext-authz-opa-ns[shop]-policy[ext-authz]-rule[0]-deny-due-to-bad-CUSTOM-action")
 		})
 	})
 }

@@ -140,8 +140,10 @@ func TestMeshConfigMapEditsReachAConnectedProxy(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "reviews", Namespace: "shop"},
-		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 9080}}}}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "reviews", Namespace: "shop"},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 9080}}},
+	}
 	if _, err := env.Client.CoreV1().Services("shop").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -270,8 +272,10 @@ func TestTelemetryResourceReachesAConnectedProxy(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "reviews", Namespace: "shop"},
-		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 9080}}}}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "reviews", Namespace: "shop"},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 9080}}},
+	}
 	if _, err := env.Client.CoreV1().Services("shop").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -57,8 +57,10 @@ func TestServeRunsWithTheChartsServiceAccount(t *testing.T) {
 	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, nsObject("shop"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "reviews", Namespace: "shop"},
-		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 9080}}}}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "reviews", Namespace: "shop"},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 9080}}},
+	}
 	if _, err := env.Client.CoreV1().Services("shop").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -152,8 +154,10 @@ func playKubelet(ctx context.Context, env *testenv.Env) {
 			if d.Spec.Replicas != nil {
 				n = *d.Spec.Replicas
 			}
-			d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: n, UpdatedReplicas: n, ReadyReplicas: n, AvailableReplicas: n,
-				Conditions: []appsv1.DeploymentCondition{{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue}}}
+			d.Status = appsv1.DeploymentStatus{
+				ObservedGeneration: d.Generation, Replicas: n, UpdatedReplicas: n, ReadyReplicas: n, AvailableReplicas: n,
+				Conditions: []appsv1.DeploymentCondition{{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue}},
+			}
 			_, _ = env.Client.AppsV1().Deployments(d.Namespace).UpdateStatus(ctx, d, metav1.UpdateOptions{})
 		}
 		select {

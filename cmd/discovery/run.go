@@ -166,7 +166,12 @@ func (o *serveOptions) build(ctx context.Context, cfg *rest.Config, client kuber
 			return nil, err
 		}
 	}
-	sources, fileSource, err := o.sources(cfg, log, reg)
+	clients, err := o.kubeClients(cfg)
+	if err != nil {
+		return nil, err
+	}
+	// Built before anything can start the shared factory (kube.Clients).
+	sources, fileSource, err := o.sources(clients, log, reg)
 	if err != nil {
 		return nil, err
 	}
@@ -209,12 +214,19 @@ func (o *serveOptions) build(ctx context.Context, cfg *rest.Config, client kuber
 	if err != nil {
 		return nil, err
 	}
-	plain, secure := o.grpcServers(authority.ServerTLSConfig(), p.guard)
+	if clients != nil {
+		namespaces := clients.Shared.Core().V1().Namespaces()
+		injector.SetNamespaceLister(namespaces.Lister(), namespaces.Informer().HasSynced)
+	}
+	plain, secure := o.grpcServers(authority.ServerTLSConfig(), p.guard) //nolint:contextcheck // gRPC interceptors take the stream's context
 	authority.Register(secure)
 	p.xds.Register(secure)
 
 	p.runner = leader.NewRunner(o.leader, client, o.namespace, leader.LeaseName(o.revision), identity(), log.With("component", "leader"))
 	p.runner.Add("monitor", false, mon.Start)
+	if clients != nil {
+		p.runner.Add("shared informers", false, runSharedInformers(clients.Shared))
+	}
 	for _, src := range sources {
 		mon.AddReadyCheck("source "+src.Name(), synced(src))
 		p.runner.Add("source "+src.Name(), false, func(ctx context.Context) error { return src.Start(ctx, meshWatcher) })
@@ -251,8 +263,8 @@ func (o *serveOptions) build(ctx context.Context, cfg *rest.Config, client kuber
 	for _, c := range webhooks {
 		p.runner.Add(c.name, c.needsLeader, c.start)
 	}
-	if client != nil {
-		publisher, err := authority.NewRootPublisher()
+	if clients != nil {
+		publisher, err := authority.NewRootPublisher(clients.Shared.Core().V1().Namespaces().Informer())
 		if err != nil {
 			return nil, err
 		}
@@ -324,6 +336,7 @@ func (o *serveOptions) webhooks(ctx context.Context, authority *ca.CA, client ku
 		if !o.patcher.TagWebhooks {
 			log.Warn("revision tags' caBundle not kept: this service account may not list and watch MutatingWebhookConfigurations")
 		}
+		out = append(out, component{"injector informers", false, injectorInformers(injector, client, o.inject, o.patcher.TagWebhooks)})
 		patcher, err := webhookserver.NewCABundlePatcher(o.patcher, client, roots, reg, log)
 		if err != nil {
 			return nil, nil, err
@@ -351,8 +364,10 @@ func (o *serveOptions) grpcServers(tlsCfg *tls.Config, guard *streamauth.Guard) 
 		grpc.MaxConcurrentStreams(uint32(o.xds.MaxStreamsPerConnection)),
 		// MaxConnectionAge sends GOAWAY (gRPC adds +/-10% jitter); the
 		// proxy's stream then has the grace period to move.
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second,
-			MaxConnectionAge: o.maxStreamAgeOrInfinity(), MaxConnectionAgeGrace: 10 * time.Second}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			Time: 30 * time.Second, Timeout: 10 * time.Second,
+			MaxConnectionAge: o.maxStreamAgeOrInfinity(), MaxConnectionAgeGrace: 10 * time.Second,
+		}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 15 * time.Second, PermitWithoutStream: true}),
 		// xDS responses reference the shared, already-marshalled resources
 		// instead of copying them into one buffer per response.

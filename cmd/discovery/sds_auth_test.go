@@ -74,8 +74,10 @@ func TestGatewayCredentialsAreServedOnlyToAuthenticatedGateways(t *testing.T) {
 		}
 	}
 	certPEM, keyPEM := selfSignedPair(t, "gw.example.com")
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "gw-cred", Namespace: "ns-a"}, Type: corev1.SecretTypeTLS,
-		Data: map[string][]byte{"tls.crt": certPEM, "tls.key": keyPEM}}
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "gw-cred", Namespace: "ns-a"}, Type: corev1.SecretTypeTLS,
+		Data: map[string][]byte{"tls.crt": certPEM, "tls.key": keyPEM},
+	}
 	if _, err := env.Client.CoreV1().Secrets("ns-a").Create(ctx, secret, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -137,8 +139,10 @@ func selfSignedPair(t *testing.T, host string) (certPEM, keyPEM []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: host}, DNSNames: []string{host},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: host}, DNSNames: []string{host},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
 		t.Fatal(err)

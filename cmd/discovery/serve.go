@@ -231,15 +231,15 @@ func defaultCADir() (string, error) {
 }
 
 // sources builds the config sources: the cluster's, the directory's, or both.
-func (o *serveOptions) sources(cfg *rest.Config, log *slog.Logger, reg prometheus.Registerer) ([]config.Source, *file.Source, error) {
+func (o *serveOptions) sources(clients *kube.Clients, log *slog.Logger, reg prometheus.Registerer) ([]config.Source, *file.Source, error) {
 	var out []config.Source
 	var fs *file.Source
-	if cfg != nil {
+	if clients != nil {
 		if o.mesh.File == "" {
 			// istiod reads the ConfigMap only without a mesh file.
 			o.kube.MeshNamespace, o.kube.MeshConfigMap = o.namespace, o.mesh.ConfigMapName()
 		}
-		ks, err := kube.New(cfg, o.kube, log, reg)
+		ks, err := kube.NewForClients(*clients, o.kube, log, reg)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -275,8 +275,10 @@ func instanceName() string {
 // xdsInstance is what Istio's debug types say of this replica and build.
 func xdsInstance() xdsserver.Instance {
 	v := currentVersion()
-	return xdsserver.Instance{ID: instanceName(), Version: v.Version, GitRevision: v.GitCommit,
-		GoVersion: v.GoVersion, BuildStatus: v.BuildStatus(), GitTag: v.Version}
+	return xdsserver.Instance{
+		ID: instanceName(), Version: v.Version, GitRevision: v.GitCommit,
+		GoVersion: v.GoVersion, BuildStatus: v.BuildStatus(), GitTag: v.Version,
+	}
 }
 
 // identity names this replica in the leader Lease.

@@ -23,7 +23,10 @@ import (
 )
 
 // discoveryBinary is the real discovery command, built once per run.
-func discoveryBinary(t *testing.T) string { return testenv.DiscoveryBinary(t) }
+func discoveryBinary(t *testing.T) string {
+	t.Helper()
+	return testenv.DiscoveryBinary(t)
+}
 
 // proc is a running `discovery serve`.
 type proc struct {
@@ -63,7 +66,8 @@ func freePort(t *testing.T) string {
 func startServe(t *testing.T, args ...string) *proc {
 	t.Helper()
 	p := &proc{out: &syncBuffer{}, done: make(chan struct{}), monitor: freePort(t), readiness: freePort(t)}
-	args = append([]string{"serve",
+	args = append([]string{
+		"serve",
 		"--grpc-address", freePort(t), "--secure-grpc-address", freePort(t), "--webhook-address", freePort(t),
 		"--monitoring-address", p.monitor, "--readiness-address", p.readiness,
 	}, args...)

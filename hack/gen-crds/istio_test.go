@@ -117,8 +117,10 @@ const skew = "istio.io/api v1.32.0 (discovery's go.mod) adds the field; Istio's 
 // explained lists every difference allowed, with its reason.
 var explained = []explanation{
 	{kind: "DestinationRule", under: ".loadBalancer.backendUtilization", added: "istio.networking.v1alpha3.LoadBalancerSettings.backend_utilization", why: skew},
-	{kind: "DestinationRule", at: ".loadBalancer", key: "oneOf", added: "istio.networking.v1alpha3.LoadBalancerSettings.backend_utilization",
-		why: skew + "; it is a member of the lb_policy oneof, so the oneOf has one more member"},
+	{
+		kind: "DestinationRule", at: ".loadBalancer", key: "oneOf", added: "istio.networking.v1alpha3.LoadBalancerSettings.backend_utilization",
+		why: skew + "; it is a member of the lb_policy oneof, so the oneOf has one more member",
+	},
 	{kind: "DestinationRule", under: ".outlierDetection.failurePercentageThreshold", added: "istio.networking.v1alpha3.OutlierDetection.failure_percentage_threshold", why: skew},
 	{kind: "DestinationRule", under: ".tls.caCertCredentialName", added: "istio.networking.v1alpha3.ClientTLSSettings.ca_cert_credential_name", why: skew},
 	{kind: "Gateway", under: ".tls.alpnProtocols", added: "istio.networking.v1alpha3.ServerTLSSettings.alpn_protocols", why: skew},

@@ -37,8 +37,10 @@ func TestImageIsReproducibleAndRunsTheBinary(t *testing.T) {
 		t.Skip("builds the discovery binary: not a short test")
 	}
 	bin := buildBinary(t)
-	opts := Options{Binary: bin, Version: "v0.0.0-test", Revision: "abc123", Source: "https://example.invalid/discovery",
-		Created: time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)}
+	opts := Options{
+		Binary: bin, Version: "v0.0.0-test", Revision: "abc123", Source: "https://example.invalid/discovery",
+		Created: time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC),
+	}
 	first, err := Build(opts)
 	if err != nil {
 		t.Fatal(err)

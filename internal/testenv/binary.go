@@ -28,7 +28,7 @@ func DiscoveryBinary(t testing.TB) string {
 		binary = filepath.Join(dir, "discovery")
 		out, err := exec.Command("go", "build", "-o", binary, "github.com/meshplane/discovery/cmd/discovery").CombinedOutput()
 		if err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/discovery: %v\n%s", err, out)
+			buildErr = fmt.Errorf("go build ./cmd/discovery: %w\n%s", err, out)
 		}
 	})
 	if buildErr != nil {

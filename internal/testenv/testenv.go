@@ -477,7 +477,7 @@ func waitHTTP(p *process, url string, hdr http.Header, timeout time.Duration) er
 		last = err
 		select {
 		case <-p.done:
-			return fmt.Errorf("process exited: %v (last: %v)", p.err, last)
+			return fmt.Errorf("process exited: %w (last: %w)", p.err, last)
 		case <-ctx.Done():
 			return errors.Join(ctx.Err(), last)
 		case <-time.After(100 * time.Millisecond):

@@ -71,6 +71,7 @@ func newFixture(t *testing.T, grace time.Duration, objs ...runtime.Object) *fixt
 }
 
 func vm(t *testing.T, ip string, extra ...any) *model.Proxy {
+	t.Helper()
 	meta := map[string]any{"AUTO_REGISTER_GROUP": "ratings", "LABELS": map[string]any{"version": "v2"}}
 	for i := 0; i+1 < len(extra); i += 2 {
 		meta[extra[i].(string)] = extra[i+1]
@@ -330,8 +331,10 @@ func TestSweepDeletesWhatDeadReplicasLeft(t *testing.T) {
 	left := entry("ratings-10.0.0.1", AnnotationDisconnectedAt, old)
 	stale := entry("ratings-10.0.0.2", AnnotationController, "discovery-dead", AnnotationConnectedAt, old)
 	live := entry("ratings-10.0.0.3", AnnotationController, "discovery-b", AnnotationConnectedAt, time.Now().UTC().Format(timeFormat))
-	byHand := &networkingv1.WorkloadEntry{ObjectMeta: metav1.ObjectMeta{Name: "by-hand", Namespace: "shop",
-		Annotations: map[string]string{AnnotationDisconnectedAt: old}}}
+	byHand := &networkingv1.WorkloadEntry{ObjectMeta: metav1.ObjectMeta{
+		Name: "by-hand", Namespace: "shop",
+		Annotations: map[string]string{AnnotationDisconnectedAt: old},
+	}}
 	f := newFixture(t, time.Second, left, stale, live, byHand)
 	f.c.opts.MaxConnectionAge = 30 * time.Minute
 	for _, we := range []*networkingv1.WorkloadEntry{left, stale, live, byHand} {
@@ -349,8 +352,10 @@ func TestSweepDeletesWhatDeadReplicasLeft(t *testing.T) {
 }
 
 func TestAnExistingHealthCheckedEntryGetsHealthAndLosesItOnDisconnect(t *testing.T) {
-	byHand := &networkingv1.WorkloadEntry{ObjectMeta: metav1.ObjectMeta{Name: "ratings-vm-1", Namespace: "shop",
-		Annotations: map[string]string{AnnotationHealthChecks: "true"}}}
+	byHand := &networkingv1.WorkloadEntry{ObjectMeta: metav1.ObjectMeta{
+		Name: "ratings-vm-1", Namespace: "shop",
+		Annotations: map[string]string{AnnotationHealthChecks: "true"},
+	}}
 	byHand.Spec.Address, byHand.Spec.ServiceAccount = "10.0.0.7", "ratings-vm"
 	plain := &networkingv1.WorkloadEntry{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: "shop"}}
 	f := newFixture(t, 50*time.Millisecond, byHand, plain)

@@ -186,8 +186,10 @@ func TestIntegrationAutoRegistration(t *testing.T) {
 		}
 	}
 	// The agent's health reports: error detail says unhealthy.
-	if err := stream.Send(&discovery.DiscoveryRequest{TypeUrl: server.HealthType,
-		ErrorDetail: &rpcstatus.Status{Code: 14, Message: "connect: connection refused"}}); err != nil {
+	if err := stream.Send(&discovery.DiscoveryRequest{
+		TypeUrl:     server.HealthType,
+		ErrorDetail: &rpcstatus.Status{Code: 14, Message: "connect: connection refused"},
+	}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "Healthy=False", healthIs("False"))

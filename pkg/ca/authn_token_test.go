@@ -64,6 +64,7 @@ type reviewer struct {
 }
 
 func newReviewer(t *testing.T) *reviewer {
+	t.Helper()
 	r := &reviewer{now: time.Unix(1700000000, 0)}
 	client := fakeClient(&r.reviews)
 	client.PrependReactor("create", "tokenreviews", func(k8stesting.Action) (bool, runtime.Object, error) {
@@ -73,12 +74,15 @@ func newReviewer(t *testing.T) *reviewer {
 		}
 		return false, nil, nil
 	})
-	r.authn = &tokenReviewAuthn{client: client, audience: "istio-ca", trustDomain: "cluster.local",
-		cache: newTokenCache(30*time.Second, 5*time.Second), metrics: newMetrics(nil), now: func() time.Time { return r.now }}
+	r.authn = &tokenReviewAuthn{
+		client: client, audience: "istio-ca", trustDomain: "cluster.local",
+		cache: newTokenCache(30*time.Second, 5*time.Second), metrics: newMetrics(nil), now: func() time.Time { return r.now },
+	}
 	return r
 }
 
 func (r *reviewer) authenticate(t *testing.T, token string) error {
+	t.Helper()
 	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", "Bearer "+token))
 	_, err := r.authn.Authenticate(ctx)
 	return err

@@ -13,7 +13,10 @@ import (
 
 var benchKeys = map[string]func(testing.TB) crypto.Signer{
 	"ECDSA-P256": ecKey,
-	"RSA-2048":   func(t testing.TB) crypto.Signer { return rsaKey(t, 2048) },
+	"RSA-2048": func(t testing.TB) crypto.Signer {
+		t.Helper()
+		return rsaKey(t, 2048)
+	},
 }
 
 // BenchmarkSignInProcess measures the CPU path of one request: parse and

@@ -39,11 +39,15 @@ func New(ctx context.Context, opts Options, client kubernetes.Interface, log *sl
 	c := &CA{opts: opts, client: client, log: log, metrics: newMetrics(reg)}
 	switch {
 	case opts.Dir != "":
-		c.roots = &dirRoots{dir: opts.Dir, trustDomain: opts.TrustDomain, keyType: opts.KeyType,
-			interval: opts.RootPollInterval, log: log, now: time.Now}
+		c.roots = &dirRoots{
+			dir: opts.Dir, trustDomain: opts.TrustDomain, keyType: opts.KeyType,
+			interval: opts.RootPollInterval, log: log, now: time.Now,
+		}
 	case client != nil:
-		c.roots = &kubeRoots{client: client, namespace: opts.Namespace, trustDomain: opts.TrustDomain,
-			keyType: opts.KeyType, log: log, now: time.Now}
+		c.roots = &kubeRoots{
+			client: client, namespace: opts.Namespace, trustDomain: opts.TrustDomain,
+			keyType: opts.KeyType, log: log, now: time.Now,
+		}
 	default:
 		return nil, errors.New("ca: no Kubernetes client and no --ca-dir")
 	}
@@ -70,8 +74,10 @@ func (c *CA) newService() (*service, error) {
 	budget := newFailureBudget(o)
 	authns := []Authenticator{&clientCertAuthn{authority: c.authority, trustDomain: o.TrustDomain}}
 	if c.client != nil && o.Dir == "" {
-		authns = append(authns, &tokenReviewAuthn{client: c.client, audience: o.TokenAudience, trustDomain: o.TrustDomain,
-			cache: newTokenCache(o.TokenCacheTTL, o.TokenNegativeCacheTTL), budget: budget, metrics: c.metrics, now: time.Now})
+		authns = append(authns, &tokenReviewAuthn{
+			client: c.client, audience: o.TokenAudience, trustDomain: o.TrustDomain,
+			cache: newTokenCache(o.TokenCacheTTL, o.TokenNegativeCacheTTL), budget: budget, metrics: c.metrics, now: time.Now,
+		})
 	}
 	if o.TokenFile != "" {
 		f, err := newFileTokenAuthn(o.TokenFile, o.TrustDomain)

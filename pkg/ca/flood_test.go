@@ -259,7 +259,7 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 // testFloodOnAPIServer is the finding of issue 13 on a real API server:
 // junk tokens and calls without credentials flood the CA while service
 // accounts with real tokens ask for certificates.
-func testFloodOnAPIServer(t *testing.T, env *testenv.Env) {
+func testFloodOnAPIServer(t *testing.T, env *testenv.Env) { //nolint:thelper // a subtest's body, not a helper: a failure points into it
 	createNamespace(t, env.Client, "flood")
 	var valid []validCall
 	for i := range 4 {

@@ -172,8 +172,10 @@ func verifyLeaf(t testing.TB, chain []*x509.Certificate, root *x509.Certificate,
 		inter.AddCert(c)
 	}
 	leaf := chain[0]
-	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter,
-		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}); err != nil {
+	if _, err := leaf.Verify(x509.VerifyOptions{
+		Roots: roots, Intermediates: inter,
+		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}); err != nil {
 		t.Fatalf("leaf does not verify: %v", err)
 	}
 	for i := 0; i+1 < len(chain); i++ {

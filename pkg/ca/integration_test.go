@@ -20,7 +20,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/meshplane/discovery/internal/testenv"
 	pb "github.com/meshplane/discovery/proto/istio/v1/auth"
@@ -38,6 +40,21 @@ func runInBackground(t *testing.T, f func(context.Context) error) {
 			t.Errorf("background component: %v", err)
 		}
 	})
+}
+
+// namespaceInformer runs, until t ends, the Namespace informer that the
+// process shares with the root publisher.
+func namespaceInformer(t *testing.T, client kubernetes.Interface) cache.SharedIndexInformer {
+	t.Helper()
+	f := informers.NewSharedInformerFactory(client, 0)
+	inf := f.Core().V1().Namespaces().Informer()
+	ctx, cancel := context.WithCancel(context.Background())
+	f.Start(ctx.Done())
+	t.Cleanup(func() {
+		cancel()
+		f.Shutdown()
+	})
+	return inf
 }
 
 func createNamespace(t *testing.T, client kubernetes.Interface, name string) {
@@ -86,7 +103,7 @@ func TestOnAPIServer(t *testing.T) {
 	})
 }
 
-func testAPIServerOutage(t *testing.T, env *testenv.Env) {
+func testAPIServerOutage(t *testing.T, env *testenv.Env) { //nolint:thelper // a subtest's body, not a helper: a failure points into it
 	createNamespace(t, env.Client, "outage")
 	o := DefaultOptions()
 	o.Namespace = "outage"
@@ -124,7 +141,7 @@ func testAPIServerOutage(t *testing.T, env *testenv.Env) {
 	env.StartAPIServer(t)
 }
 
-func testIssueOnAPIServer(t *testing.T, client kubernetes.Interface) {
+func testIssueOnAPIServer(t *testing.T, client kubernetes.Interface) { //nolint:thelper // a subtest's body, not a helper: a failure points into it
 	createNamespace(t, client, "istio-system")
 	createNamespace(t, client, "app")
 	createNamespace(t, client, "kube-system")
@@ -135,7 +152,7 @@ func testIssueOnAPIServer(t *testing.T, client kubernetes.Interface) {
 		t.Fatal(err)
 	}
 	runInBackground(t, c.Start)
-	pub, err := c.NewRootPublisher()
+	pub, err := c.NewRootPublisher(namespaceInformer(t, client))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +209,7 @@ func testIssueOnAPIServer(t *testing.T, client kubernetes.Interface) {
 	}
 }
 
-func testReplicasShareRoot(t *testing.T, client kubernetes.Interface) {
+func testReplicasShareRoot(t *testing.T, client kubernetes.Interface) { //nolint:thelper // a subtest's body, not a helper: a failure points into it
 	createNamespace(t, client, "race")
 	o := DefaultOptions()
 	o.Namespace = "race"
@@ -232,7 +249,7 @@ func testReplicasShareRoot(t *testing.T, client kubernetes.Interface) {
 	}
 }
 
-func testPluggedIn(t *testing.T, client kubernetes.Interface) {
+func testPluggedIn(t *testing.T, client kubernetes.Interface) { //nolint:thelper // a subtest's body, not a helper: a failure points into it
 	createNamespace(t, client, "plugged")
 	secrets := client.CoreV1().Secrets("plugged")
 	root, data := pluggedInCA(t, "first")
@@ -331,7 +348,7 @@ func caCert(t *testing.T, cn string, parent *x509.Certificate, parentKey, key cr
 // the root ConfigMap they were given. At each step every pair of workloads
 // that can meet completes mTLS both ways, and every generation of
 // pilot-agent still reaches the CA.
-func testRootRotation(t *testing.T, client kubernetes.Interface) {
+func testRootRotation(t *testing.T, client kubernetes.Interface) { //nolint:thelper // a subtest's body, not a helper: a failure points into it
 	createNamespace(t, client, "rotate")
 	createNamespace(t, client, "rotapp")
 	o := DefaultOptions()
@@ -341,7 +358,7 @@ func testRootRotation(t *testing.T, client kubernetes.Interface) {
 		t.Fatal(err)
 	}
 	runInBackground(t, c.Start)
-	pub, err := c.NewRootPublisher()
+	pub, err := c.NewRootPublisher(namespaceInformer(t, client))
 	if err != nil {
 		t.Fatal(err)
 	}

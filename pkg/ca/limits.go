@@ -155,8 +155,10 @@ type failureBudget struct {
 }
 
 func newFailureBudget(o Options) *failureBudget {
-	b := &failureBudget{peers: newLimiterMap(o.AuthnFailureRateLimitPerPeer, o.AuthnFailureBurstPerPeer, maxPeerLimiters),
-		now: time.Now, inflight: map[*rate.Limiter]int{}}
+	b := &failureBudget{
+		peers: newLimiterMap(o.AuthnFailureRateLimitPerPeer, o.AuthnFailureBurstPerPeer, maxPeerLimiters),
+		now:   time.Now, inflight: map[*rate.Limiter]int{},
+	}
 	if o.AuthnFailureRateLimit > 0 {
 		b.global = rate.NewLimiter(rate.Limit(o.AuthnFailureRateLimit), o.AuthnFailureBurst)
 	}

@@ -2,6 +2,7 @@ package ca
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -85,7 +86,7 @@ func TestFailureBudget(t *testing.T) {
 				}
 			}
 			h, err := b.admit(withPeer(t.Context(), tc.peer, 50000))
-			if err != tc.want {
+			if !errors.Is(err, tc.want) {
 				t.Fatalf("admit: %v, want %v", err, tc.want)
 			}
 			h.release()
@@ -114,7 +115,7 @@ func TestReviewsInFlightHoldTheBudget(t *testing.T) {
 		}
 		holds = append(holds, h)
 	}
-	if _, err := b.admit(ctx); err != errPeerBudget {
+	if _, err := b.admit(ctx); !errors.Is(err, errPeerBudget) {
 		t.Fatalf("a sixth review while five are in flight: %v, want %v", err, errPeerBudget)
 	}
 	// Successful reviews give their tokens back; failed ones keep them.
@@ -129,7 +130,7 @@ func TestReviewsInFlightHoldTheBudget(t *testing.T) {
 			t.Fatalf("review %d after three succeeded: %v", i+1, err)
 		}
 	}
-	if _, err := b.admit(ctx); err != errPeerBudget {
+	if _, err := b.admit(ctx); !errors.Is(err, errPeerBudget) {
 		t.Fatalf("after two failures and three reviews in flight: %v, want %v", err, errPeerBudget)
 	}
 	if n := len(b.inflight); n != 2 {

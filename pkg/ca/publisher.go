@@ -32,6 +32,7 @@ var systemNamespaces = map[string]bool{"kube-system": true, "kube-public": true,
 // edited or when the root changes, recreated when deleted. Leader only.
 type RootPublisher struct {
 	client        kubernetes.Interface
+	namespaces    cache.SharedIndexInformer
 	authority     *Authority
 	log           *slog.Logger
 	publishSystem bool
@@ -39,21 +40,28 @@ type RootPublisher struct {
 
 // NewRootPublisher returns the publisher of this CA's root. Run it on the
 // leader only; it needs the Kubernetes client (not in file mode).
-func (c *CA) NewRootPublisher() (*RootPublisher, error) {
+// namespaces is the process's informer of every Namespace, run by the
+// caller (the publisher only adds a handler to it), so that the API server
+// sees one watch of namespaces however many parts read them.
+func (c *CA) NewRootPublisher(namespaces cache.SharedIndexInformer) (*RootPublisher, error) {
 	if c.client == nil {
 		return nil, fmt.Errorf("root publisher needs a Kubernetes client")
 	}
-	return &RootPublisher{client: c.client, authority: c.authority, log: c.log.With("controller", "root-publisher"),
-		publishSystem: c.opts.PublishToSystemNamespaces}, nil
+	if namespaces == nil {
+		return nil, fmt.Errorf("root publisher needs the Namespace informer")
+	}
+	return &RootPublisher{
+		client: c.client, namespaces: namespaces, authority: c.authority,
+		log: c.log.With("controller", "root-publisher"), publishSystem: c.opts.PublishToSystemNamespaces,
+	}, nil
 }
 
 // Start publishes until ctx ends.
 func (p *RootPublisher) Start(ctx context.Context) error {
-	nsFactory := informers.NewSharedInformerFactory(p.client, 0)
 	cmFactory := informers.NewSharedInformerFactoryWithOptions(p.client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", RootConfigMap).String()
 	}))
-	nsInformer := nsFactory.Core().V1().Namespaces()
+	nsLister := corelisters.NewNamespaceLister(p.namespaces.GetIndexer())
 	cmInformer := cmFactory.Core().V1().ConfigMaps()
 	queue := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
 	defer queue.ShutDown()
@@ -71,31 +79,35 @@ func (p *RootPublisher) Start(ctx context.Context) error {
 			queue.Add(cm.Namespace)
 		}
 	}
-	if _, err := nsInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	// No resync whatever the informer's default: the root's changes
+	// requeue every namespace (onRootChange).
+	nsReg, err := p.namespaces.AddEventHandlerWithResyncPeriod(cache.ResourceEventHandlerFuncs{
 		AddFunc: enqueueNS, UpdateFunc: func(_, o any) { enqueueNS(o) },
-	}); err != nil {
-		return err
+	}, 0)
+	if err != nil {
+		return fmt.Errorf("watch namespaces: %w", err)
 	}
+	// Leadership can end and come back: leave nothing behind on the
+	// shared informer.
+	defer func() { _ = p.namespaces.RemoveEventHandler(nsReg) }()
 	if _, err := cmInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: enqueueCM, UpdateFunc: func(_, o any) { enqueueCM(o) }, DeleteFunc: enqueueCM,
 	}); err != nil {
-		return err
+		return fmt.Errorf("watch root ConfigMaps: %w", err)
 	}
-	nsFactory.Start(ctx.Done())
 	cmFactory.Start(ctx.Done())
-	defer nsFactory.Shutdown()
 	defer cmFactory.Shutdown()
-	if !cache.WaitForCacheSync(ctx.Done(), nsInformer.Informer().HasSynced, cmInformer.Informer().HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), nsReg.HasSynced, cmInformer.Informer().HasSynced) {
 		return nil // ctx ended
 	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	wg.Go(func() { p.onRootChange(ctx, nsInformer.Lister(), queue) })
+	wg.Go(func() { p.onRootChange(ctx, nsLister, queue) })
 	wg.Go(func() {
 		<-ctx.Done()
 		queue.ShutDown()
 	})
-	for p.processNext(ctx, queue, nsInformer.Lister(), cmInformer.Lister()) {
+	for p.processNext(ctx, queue, nsLister, cmInformer.Lister()) {
 	}
 	return nil
 }

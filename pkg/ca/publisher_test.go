@@ -18,7 +18,7 @@ func TestRootPublisher(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub, err := c.NewRootPublisher()
+	pub, err := c.NewRootPublisher(namespaceInformer(t, client))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -109,8 +109,10 @@ func TestSelfSignedRootShape(t *testing.T) {
 
 func TestKubeRootsKeepTheRootWhenTheSecretIsDeleted(t *testing.T) {
 	client := fake.NewClientset()
-	k := &kubeRoots{client: client, namespace: "istio-system", trustDomain: "cluster.local", keyType: KeyTypeECDSA,
-		log: newLogger(&logBuffer{}), now: time.Now}
+	k := &kubeRoots{
+		client: client, namespace: "istio-system", trustDomain: "cluster.local", keyType: KeyTypeECDSA,
+		log: newLogger(&logBuffer{}), now: time.Now,
+	}
 	first, err := k.load(t.Context(), nil)
 	if err != nil {
 		t.Fatal(err)

@@ -49,7 +49,7 @@ func (s *service) CreateCertificate(ctx context.Context, req *pb.IstioCertificat
 	s.metrics.csrs.Inc()
 	chain, log, err := s.create(ctx, req)
 	if err != nil {
-		return nil, s.refusal(log, err)
+		return nil, s.refusal(ctx, log, err)
 	}
 	s.metrics.issued.Inc()
 	s.metrics.signLatency.Observe(time.Since(start).Seconds())
@@ -146,7 +146,7 @@ func (s *service) ttl(seconds int64) (time.Duration, error) {
 // refusal counts the refusal, logs its full reason (unless the refusals of
 // that reason are over the log limit; untrusted text in it is clipped) and
 // returns the opaque status for the caller.
-func (s *service) refusal(log *slog.Logger, err error) error {
+func (s *service) refusal(ctx context.Context, log *slog.Logger, err error) error {
 	r := reasonOf(err)
 	code, msg := r.code()
 	s.metrics.refusals.WithLabelValues(r.String()).Inc()
@@ -161,6 +161,6 @@ func (s *service) refusal(log *slog.Logger, err error) error {
 	if !errors.As(err, &e) {
 		e = &Error{Reason: r, Detail: "internal", Err: err}
 	}
-	log.Log(context.Background(), level, "certificate request refused", "code", code.String(), "reason", clipTo(e.Error(), maxDetailLog))
+	log.Log(ctx, level, "certificate request refused", "code", code.String(), "reason", clipTo(e.Error(), maxDetailLog))
 	return status.Error(code, msg)
 }

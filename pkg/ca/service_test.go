@@ -26,8 +26,10 @@ var fakeTokens = map[string]authenticationv1.TokenReviewStatus{
 	"token-b":              {Authenticated: true, User: authenticationv1.UserInfo{Username: "system:serviceaccount:app:b"}, Audiences: []string{"istio-ca"}},
 	"token-node":           {Authenticated: true, User: authenticationv1.UserInfo{Username: "system:serviceaccount:istio-system:ztunnel"}, Audiences: []string{"istio-ca"}},
 	"token-other-audience": {Error: `token audiences ["vault"] is invalid for the target audiences ["istio-ca"]`},
-	"token-audiences-unchecked": {Authenticated: true, User: authenticationv1.UserInfo{Username: "system:serviceaccount:app:a"},
-		Audiences: []string{"vault"}},
+	"token-audiences-unchecked": {
+		Authenticated: true, User: authenticationv1.UserInfo{Username: "system:serviceaccount:app:a"},
+		Audiences: []string{"vault"},
+	},
 	"token-user": {Authenticated: true, User: authenticationv1.UserInfo{Username: "alice"}, Audiences: []string{"istio-ca"}},
 }
 

@@ -20,6 +20,7 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 }
 
 func contextWithCancel(t testing.TB) (context.Context, context.CancelFunc) {
+	t.Helper()
 	return context.WithCancel(t.Context())
 }
 

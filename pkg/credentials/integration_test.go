@@ -31,8 +31,10 @@ func selfSigned(t *testing.T, host string) (certPEM, keyPEM []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: host}, DNSNames: []string{host},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: host}, DNSNames: []string{host},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
 		t.Fatal(err)
@@ -57,8 +59,10 @@ func TestKubeOnAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	cert1, key1 := selfSigned(t, "a.example.com")
-	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "a-cert", Namespace: "ingress"}, Type: corev1.SecretTypeTLS,
-		Data: map[string][]byte{KeyCert: cert1, KeyKey: key1, "unrelated": []byte("x")}}
+	sec := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "a-cert", Namespace: "ingress"}, Type: corev1.SecretTypeTLS,
+		Data: map[string][]byte{KeyCert: cert1, KeyKey: key1, "unrelated": []byte("x")},
+	}
 	if _, err := env.Client.CoreV1().Secrets("ingress").Create(ctx, sec, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -22,8 +22,10 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func secret(ns, name string, typ corev1.SecretType, data map[string]string) *corev1.Secret {
 	s := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"app": "x"},
-			Annotations: map[string]string{"note": "dropped"}},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: ns, Labels: map[string]string{"app": "x"},
+			Annotations: map[string]string{"note": "dropped"},
+		},
 		Type: typ, Data: map[string][]byte{},
 	}
 	for k, v := range data {

@@ -119,8 +119,10 @@ func New(opts Options, kube kubernetes.Interface, gwc gatewayclient.Interface, p
 	if notify == nil {
 		notify = func(string, string) {}
 	}
-	return &Controller{opts: opts, kube: kube, gwc: gwc, pods: pods, notify: notify, log: log.With("component", "gateway-deployment"), m: m,
-		infra: map[types.NamespacedName]status.GatewayInfra{}}, nil
+	return &Controller{
+		opts: opts, kube: kube, gwc: gwc, pods: pods, notify: notify, log: log.With("component", "gateway-deployment"), m: m,
+		infra: map[types.NamespacedName]status.GatewayInfra{},
+	}, nil
 }
 
 // GatewayInfra returns what the controller last saw of a Gateway it

@@ -53,14 +53,20 @@ func TestIntegrationGatewayDeployment(t *testing.T) {
 	}
 	must(kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}, metav1.CreateOptions{}))
 	for name, ctrl := range map[string]string{"istio": gatewayapi.ControllerName, "other": "example.com/other"} {
-		must(gc.GatewayV1().GatewayClasses().Create(ctx, &gw.GatewayClass{ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec: gw.GatewayClassSpec{ControllerName: gw.GatewayController(ctrl)}}, metav1.CreateOptions{}))
+		must(gc.GatewayV1().GatewayClasses().Create(ctx, &gw.GatewayClass{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec:       gw.GatewayClassSpec{ControllerName: gw.GatewayController(ctrl)},
+		}, metav1.CreateOptions{}))
 	}
 	hostType := gw.HostnameAddressType
 	newGateway := func(name, class string, addrs []gw.GatewaySpecAddress) *gw.Gateway {
-		return &gw.Gateway{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop", Labels: map[string]string{"team": "a"}},
-			Spec: gw.GatewaySpec{GatewayClassName: gw.ObjectName(class), Addresses: addrs,
-				Listeners: []gw.Listener{{Name: "http", Port: 80, Protocol: gw.HTTPProtocolType}}}}
+		return &gw.Gateway{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop", Labels: map[string]string{"team": "a"}},
+			Spec: gw.GatewaySpec{
+				GatewayClassName: gw.ObjectName(class), Addresses: addrs,
+				Listeners: []gw.Listener{{Name: "http", Port: 80, Protocol: gw.HTTPProtocolType}},
+			},
+		}
 	}
 	web, err := gc.GatewayV1().Gateways("shop").Create(ctx, newGateway("web", "istio", nil), metav1.CreateOptions{})
 	must(web, err)
@@ -68,8 +74,10 @@ func TestIntegrationGatewayDeployment(t *testing.T) {
 	must(gc.GatewayV1().Gateways("shop").Create(ctx, newGateway("manual", "istio",
 		[]gw.GatewaySpecAddress{{Type: &hostType, Value: "ingress"}}), metav1.CreateOptions{}))
 	// parametersRef: an overlay that exists, and one that does not.
-	must(kc.CoreV1().ConfigMaps("shop").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "tuned-params", Namespace: "shop"},
-		Data: map[string]string{"deployment": "spec:\n  replicas: 2\n"}}, metav1.CreateOptions{}))
+	must(kc.CoreV1().ConfigMaps("shop").Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "tuned-params", Namespace: "shop"},
+		Data:       map[string]string{"deployment": "spec:\n  replicas: 2\n"},
+	}, metav1.CreateOptions{}))
 	withParams := func(name, cm string) *gw.Gateway {
 		g := newGateway(name, "istio", nil)
 		g.Annotations = map[string]string{ServiceTypeAnnotation: "ClusterIP"}

@@ -69,8 +69,10 @@ func (c *Controller) reconcile(ctx context.Context, key types.NamespacedName) er
 	}
 	inf := c.infraOf(g, objs)
 	if len(refused) > 0 {
-		inf.Programmed = metav1.Condition{Status: metav1.ConditionFalse, Reason: string(gw.GatewayReasonInvalid),
-			Message: fmt.Sprintf("%s exist without label %s=%s: not taken over", strings.Join(refused, ", "), ManagedLabel, ManagedValue)}
+		inf.Programmed = metav1.Condition{
+			Status: metav1.ConditionFalse, Reason: string(gw.GatewayReasonInvalid),
+			Message: fmt.Sprintf("%s exist without label %s=%s: not taken over", strings.Join(refused, ", "), ManagedLabel, ManagedValue),
+		}
 	}
 	c.setInfra(key, &inf)
 	return nil
@@ -238,8 +240,10 @@ func (c *Controller) infraOf(g *gw.Gateway, objs *Objects) status.GatewayInfra {
 	host := fmt.Sprintf("%s.%s.svc.%s", name, g.Namespace, c.opts.DomainSuffix)
 	svc, err := c.services.Services(g.Namespace).Get(name)
 	if err != nil {
-		return status.GatewayInfra{Programmed: metav1.Condition{Status: metav1.ConditionFalse, Reason: string(gw.GatewayReasonAddressNotUsable),
-			Message: fmt.Sprintf("Failed to assign to any requested addresses: hostname %q not found", host)}}
+		return status.GatewayInfra{Programmed: metav1.Condition{
+			Status: metav1.ConditionFalse, Reason: string(gw.GatewayReasonAddressNotUsable),
+			Message: fmt.Sprintf("Failed to assign to any requested addresses: hostname %q not found", host),
+		}}
 	}
 	var external []string
 	for _, in := range svc.Status.LoadBalancer.Ingress {
@@ -264,15 +268,21 @@ func (c *Controller) infraOf(g *gw.Gateway, objs *Objects) status.GatewayInfra {
 	dep, err := c.deployments.Deployments(g.Namespace).Get(objs.Deployment.Name)
 	switch {
 	case err != nil || dep.Status.AvailableReplicas == 0:
-		inf.Programmed = metav1.Condition{Status: metav1.ConditionFalse, Reason: string(gw.GatewayReasonAddressNotAssigned),
-			Message: fmt.Sprintf("Failed to assign to any requested addresses: no instances found for hostname %q", host)}
+		inf.Programmed = metav1.Condition{
+			Status: metav1.ConditionFalse, Reason: string(gw.GatewayReasonAddressNotAssigned),
+			Message: fmt.Sprintf("Failed to assign to any requested addresses: no instances found for hostname %q", host),
+		}
 	case svc.Spec.Type == corev1.ServiceTypeLoadBalancer && len(external) == 0:
-		inf.Programmed = metav1.Condition{Status: metav1.ConditionFalse, Reason: string(gw.GatewayReasonAddressNotAssigned),
+		inf.Programmed = metav1.Condition{
+			Status: metav1.ConditionFalse, Reason: string(gw.GatewayReasonAddressNotAssigned),
 			Message: fmt.Sprintf("Assigned to service(s) %s, but failed to assign to all requested addresses: address pending for hostname %q",
-				humanJoin(internal), host)}
+				humanJoin(internal), host),
+		}
 	default:
-		inf.Programmed = metav1.Condition{Status: metav1.ConditionTrue, Reason: string(gw.GatewayReasonProgrammed),
-			Message: "Resource programmed, assigned to service(s) " + humanJoin(internal)}
+		inf.Programmed = metav1.Condition{
+			Status: metav1.ConditionTrue, Reason: string(gw.GatewayReasonProgrammed),
+			Message: "Resource programmed, assigned to service(s) " + humanJoin(internal),
+		}
 	}
 	return inf
 }

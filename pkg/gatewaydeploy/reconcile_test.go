@@ -15,12 +15,16 @@ import (
 func TestInfraOf(t *testing.T) {
 	host := "web-istio.shop.svc.cluster.local"
 	svc := func(typ corev1.ServiceType, ingress ...corev1.LoadBalancerIngress) *corev1.Service {
-		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web-istio", Namespace: "shop"}, Spec: corev1.ServiceSpec{Type: typ},
-			Status: corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: ingress}}}
+		return &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: "web-istio", Namespace: "shop"}, Spec: corev1.ServiceSpec{Type: typ},
+			Status: corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: ingress}},
+		}
 	}
 	dep := func(available int32) *appsv1.Deployment {
-		return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web-istio", Namespace: "shop"},
-			Status: appsv1.DeploymentStatus{AvailableReplicas: available}}
+		return &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Name: "web-istio", Namespace: "shop"},
+			Status:     appsv1.DeploymentStatus{AvailableReplicas: available},
+		}
 	}
 	cases := map[string]struct {
 		svc       *corev1.Service

@@ -152,16 +152,20 @@ func Render(in Input) (*Objects, error) {
 		l[GatewayNameLabel] = g.Name
 		l[GatewayClassLabel] = string(g.Spec.GatewayClassName)
 		l[ManagedLabel] = ManagedValue
-		return metav1.ObjectMeta{Name: n, Namespace: g.Namespace, Labels: l, Annotations: maps.Clone(annotations),
-			OwnerReferences: []metav1.OwnerReference{OwnerRef(g)}}
+		return metav1.ObjectMeta{
+			Name: n, Namespace: g.Namespace, Labels: l, Annotations: maps.Clone(annotations),
+			OwnerReferences: []metav1.OwnerReference{OwnerRef(g)},
+		}
 	}
 	out := &Objects{
 		ServiceAccount: &corev1.ServiceAccount{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"}, ObjectMeta: meta(sa)},
-		Service: &corev1.Service{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Service"}, ObjectMeta: meta(name),
+		Service: &corev1.Service{
+			TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Service"}, ObjectMeta: meta(name),
 			Spec: corev1.ServiceSpec{
 				Type: svcType, Ports: ServicePorts(g), Selector: map[string]string{GatewayNameLabel: g.Name},
 				IPFamilyPolicy: ptr(corev1.IPFamilyPolicyPreferDualStack),
-			}},
+			},
+		},
 	}
 	if len(g.Spec.Addresses) == 1 && svcType == corev1.ServiceTypeLoadBalancer {
 		out.Service.Spec.LoadBalancerIP = g.Spec.Addresses[0].Value
@@ -236,8 +240,10 @@ func ServicePorts(g *gw.Gateway) []corev1.ServicePort {
 			name = fmt.Sprintf("%s-%d", strings.ToLower(string(l.Protocol)), i)
 		}
 		name = uniquePortName(name, int32(l.Port), used)
-		ports = append(ports, corev1.ServicePort{Name: name, Port: int32(l.Port), Protocol: corev1.ProtocolTCP,
-			AppProtocol: ptr(strings.ToLower(string(l.Protocol)))})
+		ports = append(ports, corev1.ServicePort{
+			Name: name, Port: int32(l.Port), Protocol: corev1.ProtocolTCP,
+			AppProtocol: ptr(strings.ToLower(string(l.Protocol))),
+		})
 	}
 	return ports
 }

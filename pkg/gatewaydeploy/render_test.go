@@ -41,8 +41,10 @@ var _ PodRenderer = (*inject.Injector)(nil)
 
 func gateway(mut ...func(*gw.Gateway)) *gw.Gateway {
 	g := &gw.Gateway{
-		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop", UID: types.UID("uid-1"),
-			Labels: map[string]string{"team": "a"}, Annotations: map[string]string{"note": "x", ControllerVersionAnnotation: "5"}},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "web", Namespace: "shop", UID: types.UID("uid-1"),
+			Labels: map[string]string{"team": "a"}, Annotations: map[string]string{"note": "x", ControllerVersionAnnotation: "5"},
+		},
 		Spec: gw.GatewaySpec{GatewayClassName: "istio", Listeners: []gw.Listener{
 			{Name: "http", Port: 80, Protocol: gw.HTTPProtocolType},
 			{Name: "https.example", Port: 443, Protocol: gw.HTTPSProtocolType},
@@ -90,8 +92,10 @@ func TestRenderDeploymentRunsTheInjectorsGatewayProxy(t *testing.T) {
 		t.Fatalf("selector %v", got)
 	}
 	tl := d.Spec.Template.Labels
-	for k, v := range map[string]string{GatewayNameLabel: "web", GatewayClassLabel: "istio", ManagedLabel: ManagedValue,
-		"service.istio.io/canonical-name": "web-istio", "service.istio.io/canonical-revision": "latest", "sidecar.istio.io/inject": "false", "team": "a"} {
+	for k, v := range map[string]string{
+		GatewayNameLabel: "web", GatewayClassLabel: "istio", ManagedLabel: ManagedValue,
+		"service.istio.io/canonical-name": "web-istio", "service.istio.io/canonical-revision": "latest", "sidecar.istio.io/inject": "false", "team": "a",
+	} {
 		if tl[k] != v {
 			t.Errorf("pod label %s=%q, want %q", k, tl[k], v)
 		}
@@ -140,8 +144,13 @@ func TestRenderServicePortsFromListenersAndStatusPort(t *testing.T) {
 		}
 		got = append(got, port{p.Name, p.Port, *p.AppProtocol})
 	}
-	want := []port{{"status-port", 15021, "tcp"}, {"http", 80, "http"}, {"https-example", 443, "https"},
-		{"status-port-8443", 8443, "tls"}, {strings.Repeat("a", 63), 9000, "tcp"}}
+	want := []port{
+		{"status-port", 15021, "tcp"},
+		{"http", 80, "http"},
+		{"https-example", 443, "https"},
+		{"status-port-8443", 8443, "tls"},
+		{strings.Repeat("a", 63), 9000, "tcp"},
+	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("ports %v\nwant  %v", got, want)
 	}
@@ -159,6 +168,7 @@ func TestRenderHonoursGatewaySettings(t *testing.T) {
 		"the service-type annotation sets the Service's type": {
 			gateway(func(g *gw.Gateway) { g.Annotations[ServiceTypeAnnotation] = "ClusterIP" }),
 			func(t *testing.T, o *Objects) {
+				t.Helper()
 				if o.Service.Spec.Type != corev1.ServiceTypeClusterIP {
 					t.Errorf("type %s", o.Service.Spec.Type)
 				}
@@ -172,6 +182,7 @@ func TestRenderHonoursGatewaySettings(t *testing.T) {
 				}
 			}),
 			func(t *testing.T, o *Objects) {
+				t.Helper()
 				if l := o.Service.Labels; l["infra"] != "yes" || l["team"] != "" || l["gateway.networking.k8s.io/x"] != "" {
 					t.Errorf("labels %v", l)
 				}
@@ -189,6 +200,7 @@ func TestRenderHonoursGatewaySettings(t *testing.T) {
 				g.Annotations[ServiceAccountAnnotation] = "edge-sa"
 			}),
 			func(t *testing.T, o *Objects) {
+				t.Helper()
 				if o.Deployment.Name != "edge" || o.Service.Name != "edge" || o.ServiceAccount.Name != "edge-sa" ||
 					o.Deployment.Spec.Template.Spec.ServiceAccountName != "edge-sa" {
 					t.Errorf("names %s %s %s", o.Deployment.Name, o.Service.Name, o.ServiceAccount.Name)
@@ -203,6 +215,7 @@ func TestRenderHonoursGatewaySettings(t *testing.T) {
 				g.Spec.Addresses = []gw.GatewaySpecAddress{{Type: &ipType, Value: "10.0.0.7"}}
 			}),
 			func(t *testing.T, o *Objects) {
+				t.Helper()
 				if o.Service.Spec.LoadBalancerIP != "10.0.0.7" {
 					t.Errorf("loadBalancerIP %q", o.Service.Spec.LoadBalancerIP)
 				}

@@ -71,8 +71,10 @@ func NewClient(cfg *rest.Config, progress io.Writer) (*Client, error) {
 	if progress == nil {
 		progress = io.Discard
 	}
-	return &Client{Kube: kube, Dynamic: dyn, Mapper: mapper, Progress: progress,
-		PollInterval: 500 * time.Millisecond, Heartbeat: 5 * time.Second}, nil
+	return &Client{
+		Kube: kube, Dynamic: dyn, Mapper: mapper, Progress: progress,
+		PollInterval: 500 * time.Millisecond, Heartbeat: 5 * time.Second,
+	}, nil
 }
 
 func (c *Client) progress(component, format string, args ...any) {

@@ -68,15 +68,21 @@ func jobs(l *Loaded) ([]chartJob, []string) {
 	}
 	var out []chartJob
 	if enabledOr(s.Components.Base.Enabled, true) {
-		out = append(out, chartJob{component: ComponentBase, chart: "base", namespace: ns, values: deepCopy(values).(map[string]any),
-			k8s: k8sOf(comps["base"])})
+		out = append(out, chartJob{
+			component: ComponentBase, chart: "base", namespace: ns, values: deepCopy(values).(map[string]any),
+			k8s: k8sOf(comps["base"]),
+		})
 	}
 	if enabledOr(s.Values.Pilot.Enabled, true) {
 		pilotScaling(values, k8sOf(comps["pilot"]))
-		out = append(out, chartJob{component: ComponentDiscovery, chart: "discovery", namespace: ns, values: values,
+		out = append(out, chartJob{
+			component: ComponentDiscovery, chart: "discovery", namespace: ns, values: values,
 			k8s: k8sOf(comps["pilot"]),
-			targets: patchTargets{deployment: "discovery" + suffix, container: "discovery",
-				services: []string{"istiod" + suffix, "discovery" + suffix}, scaling: "discovery" + suffix}})
+			targets: patchTargets{
+				deployment: "discovery" + suffix, container: "discovery",
+				services: []string{"istiod" + suffix, "discovery" + suffix}, scaling: "discovery" + suffix,
+			},
+		})
 	}
 	gws := gatewayJobs(s, tree)
 	var notes []string
@@ -89,9 +95,11 @@ func jobs(l *Loaded) ([]chartJob, []string) {
 		if gns == "" {
 			gns = ns
 		}
-		out = append(out, chartJob{component: gatewayPrefix + g.gw.Name, chart: "gateway", namespace: gns,
+		out = append(out, chartJob{
+			component: gatewayPrefix + g.gw.Name, chart: "gateway", namespace: gns,
 			values: gatewayChartValues(s, tree, g), k8s: g.k8s,
-			targets: patchTargets{deployment: g.gw.Name, container: "istio-proxy", services: []string{g.gw.Name}, scaling: g.gw.Name}})
+			targets: patchTargets{deployment: g.gw.Name, container: "istio-proxy", services: []string{g.gw.Name}, scaling: g.gw.Name},
+		})
 	}
 	return out, notes
 }
@@ -204,8 +212,10 @@ func gatewayChartValues(s *Spec, tree map[string]any, g gatewayJob) map[string]a
 		out["podAnnotations"] = pod
 	}
 	svc := map[string]any{}
-	rename(svc, gv, map[string]string{"type": "type", "ports": "ports", "serviceAnnotations": "annotations", "loadBalancerIP": "loadBalancerIP",
-		"loadBalancerSourceRanges": "loadBalancerSourceRanges", "externalTrafficPolicy": "externalTrafficPolicy", "ipFamilies": "ipFamilies", "ipFamilyPolicy": "ipFamilyPolicy"})
+	rename(svc, gv, map[string]string{
+		"type": "type", "ports": "ports", "serviceAnnotations": "annotations", "loadBalancerIP": "loadBalancerIP",
+		"loadBalancerSourceRanges": "loadBalancerSourceRanges", "externalTrafficPolicy": "externalTrafficPolicy", "ipFamilies": "ipFamilies", "ipFamilyPolicy": "ipFamilyPolicy",
+	})
 	if k, ok := g.k8s["service"].(map[string]any); ok {
 		if ports, ok := k["ports"].([]any); ok && len(ports) > 0 {
 			svc["ports"] = ports

@@ -65,8 +65,10 @@ func (c *Client) PreCheck(ctx context.Context, m *Manifest, opts PreCheckOptions
 	var out []CheckResult
 	v, err := c.Kube.Discovery().ServerVersion()
 	if err != nil {
-		return append(out, CheckResult{Name: "cluster reachable", Detail: err.Error(),
-			Hint: "check --kubeconfig and that the API server answers (kubectl version)"})
+		return append(out, CheckResult{
+			Name: "cluster reachable", Detail: err.Error(),
+			Hint: "check --kubeconfig and that the API server answers (kubectl version)",
+		})
 	}
 	out = append(out, CheckResult{Name: "cluster reachable", OK: true, Detail: "Kubernetes " + v.GitVersion})
 	out = append(out, versionCheck(v.GitVersion))

@@ -144,8 +144,10 @@ func (c *Client) checkInjection(ctx context.Context, revision string) CheckResul
 	// shortly after the namespace (retry while it does not exist yet).
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "injection-check", Namespace: ns, Labels: map[string]string{"app": "injection-check"}},
-		Spec: corev1.PodSpec{ServiceAccountName: "default",
-			Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}}},
+		Spec: corev1.PodSpec{
+			ServiceAccountName: "default",
+			Containers:         []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}},
+		},
 	}
 	var got *corev1.Pod
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 15*time.Second, true, func(ctx context.Context) (bool, error) {

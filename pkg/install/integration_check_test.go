@@ -17,7 +17,7 @@ import (
 // runs in the test cluster, so first the webhook and injection checks
 // must fail with hints; once a root is published and the caBundles are
 // patched (as discovery's leader does), the webhook checks pass.
-func testCheck(ctx context.Context, t *testing.T, c *Client, m *Manifest) {
+func testCheck(ctx context.Context, t *testing.T, c *Client, m *Manifest) { //nolint:thelper // a subtest's body, not a helper: a failure points into it
 	opts := CheckOptions{Namespace: "istio-system", CRDs: CRDNames(m)}
 	byName := func(rs []CheckResult) map[string]CheckResult {
 		out := map[string]CheckResult{}

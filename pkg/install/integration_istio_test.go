@@ -42,7 +42,7 @@ type istioFlavor struct {
 	pilot, crds, remove string
 }
 
-func testBesideIstio(t *testing.T, f istioFlavor) {
+func testBesideIstio(t *testing.T, f istioFlavor) { //nolint:thelper // a subtest's body, not a helper: a failure points into it
 	env := testenv.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -124,7 +124,7 @@ func testBesideIstio(t *testing.T, f istioFlavor) {
 
 // testMigration moves Istio's namespaces to the discovery revision by
 // label; Istio's objects stay as they were until istiod is removed.
-func testMigration(ctx context.Context, t *testing.T, c *Client, f istioFlavor, istioUntouched func(when string)) {
+func testMigration(ctx context.Context, t *testing.T, c *Client, f istioFlavor, istioUntouched func(when string)) { //nolint:thelper // a subtest's body, not a helper: a failure points into it
 	for _, ns := range []struct{ name, key, val string }{{"shop", labelIstioInjection, "enabled"}, {"cart", labelRev, "default"}, {"other", "team", "a"}} {
 		mustCreate(ctx, t, c, "v1", "Namespace", "", ns.name, map[string]string{ns.key: ns.val}, nil, nil)
 	}
@@ -193,12 +193,15 @@ func installFakeIstio(ctx context.Context, t *testing.T, c *Client, def *Manifes
 	add("Pilot", "istiod", "v1", "ConfigMap", "istio-system", "istio-sidecar-injector", pilot, map[string]any{"data": map[string]any{"values": "{}"}})
 	add("Pilot", "istiod", "v1", "Service", "istio-system", "istiod", pilot, map[string]any{"spec": map[string]any{
 		"selector": map[string]any{"app": "istiod", "istio": "pilot"},
-		"ports":    []any{map[string]any{"name": "https-webhook", "port": 443, "targetPort": 15017}, map[string]any{"name": "grpc-xds", "port": 15010}}}})
+		"ports":    []any{map[string]any{"name": "https-webhook", "port": 443, "targetPort": 15017}, map[string]any{"name": "grpc-xds", "port": 15010}},
+	}})
 	add("Pilot", "istiod", "apps/v1", "Deployment", "istio-system", "istiod", pilot, fakeDeployment("istiod", "docker.io/istio/pilot:1.32.0"))
 	hook := func(name, path string, ns map[string]any) map[string]any {
-		return map[string]any{"name": name, "clientConfig": map[string]any{"service": map[string]any{"name": "istiod", "namespace": "istio-system", "path": path}},
+		return map[string]any{
+			"name": name, "clientConfig": map[string]any{"service": map[string]any{"name": "istiod", "namespace": "istio-system", "path": path}},
 			"failurePolicy": "Ignore", "sideEffects": "None", "admissionReviewVersions": []any{"v1"}, "namespaceSelector": ns,
-			"rules": []any{map[string]any{"operations": []any{"CREATE"}, "apiGroups": []any{""}, "apiVersions": []any{"v1"}, "resources": []any{"pods"}}}}
+			"rules": []any{map[string]any{"operations": []any{"CREATE"}, "apiGroups": []any{""}, "apiVersions": []any{"v1"}, "resources": []any{"pods"}}},
+		}
 	}
 	injected := map[string]any{"matchLabels": map[string]any{labelIstioInjection: "enabled"}}
 	add("Pilot", "istiod", "admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration", "", "istio-sidecar-injector",
@@ -210,7 +213,8 @@ func installFakeIstio(ctx context.Context, t *testing.T, c *Client, def *Manifes
 	gw := map[string]string{"app": "istio-ingressgateway", "istio": "ingressgateway", labelRev: "default"}
 	add("IngressGateways", "istio-ingress", "apps/v1", "Deployment", "istio-system", "istio-ingressgateway", gw, fakeDeployment("istio-ingressgateway", "docker.io/istio/proxyv2:1.32.0"))
 	add("IngressGateways", "istio-ingress", "v1", "Service", "istio-system", "istio-ingressgateway", gw, map[string]any{"spec": map[string]any{
-		"selector": map[string]any{"istio": "ingressgateway"}, "ports": []any{map[string]any{"name": "http2", "port": 80, "targetPort": 8080}}}})
+		"selector": map[string]any{"istio": "ingressgateway"}, "ports": []any{map[string]any{"name": "http2", "port": 80, "targetPort": 8080}},
+	}})
 	return out
 }
 
@@ -219,8 +223,10 @@ func installFakeIstio(ctx context.Context, t *testing.T, c *Client, def *Manifes
 // istio.labels; Helm's release annotations).
 func istioLabels(f istioFlavor, component, release string) (map[string]string, map[string]string) {
 	if !f.helm {
-		return map[string]string{istioctlComponentLabel: component, istioctlOwnerLabel: "installed-state",
-			"operator.istio.io/managed": "Reconcile", "operator.istio.io/version": "1.32.0"}, nil
+		return map[string]string{
+			istioctlComponentLabel: component, istioctlOwnerLabel: "installed-state",
+			"operator.istio.io/managed": "Reconcile", "operator.istio.io/version": "1.32.0",
+		}, nil
 	}
 	l := map[string]string{LabelManagedBy: helmManagedBy, "app.kubernetes.io/instance": release, "app.kubernetes.io/part-of": "istio", "helm.sh/chart": release + "-1.32.0"}
 	if component != "Base" {
@@ -231,9 +237,13 @@ func istioLabels(f istioFlavor, component, release string) (map[string]string, m
 
 func fakeDeployment(app, image string) map[string]any {
 	sel := map[string]any{"app": app}
-	return map[string]any{"spec": map[string]any{"selector": map[string]any{"matchLabels": sel},
-		"template": map[string]any{"metadata": map[string]any{"labels": sel},
-			"spec": map[string]any{"containers": []any{map[string]any{"name": "main", "image": image}}}}}}
+	return map[string]any{"spec": map[string]any{
+		"selector": map[string]any{"matchLabels": sel},
+		"template": map[string]any{
+			"metadata": map[string]any{"labels": sel},
+			"spec":     map[string]any{"containers": []any{map[string]any{"name": "main", "image": image}}},
+		},
+	}}
 }
 
 func mustCreate(ctx context.Context, t *testing.T, c *Client, apiVersion, kind, ns, name string, labels, annotations map[string]string, body map[string]any) *unstructured.Unstructured {

@@ -64,10 +64,14 @@ func TestChartRBACKeepsEachRevisionToItsOwnWebhookConfigurations(t *testing.T) {
 		injector, validator      string
 		notOurs                  [2]string // a MutatingWebhookConfiguration and a ValidatingWebhookConfiguration
 	}{
-		"the default revision": {"discovery", "", "istio-sidecar-injector", "istio-validator-istio-system",
-			[2]string{"istio-sidecar-injector-canary", "istio-validator-canary-istio-system"}},
-		"the canary revision": {"discovery-canary", "canary", "istio-sidecar-injector-canary", "istio-validator-canary-istio-system",
-			[2]string{"istio-sidecar-injector", "istio-validator-istio-system"}},
+		"the default revision": {
+			"discovery", "", "istio-sidecar-injector", "istio-validator-istio-system",
+			[2]string{"istio-sidecar-injector-canary", "istio-validator-canary-istio-system"},
+		},
+		"the canary revision": {
+			"discovery-canary", "canary", "istio-sidecar-injector-canary", "istio-validator-canary-istio-system",
+			[2]string{"istio-sidecar-injector", "istio-validator-istio-system"},
+		},
 	}
 	for name, r := range revisions {
 		t.Run(name+" patches only its own configurations", func(t *testing.T) {
@@ -188,13 +192,17 @@ func createForeignWebhooks(ctx context.Context, t *testing.T, c kubernetes.Inter
 	nothing := &metav1.LabelSelector{MatchLabels: map[string]string{"matches": "nothing"}}
 	m := &admissionregistrationv1.MutatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Webhooks: []admissionregistrationv1.MutatingWebhook{{Name: "hook.example.com", ClientConfig: cc, Rules: rules, ObjectSelector: nothing,
-			FailurePolicy: &ignore, SideEffects: &none, AdmissionReviewVersions: []string{"v1"}}},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{{
+			Name: "hook.example.com", ClientConfig: cc, Rules: rules, ObjectSelector: nothing,
+			FailurePolicy: &ignore, SideEffects: &none, AdmissionReviewVersions: []string{"v1"},
+		}},
 	}
 	v := &admissionregistrationv1.ValidatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Webhooks: []admissionregistrationv1.ValidatingWebhook{{Name: "hook.example.com", ClientConfig: cc, Rules: rules, ObjectSelector: nothing,
-			FailurePolicy: &ignore, SideEffects: &none, AdmissionReviewVersions: []string{"v1"}}},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+			Name: "hook.example.com", ClientConfig: cc, Rules: rules, ObjectSelector: nothing,
+			FailurePolicy: &ignore, SideEffects: &none, AdmissionReviewVersions: []string{"v1"},
+		}},
 	}
 	if _, err := c.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, m, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -211,9 +219,11 @@ func selfSignedPEM(t *testing.T) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{Organization: []string{"cluster.local"}},
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{Organization: []string{"cluster.local"}},
 		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
 		t.Fatal(err)

@@ -93,7 +93,7 @@ func TestRevisionsSideBySide(t *testing.T) {
 // testOwnershipCheck: check --revision fails where an object it renders
 // is labelled for another revision (as the issue found after a canary
 // install relabelled the default one's).
-func testOwnershipCheck(ctx context.Context, t *testing.T, c *Client, def, canary *Manifest) {
+func testOwnershipCheck(ctx context.Context, t *testing.T, c *Client, def, canary *Manifest) { //nolint:thelper // a subtest's body, not a helper: a failure points into it
 	for name, m := range map[string]*Manifest{"default": def, "canary": canary} {
 		if r := c.checkOwnership(ctx, m); !r.OK {
 			t.Errorf("revision %s: %s", name, r)
@@ -120,10 +120,11 @@ func testOwnershipCheck(ctx context.Context, t *testing.T, c *Client, def, canar
 // testCanaryGateway installs a gateway of revision canary on its own,
 // beside the default's; one named as the default's is refused; the canary
 // control plane's bootstrap does not prune it.
-func testCanaryGateway(ctx context.Context, t *testing.T, c *Client, canary *Manifest) {
+func testCanaryGateway(ctx context.Context, t *testing.T, c *Client, canary *Manifest) { //nolint:thelper // a subtest's body, not a helper: a failure points into it
 	before := snapshot(ctx, t, c, "default")
 	gw := mustRender(t, Input{Profile: "empty", Revision: "canary", Sets: []string{
-		"components.ingressGateways[0].name=istio-ingressgateway-canary", "components.ingressGateways[0].enabled=true"}})
+		"components.ingressGateways[0].name=istio-ingressgateway-canary", "components.ingressGateways[0].enabled=true",
+	}})
 	res := mustApply(ctx, t, c, gw, ApplyOptions{})
 	if len(res.Created) != len(gw.Objects()) || len(res.Pruned) != 0 {
 		t.Errorf("canary gateway: created %v, pruned %v", res.Created, res.Pruned)
@@ -137,7 +138,8 @@ func testCanaryGateway(ctx context.Context, t *testing.T, c *Client, canary *Man
 		t.Errorf("a canary gateway named as the default's: err = %v", err)
 	}
 	off := mustRender(t, Input{Profile: "empty", Revision: "canary", Sets: []string{
-		"components.ingressGateways[0].name=istio-ingressgateway-canary", "components.ingressGateways[0].enabled=false"}})
+		"components.ingressGateways[0].name=istio-ingressgateway-canary", "components.ingressGateways[0].enabled=false",
+	}})
 	if res := mustApply(ctx, t, c, off, ApplyOptions{}); len(res.Pruned) != len(gw.Objects()) {
 		t.Errorf("canary gateway off: pruned %v, want its %d objects", res.Pruned, len(gw.Objects()))
 	}
@@ -147,7 +149,7 @@ func testCanaryGateway(ctx context.Context, t *testing.T, c *Client, canary *Man
 // testLastUninstall: with canary back, uninstalling the default revision
 // keeps the shared objects it owns (canary is still installed); the last
 // uninstall removes them, all but the CRDs.
-func testLastUninstall(ctx context.Context, t *testing.T, c *Client, canary, def *Manifest) {
+func testLastUninstall(ctx context.Context, t *testing.T, c *Client, canary, def *Manifest) { //nolint:thelper // a subtest's body, not a helper: a failure points into it
 	mustApply(ctx, t, c, canary, ApplyOptions{})
 	un, err := c.Uninstall(ctx, UninstallOptions{})
 	if err != nil {

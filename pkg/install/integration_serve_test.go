@@ -22,7 +22,7 @@ import (
 // `discovery serve --kubeconfig` runs) against the API server after
 // bootstrap, creates a VirtualService from YAML, and waits until it is in
 // the World: the CRDs the chart installed are the ones serve watches.
-func testServeReadsVirtualService(ctx context.Context, t *testing.T, env *testenv.Env, dyn dynamic.Interface) {
+func testServeReadsVirtualService(ctx context.Context, t *testing.T, env *testenv.Env, dyn dynamic.Interface) { //nolint:thelper // a subtest's body, not a helper: a failure points into it
 	ctx, cancel := context.WithCancel(ctx)
 	src, err := kube.New(env.Config, kube.DefaultOptions(), slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
 	if err != nil {

@@ -224,7 +224,7 @@ func assertAllExist(ctx context.Context, t *testing.T, c *Client, m *Manifest) {
 	}
 }
 
-func testCRDSchemas(ctx context.Context, t *testing.T, c *Client) {
+func testCRDSchemas(ctx context.Context, t *testing.T, c *Client) { //nolint:thelper // a subtest's body, not a helper: a failure points into it
 	tests := map[string]struct {
 		resource, doc string
 		wantErr       string

@@ -39,7 +39,8 @@ func TestTimedOutWaitStillAppliesAndPrunes(t *testing.T) {
 	// What an earlier bootstrap made and this one no longer renders.
 	mustCreate(ctx, t, client, "v1", "Namespace", "", "istio-system", nil, nil, nil)
 	stale := mustCreate(ctx, t, client, "v1", "ConfigMap", "istio-system", "stale", map[string]string{
-		LabelManagedBy: ManagedByValue, LabelComponent: ComponentDiscovery, LabelRevision: "default"}, nil, nil)
+		LabelManagedBy: ManagedByValue, LabelComponent: ComponentDiscovery, LabelRevision: "default",
+	}, nil, nil)
 
 	res, err := client.Apply(ctx, def, ApplyOptions{Wait: true, ReadinessTimeout: 2 * time.Second})
 	var nr *NotReadyError
@@ -72,7 +73,7 @@ func TestTimedOutWaitStillAppliesAndPrunes(t *testing.T) {
 // testShortTimeoutReason waits 1ms (and, through a client throttled to one
 // request a second, 500ms) for a Deployment whose spec its controller has
 // not seen.
-func testShortTimeoutReason(ctx context.Context, t *testing.T, env *testenv.Env, def *Manifest) {
+func testShortTimeoutReason(ctx context.Context, t *testing.T, env *testenv.Env, def *Manifest) { //nolint:thelper // a subtest's body, not a helper: a failure points into it
 	patch := []byte(`{"spec":{"template":{"metadata":{"annotations":{"example.com/restart":"1"}}}}}`)
 	if _, err := env.Client.AppsV1().Deployments("istio-system").Patch(ctx, "discovery", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)

@@ -77,7 +77,8 @@ func (c *Client) Migration(ctx context.Context, rev string) (*Migration, error) 
 	}
 	if len(istio.Revisions) > 0 {
 		pods, err := c.Kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{
-			LabelSelector: labelRev + " in (" + strings.Join(istio.Revisions, ",") + ")"})
+			LabelSelector: labelRev + " in (" + strings.Join(istio.Revisions, ",") + ")",
+		})
 		if err != nil {
 			return nil, fmt.Errorf("list pods: %w", err)
 		}
@@ -115,7 +116,8 @@ func (c *Client) istioSelectors(ctx context.Context, revs map[string]bool) (map[
 // change.
 func (c *Client) MoveNamespaces(ctx context.Context, rev string, names []string) error {
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{
-		labelIstioInjection: nil, labelRev: RevisionName(rev)}}})
+		labelIstioInjection: nil, labelRev: RevisionName(rev),
+	}}})
 	if err != nil {
 		return err
 	}

@@ -37,6 +37,7 @@ type jwksServer struct {
 }
 
 func newJWKSServer(t *testing.T, body string) *jwksServer {
+	t.Helper()
 	s := &jwksServer{body: body, status: 200}
 	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.hits.Add(1)

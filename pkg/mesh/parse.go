@@ -35,7 +35,7 @@ var ErrInvalid = errors.New("invalid MeshConfig")
 func Parse(text string) (*Config, error) {
 	js, err := yaml.YAMLToJSON([]byte(text))
 	if err != nil {
-		return nil, fmt.Errorf("%w: not YAML: %v", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: not YAML: %w", ErrInvalid, err)
 	}
 	js = bytes.TrimSpace(js)
 	if len(js) == 0 || string(js) == "null" {
@@ -43,16 +43,16 @@ func Parse(text string) (*Config, error) {
 	}
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(js, &raw); err != nil {
-		return nil, fmt.Errorf("%w: must be an object of MeshConfig fields: %v", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: must be an object of MeshConfig fields: %w", ErrInvalid, err)
 	}
 	unknown := unknownFields(js, (&meshv1alpha1.MeshConfig{}).ProtoReflect().Descriptor(), "")
 	mc, err := apply(js, raw)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	warnings, err := validate(mc)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	ignored := append(unknownIgnored(unknown), ignoredFields(mc, raw)...)
 	return newConfig(mc, ignored, warnings), nil

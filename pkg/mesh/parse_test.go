@@ -17,6 +17,7 @@ func TestParse(t *testing.T) {
 		"gives Istio's defaults for an empty text": {
 			yaml: "",
 			check: func(t *testing.T, c *Config) {
+				t.Helper()
 				if c.RootNamespace() != "istio-system" || c.TrustDomain() != "cluster.local" || !c.AutoMTLS() ||
 					c.RegistryOnly() || c.ConnectTimeout() != 10*time.Second || c.Hash() != Default().Hash() {
 					t.Errorf("defaults: %v", c.Proto())
@@ -29,6 +30,7 @@ func TestParse(t *testing.T) {
 		"reads Go durations as istiod's decoder does": {
 			yaml: "connectTimeout: 3m\nprotocolDetectionTimeout: 500ms\n",
 			check: func(t *testing.T, c *Config) {
+				t.Helper()
 				if c.ConnectTimeout() != 3*time.Minute || c.ProtocolDetectionTimeout() != 500*time.Millisecond {
 					t.Errorf("got %v, %v", c.ConnectTimeout(), c.ProtocolDetectionTimeout())
 				}
@@ -37,6 +39,7 @@ func TestParse(t *testing.T) {
 		"replaces a nested message whole, as Istio does": {
 			yaml: "localityLbSetting:\n  failover:\n  - from: us-east\n    to: us-west\n",
 			check: func(t *testing.T, c *Config) {
+				t.Helper()
 				if c.LocalityLB().GetEnabled() != nil {
 					t.Errorf("enabled kept from the default: %v", c.LocalityLB())
 				}
@@ -45,6 +48,7 @@ func TestParse(t *testing.T) {
 		"applies defaultConfig over Istio's default ProxyConfig": {
 			yaml: "defaultConfig:\n  proxyMetadata:\n    ISTIO_META_DNS_CAPTURE: \"true\"\n  holdApplicationUntilProxyStarts: true\n",
 			check: func(t *testing.T, c *Config) {
+				t.Helper()
 				pc := c.ProxyConfig()
 				if pc.GetDiscoveryAddress() != "istiod.istio-system.svc:15012" || pc.GetProxyMetadata()["ISTIO_META_DNS_CAPTURE"] != "true" ||
 					!pc.GetHoldApplicationUntilProxyStarts().GetValue() || pc.GetStatusPort() != 15020 {
@@ -55,6 +59,7 @@ func TestParse(t *testing.T) {
 		"merges extension providers by name into Istio's": {
 			yaml: "extensionProviders:\n- name: envoy\n  envoyFileAccessLog:\n    path: /dev/stderr\n- name: otel\n  opentelemetry:\n    service: otel.observability.svc.cluster.local\n    port: 4317\n",
 			check: func(t *testing.T, c *Config) {
+				t.Helper()
 				var names []string
 				for _, p := range c.Proto().GetExtensionProviders() {
 					names = append(names, p.GetName())
@@ -70,6 +75,7 @@ func TestParse(t *testing.T) {
 		"sorts and deduplicates trust domain aliases": {
 			yaml: "trustDomainAliases: [old.example, a.example, old.example]\n",
 			check: func(t *testing.T, c *Config) {
+				t.Helper()
 				if got := strings.Join(c.TrustDomainAliases(), ","); got != "a.example,old.example" {
 					t.Errorf("aliases %s", got)
 				}
@@ -78,6 +84,7 @@ func TestParse(t *testing.T) {
 		"reads an empty outboundTrafficPolicy as REGISTRY_ONLY, the enum's zero value, as Istio does": {
 			yaml: "outboundTrafficPolicy: {}\n",
 			check: func(t *testing.T, c *Config) {
+				t.Helper()
 				if !c.RegistryOnly() {
 					t.Error("not REGISTRY_ONLY")
 				}
@@ -86,6 +93,7 @@ func TestParse(t *testing.T) {
 		"reads an explicit false": {
 			yaml: "enableAutoMtls: false\n",
 			check: func(t *testing.T, c *Config) {
+				t.Helper()
 				if c.AutoMTLS() {
 					t.Error("auto mTLS still on")
 				}
@@ -94,6 +102,7 @@ func TestParse(t *testing.T) {
 		"drops unknown fields, as istiod does, and reports them": {
 			yaml: "rootNamespace: mesh-root\naccessLogFile: /dev/stdout\nnotAField: 1\ndefaultConfig:\n  alsoNot: x\n",
 			check: func(t *testing.T, c *Config) {
+				t.Helper()
 				if c.RootNamespace() != "mesh-root" {
 					t.Errorf("root namespace %q", c.RootNamespace())
 				}
@@ -106,6 +115,7 @@ func TestParse(t *testing.T) {
 		"reports fields set that discovery does not apply, and not those it applies": {
 			yaml: "ingressClass: nginx\nenablePrometheusMerge: true\noutboundTrafficPolicy:\n  mode: REGISTRY_ONLY\nrootNamespace: istio-system\n",
 			check: func(t *testing.T, c *Config) {
+				t.Helper()
 				if got := paths(c.Ignored()); got != "enablePrometheusMerge,ingressClass" {
 					t.Errorf("ignored %s", got)
 				}
@@ -114,6 +124,7 @@ func TestParse(t *testing.T) {
 		"reports extension providers of a type discovery cannot configure": {
 			yaml: "extensionProviders:\n- name: zipkin\n  zipkin:\n    service: zipkin.istio-system.svc.cluster.local\n    port: 9411\n- name: ls\n  lightstep: {service: ls.observability.svc.cluster.local, port: 8080}\n- name: prom2\n  prometheus: {}\n- name: als\n  envoyHttpAls: {service: als.observability.svc.cluster.local, port: 9000}\n- name: authz\n  envoyExtAuthzHttp: {service: authz.foo.svc.cluster.local, port: 8000}\n- name: authz-grpc\n  envoyExtAuthzGrpc: {service: authz.foo.svc.cluster.local, port: 9000}\n",
 			check: func(t *testing.T, c *Config) {
+				t.Helper()
 				if got := paths(c.Ignored()); got != "extensionProviders[ls]" {
 					t.Errorf("ignored %s", got)
 				}
@@ -122,6 +133,7 @@ func TestParse(t *testing.T) {
 		"applies enableTracing and tracing providers, reports what of them is not applied": {
 			yaml: "enableTracing: false\ndefaultProviders: {tracing: [otel, zipkin]}\nextensionProviders:\n- name: otel\n  opentelemetry:\n    service: otel.observability.svc.cluster.local\n    port: 4317\n    grpc:\n      initialMetadata: [{name: x-token, envName: TOKEN}]\n- name: zipkin\n  zipkin: {service: zipkin.istio-system.svc.cluster.local, port: 9411}\n",
 			check: func(t *testing.T, c *Config) {
+				t.Helper()
 				if got := paths(c.Ignored()); got != "defaultProviders.tracing,extensionProviders[otel]" {
 					t.Errorf("ignored %s", got)
 				}
@@ -130,6 +142,7 @@ func TestParse(t *testing.T) {
 		"takes snake_case names as jsonpb does": {
 			yaml: "root_namespace: other\n",
 			check: func(t *testing.T, c *Config) {
+				t.Helper()
 				if c.RootNamespace() != "other" || len(c.Ignored()) != 0 {
 					t.Errorf("root %q, ignored %v", c.RootNamespace(), c.Ignored())
 				}

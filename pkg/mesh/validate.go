@@ -157,11 +157,11 @@ func checkProxyConfig(pc *meshv1alpha1.ProxyConfig) []error {
 func checkProxyAddress(addr string) error {
 	host, p, err := net.SplitHostPort(addr)
 	if err != nil {
-		return fmt.Errorf("unable to split %q: %v", addr, err)
+		return fmt.Errorf("unable to split %q: %w", addr, err)
 	}
 	port, err := strconv.Atoi(p)
 	if err != nil {
-		return fmt.Errorf("port (%s) is not a number: %v", p, err)
+		return fmt.Errorf("port (%s) is not a number: %w", p, err)
 	}
 	if err := checkPort(port); err != nil {
 		return err

@@ -32,17 +32,25 @@ jA/0AF54xpFxEEnW4ul0HEv1RNE=
 // derived, and only the CA keys of a ConfigMap are held.
 func TestStoreTranslatesBackendTLSPolicyWithItsCAConfigMap(t *testing.T) {
 	s := NewStore(StoreOptions{})
-	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "secure", Namespace: "apps"},
-		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "https", Port: 443}}}}
-	pol := &gw.BackendTLSPolicy{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "apps", Generation: 1},
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "secure", Namespace: "apps"},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "https", Port: 443}}},
+	}
+	pol := &gw.BackendTLSPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "apps", Generation: 1},
 		Spec: gw.BackendTLSPolicySpec{
 			TargetRefs: []gw.LocalPolicyTargetReferenceWithSectionName{{LocalPolicyTargetReference: gw.LocalPolicyTargetReference{Kind: "Service", Name: "secure"}}},
-			Validation: gw.BackendTLSPolicyValidation{Hostname: "secure.example.com",
-				CACertificateRefs: []gw.LocalObjectReference{{Kind: "ConfigMap", Name: "ca"}}},
-		}}
+			Validation: gw.BackendTLSPolicyValidation{
+				Hostname:          "secure.example.com",
+				CACertificateRefs: []gw.LocalObjectReference{{Kind: "ConfigMap", Name: "ca"}},
+			},
+		},
+	}
 	cm := func(name string, data map[string]string) Event {
-		return Event{Op: OpUpsert, Key: Key{Kind: KindCAConfigMap, Namespace: "apps", Name: name},
-			Object: &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "apps"}, Data: data}}
+		return Event{
+			Op: OpUpsert, Key: Key{Kind: KindCAConfigMap, Namespace: "apps", Name: name},
+			Object: &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "apps"}, Data: data},
+		}
 	}
 	mustApply := func(evs ...Event) {
 		t.Helper()

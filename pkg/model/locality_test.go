@@ -8,8 +8,10 @@ import (
 )
 
 func node(name string, labels map[string]string) *corev1.Node {
-	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
-		Status: corev1.NodeStatus{Images: []corev1.ContainerImage{{Names: []string{"big"}}}}}
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Status:     corev1.NodeStatus{Images: []corev1.ContainerImage{{Names: []string{"big"}}}},
+	}
 }
 
 // TestEndpointLocalityFromNode: an endpoint's locality is its pod's Node's
@@ -46,7 +48,8 @@ func TestEndpointLocalityFromNode(t *testing.T) {
 		t.Errorf("before the Node: %v", got)
 	}
 	u, err := s.Apply(Event{Op: OpUpsert, Key: Key{Kind: KindNode, Name: "n1"}, Object: node("n1", map[string]string{
-		LabelTopologyRegion: "us", LabelTopologyZone: "us-1", LabelTopologySubzone: "rack", "unrelated": "x"})})
+		LabelTopologyRegion: "us", LabelTopologyZone: "us-1", LabelTopologySubzone: "rack", "unrelated": "x",
+	})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +66,8 @@ func TestEndpointLocalityFromNode(t *testing.T) {
 	}
 	// The deprecated labels count when the GA ones are missing.
 	u, _ = s.Apply(Event{Op: OpUpsert, Key: Key{Kind: KindNode, Name: "n1"}, Object: node("n1", map[string]string{
-		labelBetaRegion: "old", labelBetaZone: "old-1"})})
+		labelBetaRegion: "old", labelBetaZone: "old-1",
+	})})
 	if u == nil || !u.Kinds()[KindEndpoints] {
 		t.Fatalf("a Node that moved changed no endpoints: %v", u)
 	}

@@ -31,7 +31,9 @@ func TestServiceEntryPortProtocols(t *testing.T) {
 	_, err := s.Apply(serviceEntry("ext", "api", "1", &apinetworking.ServiceEntry{
 		Hosts: []string{"api.example.com"},
 		Ports: []*apinetworking.ServicePort{
-			{Number: 80, Name: "http"}, {Number: 81, Name: "tcp-x", Protocol: "HTTP"}, {Number: 53, Name: "dns", Protocol: "udp"},
+			{Number: 80, Name: "http"},
+			{Number: 81, Name: "tcp-x", Protocol: "HTTP"},
+			{Number: 53, Name: "dns", Protocol: "udp"},
 			{Number: 82, Name: "http2", Protocol: "h2c"},
 		},
 		Resolution: apinetworking.ServiceEntry_DNS,

@@ -22,11 +22,13 @@ func TestSecretChangedTranslatesTheGatewaysNamingIt(t *testing.T) {
 		}
 		return gatewayapi.CertificateMissing
 	})
-	g := &gatewayv1.Gateway{ObjectMeta: metav1.ObjectMeta{Name: "gw", Namespace: "shop", Generation: 1},
+	g := &gatewayv1.Gateway{
+		ObjectMeta: metav1.ObjectMeta{Name: "gw", Namespace: "shop", Generation: 1},
 		Spec: gatewayv1.GatewaySpec{GatewayClassName: "istio", Listeners: []gatewayv1.Listener{{
 			Name: "https", Port: 443, Protocol: gatewayv1.HTTPSProtocolType,
 			TLS: &gatewayv1.ListenerTLSConfig{CertificateRefs: []gatewayv1.SecretObjectReference{{Name: "cert"}}},
-		}}}}
+		}}},
+	}
 	gwKey := Key{Kind: KindKubernetesGateway, Namespace: "shop", Name: "gw"}
 	if _, err := s.Apply(Event{Key: gwKey, Op: OpUpsert, Object: g}); err != nil {
 		t.Fatal(err)

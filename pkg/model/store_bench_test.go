@@ -14,8 +14,10 @@ func bigStore(b *testing.B) *Store {
 	var evs []Event
 	for i := range 1000 {
 		ns, name := fmt.Sprintf("ns-%d", i%50), fmt.Sprintf("svc-%d", i)
-		evs = append(evs, Event{Op: OpUpsert, Key: Key{KindService, ns, name},
-			Object: svc(ns, name, corev1.ServicePort{Name: "http", Port: 80}, corev1.ServicePort{Name: "grpc", Port: 7070})})
+		evs = append(evs, Event{
+			Op: OpUpsert, Key: Key{KindService, ns, name},
+			Object: svc(ns, name, corev1.ServicePort{Name: "http", Port: 80}, corev1.ServicePort{Name: "grpc", Port: 7070}),
+		})
 		pods := map[string]string{}
 		for j := range 10 {
 			pods[fmt.Sprintf("10.%d.%d.%d", i/250, i%250, j+1)] = fmt.Sprintf("%s-%d", name, j)

@@ -77,16 +77,20 @@ func TestStoreBuildsServicesWithHostnamesAndProtocols(t *testing.T) {
 
 func TestStoreJoinsEndpointsWithPodsInEitherOrder(t *testing.T) {
 	s := NewStore(StoreOptions{})
-	if _, err := s.Apply(Event{Op: OpUpsert, Key: Key{KindEndpointSlice, "shop", "cart-1"},
-		Object: slice("shop", "cart-1", "cart", map[string]string{"10.1.0.1": "cart-a"}, true)}); err != nil {
+	if _, err := s.Apply(Event{
+		Op: OpUpsert, Key: Key{KindEndpointSlice, "shop", "cart-1"},
+		Object: slice("shop", "cart-1", "cart", map[string]string{"10.1.0.1": "cart-a"}, true),
+	}); err != nil {
 		t.Fatal(err)
 	}
 	eps := s.World().Endpoints("shop", "cart")
 	if eps == nil || len(eps.Endpoints) != 1 || eps.Endpoints[0].ServiceAccount != "" {
 		t.Fatalf("endpoints before the pod = %+v", eps)
 	}
-	u, err := s.Apply(Event{Op: OpUpsert, Key: Key{KindPod, "shop", "cart-a"},
-		Object: pod("shop", "cart-a", "10.1.0.1", "cart-sa", map[string]string{"app": "cart", LabelLocality: "eu.west-1a.rack1"})})
+	u, err := s.Apply(Event{
+		Op: OpUpsert, Key: Key{KindPod, "shop", "cart-a"},
+		Object: pod("shop", "cart-a", "10.1.0.1", "cart-sa", map[string]string{"app": "cart", LabelLocality: "eu.west-1a.rack1"}),
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

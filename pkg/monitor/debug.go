@@ -54,8 +54,10 @@ const clusterID = "Kubernetes"
 
 func newRegistryEntry(s *model.Service, eps []*model.Endpoint) registryEntry {
 	e := registryEntry{Service: s, Endpoints: eps}
-	e.Attributes = serviceAttributes{ServiceRegistry: "Kubernetes", Name: s.Name, Namespace: s.Namespace,
-		Labels: s.Labels, LabelSelectors: s.Selector}
+	e.Attributes = serviceAttributes{
+		ServiceRegistry: "Kubernetes", Name: s.Name, Namespace: s.Namespace,
+		Labels: s.Labels, LabelSelectors: s.Selector,
+	}
 	if len(s.ExportTo) > 0 {
 		e.Attributes.ExportTo = map[string]struct{}{}
 		for _, x := range s.ExportTo {

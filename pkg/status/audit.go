@@ -112,9 +112,11 @@ func NewAuditor(opts Options, world func() *model.World, w ConditionSetter, log 
 	if err != nil {
 		return nil, fmt.Errorf("status metrics: %w", err)
 	}
-	return &Auditor{opts: opts, world: world, w: w, log: log, m: m, now: time.Now, retry: retryMin,
+	return &Auditor{
+		opts: opts, world: world, w: w, log: log, m: m, now: time.Now, retry: retryMin,
 		pending: map[model.Key]bool{}, full: true, wake: make(chan struct{}, 1),
-		seen: map[model.Key]seenConfig{}, counts: map[[2]string]int{}, refused: map[string]int{}}, nil
+		seen: map[model.Key]seenConfig{}, counts: map[[2]string]int{}, refused: map[string]int{},
+	}, nil
 }
 
 // Observe notes the Istio configs an Update changed. It runs under the

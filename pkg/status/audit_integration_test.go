@@ -53,8 +53,10 @@ func TestIntegrationUnsupportedFieldsInStatus(t *testing.T) {
 	if _, err := vsClient.UpdateStatus(ctx, vs, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	ra := &securityv1.RequestAuthentication{ObjectMeta: metav1.ObjectMeta{Name: "jwt", Namespace: "shop"},
-		Spec: securityapi.RequestAuthentication{JwtRules: []*securityapi.JWTRule{{Issuer: "https://issuer.example", Presence: securityapi.JWTRule_REQUIRED}}}}
+	ra := &securityv1.RequestAuthentication{
+		ObjectMeta: metav1.ObjectMeta{Name: "jwt", Namespace: "shop"},
+		Spec:       securityapi.RequestAuthentication{JwtRules: []*securityapi.JWTRule{{Issuer: "https://issuer.example", Presence: securityapi.JWTRule_REQUIRED}}},
+	}
 	if _, err := istio.SecurityV1().RequestAuthentications("shop").Create(ctx, ra, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -88,8 +88,10 @@ func (f *fakeSetter) SetCondition(_ context.Context, key model.Key, gen int64, t
 	st := field(obj, "Status").(*metav1alpha1.IstioStatus)
 	st.Conditions = slices.DeleteFunc(st.Conditions, func(x *metav1alpha1.IstioCondition) bool { return x.GetType() == typ })
 	if c != nil {
-		st.Conditions = append(st.Conditions, &metav1alpha1.IstioCondition{Type: typ, Status: c.Status, Reason: c.Reason,
-			Message: c.Message, ObservedGeneration: c.ObservedGeneration})
+		st.Conditions = append(st.Conditions, &metav1alpha1.IstioCondition{
+			Type: typ, Status: c.Status, Reason: c.Reason,
+			Message: c.Message, ObservedGeneration: c.ObservedGeneration,
+		})
 	}
 	m := obj.(metav1.Object)
 	m.SetResourceVersion(m.GetResourceVersion() + "s")

@@ -58,32 +58,46 @@ func TestIntegrationBackendTLSPolicyStatus(t *testing.T) {
 	}
 	_, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}, metav1.CreateOptions{})
 	must(err)
-	_, err = env.Client.CoreV1().Services("shop").Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "secure", Namespace: "shop"},
-		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "https", Port: 443}}}}, metav1.CreateOptions{})
+	_, err = env.Client.CoreV1().Services("shop").Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "secure", Namespace: "shop"},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "https", Port: 443}}},
+	}, metav1.CreateOptions{})
 	must(err)
-	_, err = gc.GatewayV1().Gateways("shop").Create(ctx, &gw.Gateway{ObjectMeta: metav1.ObjectMeta{Name: "gw", Namespace: "shop"},
-		Spec: gw.GatewaySpec{GatewayClassName: "istio", Listeners: []gw.Listener{{Name: "http", Port: 80, Protocol: gw.HTTPProtocolType}}}},
+	_, err = gc.GatewayV1().Gateways("shop").Create(ctx, &gw.Gateway{
+		ObjectMeta: metav1.ObjectMeta{Name: "gw", Namespace: "shop"},
+		Spec:       gw.GatewaySpec{GatewayClassName: "istio", Listeners: []gw.Listener{{Name: "http", Port: 80, Protocol: gw.HTTPProtocolType}}},
+	},
 		metav1.CreateOptions{})
 	must(err)
 	port := gw.PortNumber(443)
-	_, err = gc.GatewayV1().HTTPRoutes("shop").Create(ctx, &gw.HTTPRoute{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop"},
-		Spec: gw.HTTPRouteSpec{CommonRouteSpec: gw.CommonRouteSpec{ParentRefs: []gw.ParentReference{{Name: "gw"}}},
-			Rules: []gw.HTTPRouteRule{{BackendRefs: []gw.HTTPBackendRef{{BackendRef: gw.BackendRef{BackendObjectReference: gw.BackendObjectReference{Name: "secure", Port: &port}}}}}}}},
+	_, err = gc.GatewayV1().HTTPRoutes("shop").Create(ctx, &gw.HTTPRoute{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop"},
+		Spec: gw.HTTPRouteSpec{
+			CommonRouteSpec: gw.CommonRouteSpec{ParentRefs: []gw.ParentReference{{Name: "gw"}}},
+			Rules:           []gw.HTTPRouteRule{{BackendRefs: []gw.HTTPBackendRef{{BackendRef: gw.BackendRef{BackendObjectReference: gw.BackendObjectReference{Name: "secure", Port: &port}}}}}},
+		},
+	},
 		metav1.CreateOptions{})
 	must(err)
 	policy := func(name string) *gw.BackendTLSPolicy {
-		return &gw.BackendTLSPolicy{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop"},
+		return &gw.BackendTLSPolicy{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop"},
 			Spec: gw.BackendTLSPolicySpec{
 				TargetRefs: []gw.LocalPolicyTargetReferenceWithSectionName{{LocalPolicyTargetReference: gw.LocalPolicyTargetReference{Group: "", Kind: "Service", Name: "secure"}}},
-				Validation: gw.BackendTLSPolicyValidation{Hostname: "secure.example.com",
-					CACertificateRefs: []gw.LocalObjectReference{{Group: "", Kind: "ConfigMap", Name: "backend-ca"}}},
-			}}
+				Validation: gw.BackendTLSPolicyValidation{
+					Hostname:          "secure.example.com",
+					CACertificateRefs: []gw.LocalObjectReference{{Group: "", Kind: "ConfigMap", Name: "backend-ca"}},
+				},
+			},
+		}
 	}
 	p, err := gc.GatewayV1().BackendTLSPolicies("shop").Create(ctx, policy("first"), metav1.CreateOptions{})
 	must(err)
 	// Another controller's entry, written before ours.
-	p.Status.Ancestors = []gw.PolicyAncestorStatus{{AncestorRef: gw.ParentReference{Name: "theirs"}, ControllerName: "example.com/other",
-		Conditions: []metav1.Condition{{Type: "Accepted", Status: metav1.ConditionTrue, Reason: "Accepted", LastTransitionTime: metav1.Now()}}}}
+	p.Status.Ancestors = []gw.PolicyAncestorStatus{{
+		AncestorRef: gw.ParentReference{Name: "theirs"}, ControllerName: "example.com/other",
+		Conditions: []metav1.Condition{{Type: "Accepted", Status: metav1.ConditionTrue, Reason: "Accepted", LastTransitionTime: metav1.Now()}},
+	}}
 	_, err = gc.GatewayV1().BackendTLSPolicies("shop").UpdateStatus(ctx, p, metav1.UpdateOptions{})
 	must(err)
 
@@ -134,8 +148,10 @@ func TestIntegrationBackendTLSPolicyStatus(t *testing.T) {
 	valid := "Accepted=True/Accepted;ResolvedRefs=True/ResolvedRefs;"
 	poll(t, "the policy without its ConfigMap: NoValidCACertificate, InvalidCACertificateRef", 30*time.Second, want("first", invalid, invalid, true))
 
-	_, err = env.Client.CoreV1().ConfigMaps("shop").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "backend-ca", Namespace: "shop"},
-		Data: map[string]string{"ca.crt": testBackendCA}}, metav1.CreateOptions{})
+	_, err = env.Client.CoreV1().ConfigMaps("shop").Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "backend-ca", Namespace: "shop"},
+		Data:       map[string]string{"ca.crt": testBackendCA},
+	}, metav1.CreateOptions{})
 	must(err)
 	poll(t, "the policy with its ConfigMap's CA: Accepted, ResolvedRefs", 30*time.Second, want("first", valid, valid, true))
 

@@ -46,25 +46,33 @@ func TestIntegrationGatewayAPIStatus(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	_, err := gc.GatewayV1().GatewayClasses().Create(ctx, &gw.GatewayClass{ObjectMeta: metav1.ObjectMeta{Name: "istio"},
-		Spec: gw.GatewayClassSpec{ControllerName: gatewayapi.ControllerName}}, metav1.CreateOptions{})
+	_, err := gc.GatewayV1().GatewayClasses().Create(ctx, &gw.GatewayClass{
+		ObjectMeta: metav1.ObjectMeta{Name: "istio"},
+		Spec:       gw.GatewayClassSpec{ControllerName: gatewayapi.ControllerName},
+	}, metav1.CreateOptions{})
 	create(err)
-	_, err = gc.GatewayV1().Gateways("shop").Create(ctx, &gw.Gateway{ObjectMeta: metav1.ObjectMeta{Name: "gw", Namespace: "shop"},
-		Spec: gw.GatewaySpec{GatewayClassName: "istio", Listeners: []gw.Listener{{Name: "http", Port: 80, Protocol: gw.HTTPProtocolType}}}},
+	_, err = gc.GatewayV1().Gateways("shop").Create(ctx, &gw.Gateway{
+		ObjectMeta: metav1.ObjectMeta{Name: "gw", Namespace: "shop"},
+		Spec:       gw.GatewaySpec{GatewayClassName: "istio", Listeners: []gw.Listener{{Name: "http", Port: 80, Protocol: gw.HTTPProtocolType}}},
+	},
 		metav1.CreateOptions{})
 	create(err)
 	route := func(ns string) *gw.HTTPRoute {
 		gwNS := gw.Namespace("shop")
-		return &gw.HTTPRoute{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
-			Spec: gw.HTTPRouteSpec{CommonRouteSpec: gw.CommonRouteSpec{ParentRefs: []gw.ParentReference{{Name: "gw", Namespace: &gwNS}}}}}
+		return &gw.HTTPRoute{
+			ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
+			Spec:       gw.HTTPRouteSpec{CommonRouteSpec: gw.CommonRouteSpec{ParentRefs: []gw.ParentReference{{Name: "gw", Namespace: &gwNS}}}},
+		}
 	}
 	_, err = gc.GatewayV1().HTTPRoutes("shop").Create(ctx, route("shop"), metav1.CreateOptions{})
 	create(err)
 	foreign, err := gc.GatewayV1().HTTPRoutes("other").Create(ctx, route("other"), metav1.CreateOptions{})
 	create(err)
 	// Another controller's entry, written before ours.
-	foreign.Status.Parents = []gw.RouteParentStatus{{ParentRef: gw.ParentReference{Name: "theirs"}, ControllerName: "example.com/other",
-		Conditions: []metav1.Condition{{Type: "Accepted", Status: metav1.ConditionTrue, Reason: "Accepted", LastTransitionTime: metav1.Now()}}}}
+	foreign.Status.Parents = []gw.RouteParentStatus{{
+		ParentRef: gw.ParentReference{Name: "theirs"}, ControllerName: "example.com/other",
+		Conditions: []metav1.Condition{{Type: "Accepted", Status: metav1.ConditionTrue, Reason: "Accepted", LastTransitionTime: metav1.Now()}},
+	}}
 	_, err = gc.GatewayV1().HTTPRoutes("other").UpdateStatus(ctx, foreign, metav1.UpdateOptions{})
 	create(err)
 

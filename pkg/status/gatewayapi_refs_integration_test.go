@@ -41,8 +41,10 @@ func testCertificate(t *testing.T) (certPEM, keyPEM []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "example.com"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "example.com"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
 		t.Fatal(err)
@@ -81,36 +83,46 @@ func TestIntegrationGatewayAPIReferences(t *testing.T) {
 	}
 	crt, key := testCertificate(t)
 	secret := func(ns, name string, crt, key []byte) *corev1.Secret {
-		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Type: corev1.SecretTypeTLS,
-			Data: map[string][]byte{"tls.crt": crt, "tls.key": key}}
+		return &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Type: corev1.SecretTypeTLS,
+			Data: map[string][]byte{"tls.crt": crt, "tls.key": key},
+		}
 	}
 	_, err := env.Client.CoreV1().Secrets("certs").Create(ctx, secret("certs", "cert", crt, key), metav1.CreateOptions{})
 	must(err)
 	_, err = env.Client.CoreV1().Secrets("shop").Create(ctx, secret("shop", "malformed", []byte("Hello world\n"), []byte("Hello world\n")), metav1.CreateOptions{})
 	must(err)
-	_, err = gc.GatewayV1().GatewayClasses().Create(ctx, &gw.GatewayClass{ObjectMeta: metav1.ObjectMeta{Name: "istio"},
-		Spec: gw.GatewayClassSpec{ControllerName: gatewayapi.ControllerName}}, metav1.CreateOptions{})
+	_, err = gc.GatewayV1().GatewayClasses().Create(ctx, &gw.GatewayClass{
+		ObjectMeta: metav1.ObjectMeta{Name: "istio"},
+		Spec:       gw.GatewayClassSpec{ControllerName: gatewayapi.ControllerName},
+	}, metav1.CreateOptions{})
 	must(err)
 	certsNS := gw.Namespace("certs")
 	https := func(name, host string, ref gw.SecretObjectReference) gw.Listener {
 		h := gw.Hostname(host)
-		return gw.Listener{Name: gw.SectionName(name), Port: 443, Protocol: gw.HTTPSProtocolType, Hostname: &h,
-			TLS: &gw.ListenerTLSConfig{CertificateRefs: []gw.SecretObjectReference{ref}}}
+		return gw.Listener{
+			Name: gw.SectionName(name), Port: 443, Protocol: gw.HTTPSProtocolType, Hostname: &h,
+			TLS: &gw.ListenerTLSConfig{CertificateRefs: []gw.SecretObjectReference{ref}},
+		}
 	}
-	_, err = gc.GatewayV1().Gateways("shop").Create(ctx, &gw.Gateway{ObjectMeta: metav1.ObjectMeta{Name: "gw", Namespace: "shop"},
+	_, err = gc.GatewayV1().Gateways("shop").Create(ctx, &gw.Gateway{
+		ObjectMeta: metav1.ObjectMeta{Name: "gw", Namespace: "shop"},
 		Spec: gw.GatewaySpec{GatewayClassName: "istio", Listeners: []gw.Listener{
 			{Name: "http", Port: 80, Protocol: gw.HTTPProtocolType},
 			https("later", "a.example.com", gw.SecretObjectReference{Name: "later"}),
 			https("cross", "b.example.com", gw.SecretObjectReference{Name: "cert", Namespace: &certsNS}),
 			https("malformed", "c.example.com", gw.SecretObjectReference{Name: "malformed"}),
-		}}}, metav1.CreateOptions{})
+		}},
+	}, metav1.CreateOptions{})
 	must(err)
 	route := func(ns, name string, p gw.ParentReference) {
 		t.Helper()
 		shop := gw.Namespace("shop")
 		p.Name, p.Namespace = "gw", &shop
-		_, err := gc.GatewayV1().HTTPRoutes(ns).Create(ctx, &gw.HTTPRoute{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-			Spec: gw.HTTPRouteSpec{CommonRouteSpec: gw.CommonRouteSpec{ParentRefs: []gw.ParentReference{p}}}}, metav1.CreateOptions{})
+		_, err := gc.GatewayV1().HTTPRoutes(ns).Create(ctx, &gw.HTTPRoute{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec:       gw.HTTPRouteSpec{CommonRouteSpec: gw.CommonRouteSpec{ParentRefs: []gw.ParentReference{p}}},
+		}, metav1.CreateOptions{})
 		must(err)
 	}
 	nope, port := gw.SectionName("nope"), gw.PortNumber(8080)
@@ -193,11 +205,13 @@ func TestIntegrationGatewayAPIReferences(t *testing.T) {
 	// The Secret appears; the ReferenceGrant is created.
 	_, err = env.Client.CoreV1().Secrets("shop").Create(ctx, secret("shop", "later", crt, key), metav1.CreateOptions{})
 	must(err)
-	_, err = gc.GatewayV1beta1().ReferenceGrants("certs").Create(ctx, &gwv1beta1.ReferenceGrant{ObjectMeta: metav1.ObjectMeta{Name: "gateways", Namespace: "certs"},
+	_, err = gc.GatewayV1beta1().ReferenceGrants("certs").Create(ctx, &gwv1beta1.ReferenceGrant{
+		ObjectMeta: metav1.ObjectMeta{Name: "gateways", Namespace: "certs"},
 		Spec: gwv1beta1.ReferenceGrantSpec{
 			From: []gwv1beta1.ReferenceGrantFrom{{Group: gw.GroupName, Kind: "Gateway", Namespace: "shop"}},
 			To:   []gwv1beta1.ReferenceGrantTo{{Group: "", Kind: "Secret"}},
-		}}, metav1.CreateOptions{})
+		},
+	}, metav1.CreateOptions{})
 	must(err)
 	waitListeners("the created Secret and the ReferenceGrant resolve their listeners",
 		"http:True/ResolvedRefs:True/Programmed:1 "+

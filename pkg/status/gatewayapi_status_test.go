@@ -24,8 +24,10 @@ func routeObj(ours map[string]any) *unstructured.Unstructured {
 	parents := []any{map[string]any{
 		"controllerName": "example.com/other",
 		"parentRef":      map[string]any{"group": model.GroupGatewayAPI, "kind": "Gateway", "name": "theirs"},
-		"conditions": []any{map[string]any{"type": "Accepted", "status": "True", "reason": "Accepted", "message": "",
-			"lastTransitionTime": "2026-01-01T00:00:00Z"}},
+		"conditions": []any{map[string]any{
+			"type": "Accepted", "status": "True", "reason": "Accepted", "message": "",
+			"lastTransitionTime": "2026-01-01T00:00:00Z",
+		}},
 	}}
 	if ours != nil {
 		parents = append(parents, ours)

@@ -63,7 +63,9 @@ func (a *Auditor) wantPatchRefused(c *model.Config, now time.Time) *Condition {
 	if !ok {
 		return nil
 	}
-	return &Condition{Status: "True", Reason: ReasonPatchedResourceInvalid,
+	return &Condition{
+		Status: "True", Reason: ReasonPatchedResourceInvalid,
 		Message:            truncate(patchRefusedPrefix + msg),
-		ObservedGeneration: acc.GetGeneration(), Time: now}
+		ObservedGeneration: acc.GetGeneration(), Time: now,
+	}
 }

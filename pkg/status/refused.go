@@ -41,9 +41,11 @@ func wantRefusedCondition(c *model.Config, refused []string, now time.Time) *Con
 	if len(refused) == 0 {
 		return nil
 	}
-	return &Condition{Status: "True", Reason: ReasonBreaksEnvoyRules,
+	return &Condition{
+		Status: "True", Reason: ReasonBreaksEnvoyRules,
 		Message:            refusedPrefix + listWithin(refused, maxMessage-len(refusedPrefix)),
-		ObservedGeneration: generation(c.Object), Time: now}
+		ObservedGeneration: generation(c.Object), Time: now,
+	}
 }
 
 // RefusedConfigzNote is a monitor.ConfigNote: it adds "refused" (the

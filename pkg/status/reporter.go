@@ -95,8 +95,10 @@ func New(opts Options, w Writer, log *slog.Logger, reg prometheus.Registerer) (*
 	if err != nil {
 		return nil, fmt.Errorf("status metrics: %w", err)
 	}
-	return &Reporter{opts: opts, w: w, log: log, m: m, queue: make(chan report, opts.QueueSize),
-		rejected: map[model.Key]*rejection{}}, nil
+	return &Reporter{
+		opts: opts, w: w, log: log, m: m, queue: make(chan report, opts.QueueSize),
+		rejected: map[model.Key]*rejection{},
+	}, nil
 }
 
 // Rejected queues a NACK; it never blocks.

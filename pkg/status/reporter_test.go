@@ -64,8 +64,10 @@ func vsRef(generation int64) gen.ConfigRef {
 }
 
 func rep(rejected bool, proxy string, at time.Time, refs ...gen.ConfigRef) report {
-	return report{proxyID: proxy, typeURL: gen.RouteType, err: "bad route", rejected: rejected, time: at,
-		sources: func() []gen.ConfigRef { return refs }}
+	return report{
+		proxyID: proxy, typeURL: gen.RouteType, err: "bad route", rejected: rejected, time: at,
+		sources: func() []gen.ConfigRef { return refs },
+	}
 }
 
 // run starts r and returns a function that stops it and waits.

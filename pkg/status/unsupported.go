@@ -162,8 +162,10 @@ func wantCondition(c *model.Config, f Finding, now time.Time) *Condition {
 	if f.Kind {
 		reason = ReasonKindNotSupported
 	}
-	return &Condition{Status: "True", Reason: reason, Message: f.Message(c.Key.Kind),
-		ObservedGeneration: generation(c.Object), Time: now}
+	return &Condition{
+		Status: "True", Reason: reason, Message: f.Message(c.Key.Kind),
+		ObservedGeneration: generation(c.Object), Time: now,
+	}
 }
 
 // inSync reports whether the conditions of type typ in conds say what want

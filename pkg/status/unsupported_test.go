@@ -183,8 +183,10 @@ func TestWantConditionAndStatusOf(t *testing.T) {
 func TestConditionMerge(t *testing.T) {
 	t0 := time.Unix(1_800_000_000, 0).UTC()
 	theirs := map[string]any{"type": "Reconciled", "status": "True", "message": "written by someone else"}
-	ours := map[string]any{"type": UnsupportedConditionType, "status": "True", "reason": ReasonFieldsNotSupported,
-		"message": "old", "observedGeneration": int64(1), "lastTransitionTime": "2020-01-01T00:00:00Z"}
+	ours := map[string]any{
+		"type": UnsupportedConditionType, "status": "True", "reason": ReasonFieldsNotSupported,
+		"message": "old", "observedGeneration": int64(1), "lastTransitionTime": "2020-01-01T00:00:00Z",
+	}
 	c := Condition{Status: "True", Reason: ReasonFieldsNotSupported, Message: "new", ObservedGeneration: 2, Time: t0}
 
 	next, changed := setCondition([]any{theirs, ours}, UnsupportedConditionType, c)

@@ -21,8 +21,10 @@ import (
 // The next edit, which they accept, must reach every proxy.
 func TestCanaryPushStopsOnNACK(t *testing.T) {
 	const waveTimeout = 2 * time.Second
-	c := newCluster(t, "CanaryPushStopsOnNACK", clusterOptions{replicas: 1,
-		args: []string{"--xds-push-wave", "1", "--xds-push-wave-timeout", waveTimeout.String()}})
+	c := newCluster(t, "CanaryPushStopsOnNACK", clusterOptions{
+		replicas: 1,
+		args:     []string{"--xds-push-wave", "1", "--xds-push-wave-timeout", waveTimeout.String()},
+	})
 	r := c.replicas[0]
 	bad := fmt.Sprintf("ns-%d", c.sc.world.Namespaces-1)
 	var edit *loadkit.Edit

@@ -61,9 +61,11 @@ func newCluster(t *testing.T, scenario string, o clusterOptions) *cluster {
 		t.Fatalf("write the world: %v", err)
 	}
 	c.res.figure("world written to the API server", time.Since(start).Seconds(), "s", "")
-	c.args = append([]string{"--kubeconfig", c.env.Kubeconfig, "--log-format", "json", "--log-level", "info",
+	c.args = append([]string{
+		"--kubeconfig", c.env.Kubeconfig, "--log-format", "json", "--log-level", "info",
 		"--leader-lease-duration", sc.lease.String(), "--leader-renew-deadline", sc.renew.String(), "--leader-retry-period", sc.retry.String(),
-		"--drain-period", sc.drain.String()}, o.args...)
+		"--drain-period", sc.drain.String(),
+	}, o.args...)
 	for i := range max(1, o.replicas) {
 		c.replicas = append(c.replicas, newReplica(t, fmt.Sprintf("r%d", i), c.dir))
 	}

@@ -59,19 +59,23 @@ func currentScale(t *testing.T) scale {
 	t.Helper()
 	switch *scaleFlag {
 	case "small":
-		return scale{name: "small",
+		return scale{
+			name:    "small",
 			world:   loadkit.WorldOptions{Services: 50, Namespaces: 5, Ports: 2, EndpointsPer: 3, VirtualServices: 10, DomainSuffix: "cluster.local"},
 			proxies: 100, outage: 8 * time.Second, etcdOutage: 5 * time.Second,
 			drain: 2 * time.Second, streamAge: time.Minute,
 			lease: 4 * time.Second, renew: 3 * time.Second, retry: time.Second,
-			changes: 6, rate: 4, slowRead: time.Second, timeout: 2 * time.Minute}
+			changes: 6, rate: 4, slowRead: time.Second, timeout: 2 * time.Minute,
+		}
 	case "big":
-		return scale{name: "big",
+		return scale{
+			name:    "big",
 			world:   loadkit.WorldOptions{Services: 1000, Namespaces: 50, Ports: 2, EndpointsPer: 10, VirtualServices: 100, DomainSuffix: "cluster.local"},
 			proxies: 1000, outage: 60 * time.Second, etcdOutage: 30 * time.Second,
 			drain: 20 * time.Second, streamAge: 2 * time.Minute, shareWait: 3 * time.Minute,
 			lease: 15 * time.Second, renew: 10 * time.Second, retry: 2 * time.Second,
-			changes: 20, rate: 1, slowRead: 2 * time.Second, timeout: 20 * time.Minute}
+			changes: 20, rate: 1, slowRead: 2 * time.Second, timeout: 20 * time.Minute,
+		}
 	}
 	t.Fatalf("-chaos.scale=%q: want small or big", *scaleFlag)
 	return scale{}

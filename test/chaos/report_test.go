@@ -53,9 +53,11 @@ type figure struct {
 }
 
 func newResult(scenario string, sc scale) *result {
-	return &result{Scenario: scenario, Scale: sc.name + overridesNote(), Started: time.Now(), Machine: loadkit.MachineInfo(), World: sc.world, Proxies: sc.proxies,
+	return &result{
+		Scenario: scenario, Scale: sc.name + overridesNote(), Started: time.Now(), Machine: loadkit.MachineInfo(), World: sc.world, Proxies: sc.proxies,
 		Commit:  loadkit.GitCommit(),
-		Command: fmt.Sprintf("go test ./test/chaos -run '%s' -chaos.scale=%s", testNameOf(scenario), sc.name)}
+		Command: fmt.Sprintf("go test ./test/chaos -run '%s' -chaos.scale=%s", testNameOf(scenario), sc.name),
+	}
 }
 
 // testNameOf is the test that runs a scenario (they share the prefix).
@@ -72,6 +74,7 @@ func (r *result) note(format string, args ...any) {
 // finish logs the report and writes it under dir/<scenario>/ when dir is
 // set.
 func (r *result) finish(t *testing.T, dir string) {
+	t.Helper()
 	r.Seconds = time.Since(r.Started).Seconds()
 	r.Machine.LoadAvgEnd = loadkit.LoadAvg()
 	r.Failed = t.Failed()

@@ -112,7 +112,10 @@ func TestRollingRestartOfThreeReplicas(t *testing.T) {
 }
 
 // c0 is the scale, before the cluster exists.
-func c0(t *testing.T) scale { return currentScale(t) }
+func c0(t *testing.T) scale {
+	t.Helper()
+	return currentScale(t)
+}
 
 // waitShare waits until the restarted replica serves its share of the
 // proxies again (a sixth, as --max-stream-age moves them), at most the

@@ -16,7 +16,10 @@ import (
 )
 
 // discoveryBinary is the real discovery command, built once per run.
-func discoveryBinary(t *testing.T) string { return testenv.DiscoveryBinary(t) }
+func discoveryBinary(t *testing.T) string {
+	t.Helper()
+	return testenv.DiscoveryBinary(t)
+}
 
 // pilotAgentBinary finds the pilot-agent that hack/istio-agent.sh built. It
 // skips the test without one (and with -short), unless COMPAT_REQUIRED or

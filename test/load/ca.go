@@ -152,8 +152,10 @@ func RunCA(ctx context.Context, o CAOptions, out io.Writer) (*LatencyReport, err
 			_ = c.conn.Close()
 		}
 	}()
-	rep := &LatencyReport{Tool: "discovery-load ca", Started: time.Now(), Commit: o.Server.ReportCommit(), Machine: loadkit.MachineInfo(), ErrorKind: map[string]int{},
-		Params: map[string]any{"clients": o.Clients, "key": o.Key, "duration": o.Duration.String(), "rateLimit": o.KeepRateLimit, "rate": o.Rate}}
+	rep := &LatencyReport{
+		Tool: "discovery-load ca", Started: time.Now(), Commit: o.Server.ReportCommit(), Machine: loadkit.MachineInfo(), ErrorKind: map[string]int{},
+		Params: map[string]any{"clients": o.Clients, "key": o.Key, "duration": o.Duration.String(), "rateLimit": o.KeepRateLimit, "rate": o.Rate},
+	}
 	// Warm up: every client connects (TLS handshake) and is served once.
 	if err := runCAClients(ctx, clients, time.Time{}, 0, newRecorder()); err != nil {
 		return nil, fmt.Errorf("first CSR: %w", err)
@@ -189,8 +191,10 @@ func newCAClients(o CAOptions, server *loadkit.Server) ([]*caClient, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, &caClient{conn: conn, pb: pb.NewIstioCertificateServiceClient(conn), token: fmt.Sprintf("bench-token-%d", i),
-			req: &pb.IstioCertificateRequest{Csr: string(csr), ValidityDuration: 86400}})
+		out = append(out, &caClient{
+			conn: conn, pb: pb.NewIstioCertificateServiceClient(conn), token: fmt.Sprintf("bench-token-%d", i),
+			req: &pb.IstioCertificateRequest{Csr: string(csr), ValidityDuration: 86400},
+		})
 	}
 	return out, nil
 }

@@ -101,8 +101,10 @@ func TestXDSRunOnARealAPIServer(t *testing.T) {
 // refused, and the figures of each phase are there.
 func checkReport(t *testing.T, rep *Report, o XDSOptions) {
 	t.Helper()
-	want := map[string]int{loadkit.KindConnect: o.Fleet.Proxies, "idle": 0, loadkit.KindEndpoint: 3 * o.Fleet.Proxies, loadkit.KindVirtualSvc: 3 * o.Fleet.Proxies,
-		loadkit.KindServiceAdd: 2 * o.Fleet.Proxies, loadkit.KindServiceRemove: 2 * o.Fleet.Proxies, loadkit.KindReconnect: 3}
+	want := map[string]int{
+		loadkit.KindConnect: o.Fleet.Proxies, "idle": 0, loadkit.KindEndpoint: 3 * o.Fleet.Proxies, loadkit.KindVirtualSvc: 3 * o.Fleet.Proxies,
+		loadkit.KindServiceAdd: 2 * o.Fleet.Proxies, loadkit.KindServiceRemove: 2 * o.Fleet.Proxies, loadkit.KindReconnect: 3,
+	}
 	seen := map[string]bool{}
 	for _, p := range rep.Phases {
 		seen[p.Name] = true

@@ -64,7 +64,7 @@ func newWorldCommand() *cobra.Command {
 			if dir == "" {
 				return fmt.Errorf("--dir is required")
 			}
-			_, err := loadkit.NewWorld(o, dir)
+			_, err := loadkit.NewWorld(cmd.Context(), o, dir)
 			return err
 		},
 	}

@@ -87,8 +87,10 @@ func newWebhookCommand() *cobra.Command {
 func admissionReview() []byte {
 	pod := map[string]any{
 		"apiVersion": "v1", "kind": "Pod",
-		"metadata": map[string]any{"generateName": "reviews-v1-7d9f-", "namespace": "bench",
-			"labels": map[string]any{"app": "reviews", "version": "v1", "sidecar.istio.io/inject": "true"}},
+		"metadata": map[string]any{
+			"generateName": "reviews-v1-7d9f-", "namespace": "bench",
+			"labels": map[string]any{"app": "reviews", "version": "v1", "sidecar.istio.io/inject": "true"},
+		},
 		"spec": map[string]any{"serviceAccountName": "reviews", "containers": []any{map[string]any{
 			"name": "reviews", "image": "example/reviews:1",
 			"ports": []any{map[string]any{"containerPort": 9080, "name": "http"}},
@@ -126,8 +128,10 @@ func RunWebhook(ctx context.Context, o WebhookOptions, out io.Writer) (*LatencyR
 	if err != nil {
 		return nil, err
 	}
-	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "istiod.istio-system.svc", MinVersion: tls.VersionTLS12},
-		MaxIdleConnsPerHost: o.MaxInFlight, ForceAttemptHTTP2: false}
+	tr := &http.Transport{
+		TLSClientConfig:     &tls.Config{RootCAs: pool, ServerName: "istiod.istio-system.svc", MinVersion: tls.VersionTLS12},
+		MaxIdleConnsPerHost: o.MaxInFlight, ForceAttemptHTTP2: false,
+	}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
 	url := "https://" + server.Webhook + "/inject"
@@ -135,8 +139,10 @@ func RunWebhook(ctx context.Context, o WebhookOptions, out io.Writer) (*LatencyR
 	if err := postReview(ctx, client, url, body); err != nil {
 		return nil, fmt.Errorf("first request: %w", err)
 	}
-	rep := &LatencyReport{Tool: "discovery-load webhook", Started: time.Now(), Commit: o.Server.ReportCommit(), Machine: loadkit.MachineInfo(), ErrorKind: map[string]int{},
-		Params: map[string]any{"rate": o.Rate, "duration": o.Duration.String(), "maxInFlight": o.MaxInFlight}}
+	rep := &LatencyReport{
+		Tool: "discovery-load webhook", Started: time.Now(), Commit: o.Server.ReportCommit(), Machine: loadkit.MachineInfo(), ErrorKind: map[string]int{},
+		Params: map[string]any{"rate": o.Rate, "duration": o.Duration.String(), "maxInFlight": o.MaxInFlight},
+	}
 	rec := newRecorder()
 	w := startWindow(server.PID)
 	openLoop(ctx, o, func(scheduled time.Time) {

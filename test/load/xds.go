@@ -44,9 +44,11 @@ type XDSOptions struct {
 
 // DefaultXDSOptions are workload S.
 func DefaultXDSOptions() XDSOptions {
-	return XDSOptions{World: loadkit.DefaultWorldOptions(), Fleet: loadkit.DefaultFleetOptions(), Server: loadkit.DefaultServerOptions(),
+	return XDSOptions{
+		World: loadkit.DefaultWorldOptions(), Fleet: loadkit.DefaultFleetOptions(), Server: loadkit.DefaultServerOptions(),
 		Out: "bench-results/xds", Endpoints: 20, VirtualServices: 20, Services: 10, Reconnects: 20, Rate: 2,
-		Idle: 10 * time.Second, Timeout: 2 * time.Minute, ProfileSeconds: 30 * time.Second}
+		Idle: 10 * time.Second, Timeout: 2 * time.Minute, ProfileSeconds: 30 * time.Second,
+	}
 }
 
 // AddFlags registers the run's flags.
@@ -127,10 +129,14 @@ func RunXDS(ctx context.Context, o XDSOptions, out io.Writer) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &run{o: o, world: world, fleet: f, server: server,
+	r := &run{
+		o: o, world: world, fleet: f, server: server,
 		srv: loadkit.NewSampler(server.PID, o.Server.SampleInterval), self: loadkit.NewSampler(os.Getpid(), o.Server.SampleInterval),
-		report: &Report{Tool: "discovery-load xds", Started: time.Now(), Commit: o.Server.ReportCommit(), Machine: loadkit.MachineInfo(),
-			World: o.World, Fleet: o.Fleet, Args: o.Server.Args}}
+		report: &Report{
+			Tool: "discovery-load xds", Started: time.Now(), Commit: o.Server.ReportCommit(), Machine: loadkit.MachineInfo(),
+			World: o.World, Fleet: o.Fleet, Args: o.Server.Args,
+		},
+	}
 	sctx, stopSampling := context.WithCancel(ctx)
 	defer stopSampling()
 	go r.srv.Run(sctx)
@@ -177,7 +183,7 @@ func (o *XDSOptions) startWorld(ctx context.Context) (*loadkit.World, *loadkit.S
 		return world, server, err
 	}
 	dir := filepath.Join(o.Out, "world")
-	world, err := loadkit.NewWorld(o.World, dir)
+	world, err := loadkit.NewWorld(ctx, o.World, dir)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -231,8 +237,10 @@ func (r *run) end(ctx context.Context, name string, changes []*loadkit.Change, o
 	s1, t1 := r.srv.Sample(), r.self.Sample()
 	m1, _ := loadkit.MachineCPU()
 	d := r.fleet.Totals().Minus(r.totals0)
-	p := PhaseResult{Name: name, Seconds: time.Since(r.phase0).Seconds(), Changes: len(changes), Pushes: d.Pushes(), ByType: d.Responses,
-		Bytes: d.Bytes, NACKs: d.NACKs, StreamsDropped: d.Drops, Server: r.srv.Window(r.s0, s1), Tool: r.self.Window(r.t0, t1)}
+	p := PhaseResult{
+		Name: name, Seconds: time.Since(r.phase0).Seconds(), Changes: len(changes), Pushes: d.Pushes(), ByType: d.Responses,
+		Bytes: d.Bytes, NACKs: d.NACKs, StreamsDropped: d.Drops, Server: r.srv.Window(r.s0, s1), Tool: r.self.Window(r.t0, t1),
+	}
 	if p.Seconds > 0 {
 		p.MachineBusyCores = (m1 - r.m0) / p.Seconds
 	}

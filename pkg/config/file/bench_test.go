@@ -48,6 +48,7 @@ func BenchmarkParse(b *testing.B) {
 
 // benchSource makes a directory of n service files and a Source over it.
 func benchSource(b *testing.B, n int) (*Source, *fsnotify.Watcher, string) {
+	b.Helper()
 	dir := b.TempDir()
 	for i := range n {
 		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("svc-%04d.yaml", i)), []byte(serviceFile(i, 1)), 0o644); err != nil {

@@ -16,14 +16,17 @@ func TestAnEmptyReadKeepsTheObjectsUntilTheFileIsWritten(t *testing.T) {
 		empty func(t *testing.T, path string)
 	}{
 		"a file truncated to zero bytes": {empty: func(t *testing.T, path string) {
+			t.Helper()
 			if err := os.Truncate(path, 0); err != nil {
 				t.Fatal(err)
 			}
 		}},
 		"a file rewritten as blank lines and a comment": {empty: func(t *testing.T, path string) {
+			t.Helper()
 			writeFile(t, path, "\n  \n# services\n")
 		}},
 		"a file removed and created again empty at once, as some editors save": {empty: func(t *testing.T, path string) {
+			t.Helper()
 			if err := os.Remove(path); err != nil {
 				t.Fatal(err)
 			}
@@ -88,11 +91,13 @@ func TestWhatStaysEmptyLosesItsObjectsAfterTheGrace(t *testing.T) {
 		empty func(t *testing.T, dir string) // of a.yaml's objects
 	}{
 		"a file truncated": {empty: func(t *testing.T, dir string) {
+			t.Helper()
 			if err := os.Truncate(filepath.Join(dir, "a.yaml"), 0); err != nil {
 				t.Fatal(err)
 			}
 		}},
 		"a directory replaced by one without the file": {empty: func(t *testing.T, dir string) {
+			t.Helper()
 			writeFile(t, filepath.Join(dir+".new", "b.yaml"), service("ratings", 9080))
 			rename(t, dir, dir+".old")
 			rename(t, dir+".new", dir)

@@ -88,16 +88,19 @@ func TestAReplacedDirectoryIsReadAndWatchedAgain(t *testing.T) {
 		replace func(t *testing.T, h *harness, base string, fill func(dir string))
 	}{
 		"removed, then made again": {replace: func(t *testing.T, h *harness, base string, fill func(string)) {
+			t.Helper()
 			removeAll(t, filepath.Join(base, "config"))
 			h.waitFor(t, "missing", func() bool { return h.gauge(t, missingGauge) == 1 })
 			fill(filepath.Join(base, "config"))
 		}},
 		"renamed away and another renamed in": {replace: func(t *testing.T, h *harness, base string, fill func(string)) {
+			t.Helper()
 			fill(filepath.Join(base, "new"))
 			rename(t, filepath.Join(base, "config"), filepath.Join(base, "old"))
 			rename(t, filepath.Join(base, "new"), filepath.Join(base, "config"))
 		}},
 		"made again empty, then filled": {replace: func(t *testing.T, h *harness, base string, fill func(string)) {
+			t.Helper()
 			dir := filepath.Join(base, "config")
 			removeAll(t, dir)
 			h.waitFor(t, "missing", func() bool { return h.gauge(t, missingGauge) == 1 })
@@ -112,22 +115,26 @@ func TestAReplacedDirectoryIsReadAndWatchedAgain(t *testing.T) {
 			fill(dir)
 		}},
 		"removed with the directory holding it, then both made again": {replace: func(t *testing.T, h *harness, base string, fill func(string)) {
+			t.Helper()
 			removeAll(t, base)
 			h.waitFor(t, "missing", func() bool { return h.gauge(t, missingGauge) == 1 })
 			fill(filepath.Join(base, "config")) // seen by looking again, not by an event
 		}},
 		"a symlink pointed elsewhere": {symlink: true, replace: func(t *testing.T, h *harness, base string, fill func(string)) {
+			t.Helper()
 			fill(filepath.Join(base, "v2"))
 			symlink(t, "v2", filepath.Join(base, "config.tmp"))
 			rename(t, filepath.Join(base, "config.tmp"), filepath.Join(base, "config"))
 		}},
 		"a symlink pointed elsewhere, the old target then removed": {symlink: true, replace: func(t *testing.T, h *harness, base string, fill func(string)) {
+			t.Helper()
 			fill(filepath.Join(base, "v2"))
 			symlink(t, "v2", filepath.Join(base, "config.tmp"))
 			rename(t, filepath.Join(base, "config.tmp"), filepath.Join(base, "config"))
 			removeAll(t, filepath.Join(base, "v1"))
 		}},
 		"a symlink removed, then made again": {symlink: true, replace: func(t *testing.T, h *harness, base string, fill func(string)) {
+			t.Helper()
 			if err := os.Remove(filepath.Join(base, "config")); err != nil {
 				t.Fatal(err)
 			}

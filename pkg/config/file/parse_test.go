@@ -33,6 +33,7 @@ spec:
 			wantKey:  model.Key{Kind: model.KindService, Namespace: "default", Name: "reviews"},
 			wantType: &corev1.Service{},
 			check: func(t *testing.T, obj runtime.Object) {
+				t.Helper()
 				if p := obj.(*corev1.Service).Spec.Ports; len(p) != 1 || p[0].Port != 9080 {
 					t.Errorf("ports = %+v", p)
 				}
@@ -49,6 +50,7 @@ ports: [{name: http, port: 9080}]`,
 			wantKey:  model.Key{Kind: model.KindEndpointSlice, Namespace: "shop", Name: "reviews-1"},
 			wantType: &discoveryv1.EndpointSlice{},
 			check: func(t *testing.T, obj runtime.Object) {
+				t.Helper()
 				if e := obj.(*discoveryv1.EndpointSlice).Endpoints; len(e) != 1 || e[0].Addresses[0] != "127.0.0.2" {
 					t.Errorf("endpoints = %+v", e)
 				}
@@ -64,6 +66,7 @@ status: {podIP: 127.0.0.2}`,
 			wantKey:  model.Key{Kind: model.KindPod, Namespace: "shop", Name: "reviews-v1-0"},
 			wantType: &corev1.Pod{},
 			check: func(t *testing.T, obj runtime.Object) {
+				t.Helper()
 				if ip := obj.(*corev1.Pod).Status.PodIP; ip != "127.0.0.2" {
 					t.Errorf("podIP = %q", ip)
 				}
@@ -77,6 +80,7 @@ metadata: {name: shop, namespace: other, labels: {istio-injection: enabled}}`,
 			wantKey:  model.Key{Kind: model.KindNamespace, Name: "shop"},
 			wantType: &corev1.Namespace{},
 			check: func(t *testing.T, obj runtime.Object) {
+				t.Helper()
 				if ns := obj.(*corev1.Namespace).Namespace; ns != "" {
 					t.Errorf("namespace = %q", ns)
 				}
@@ -93,6 +97,7 @@ spec:
 			wantKey:  model.Key{Kind: model.KindVirtualService, Namespace: "shop", Name: "reviews"},
 			wantType: &networkingv1.VirtualService{},
 			check: func(t *testing.T, obj runtime.Object) {
+				t.Helper()
 				vs := obj.(*networkingv1.VirtualService)
 				if got := vs.Spec.GetHttp()[0].GetRoute()[0].GetDestination().GetSubset(); got != "v1" {
 					t.Errorf("subset = %q", got)
@@ -108,6 +113,7 @@ spec: {hosts: [reviews.default.svc.cluster.local], http: [{route: [{destination:
 			wantKey:  model.Key{Kind: model.KindVirtualService, Namespace: "default", Name: "reviews"},
 			wantType: &networkingv1.VirtualService{},
 			check: func(t *testing.T, obj runtime.Object) {
+				t.Helper()
 				vs := obj.(*networkingv1.VirtualService)
 				if vs.APIVersion != "networking.istio.io/v1" || vs.Spec.GetHosts()[0] != "reviews.default.svc.cluster.local" {
 					t.Errorf("got %s %v", vs.APIVersion, vs.Spec.GetHosts())
@@ -126,6 +132,7 @@ spec:
 			wantKey:  model.Key{Kind: model.KindDestinationRule, Namespace: "default", Name: "reviews"},
 			wantType: &networkingv1.DestinationRule{},
 			check: func(t *testing.T, obj runtime.Object) {
+				t.Helper()
 				dr := obj.(*networkingv1.DestinationRule)
 				if dr.Spec.GetSubsets()[0].GetLabels()["version"] != "v1" || dr.Spec.GetTrafficPolicy() == nil {
 					t.Errorf("spec = %v", &dr.Spec)
@@ -186,6 +193,7 @@ spec: {action: ALLOW, rules: [{from: [{source: {principals: [cluster.local/ns/de
 			wantKey:  model.Key{Kind: model.KindAuthorizationPolicy, Namespace: "default", Name: "allow-reviews"},
 			wantType: &securityv1.AuthorizationPolicy{},
 			check: func(t *testing.T, obj runtime.Object) {
+				t.Helper()
 				if ap := obj.(*securityv1.AuthorizationPolicy); ap.APIVersion != "security.istio.io/v1" {
 					t.Errorf("apiVersion = %q", ap.APIVersion)
 				}

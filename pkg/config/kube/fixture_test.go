@@ -77,6 +77,7 @@ func newFixture(t *testing.T, objs objects) *fixture {
 }
 
 func testLogger(t testing.TB) *slog.Logger {
+	t.Helper()
 	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 

@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/informers"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	discoveryinformers "k8s.io/client-go/informers/discovery/v1"
 	"k8s.io/client-go/kubernetes"
@@ -41,15 +42,22 @@ type Clients struct {
 	// Gateway reads the Kubernetes Gateway API; nil leaves its kinds
 	// unread.
 	Gateway gatewayclient.Interface
+	// Shared, when set, is the process's factory of informers that other
+	// parts read too (see SharedKinds): the source reads those kinds
+	// through it instead of informers of its own, so that the API server
+	// sees one LIST and WATCH of each. NewForClients sets their transform,
+	// so it must come before the factory is started; the process starts
+	// the factory. Build it from Kube with the source's ResyncPeriod.
+	Shared informers.SharedInformerFactory
 }
 
 type newInformerFunc func(c Clients, resync time.Duration) cache.SharedIndexInformer
 
 const all = metav1.NamespaceAll
 
-// informers builds, for every kind the source reads, an informer across all
+// kindInformers builds, for every kind the source reads, an informer across all
 // namespaces.
-var informers = map[model.Kind]newInformerFunc{
+var kindInformers = map[model.Kind]newInformerFunc{
 	model.KindService: func(c Clients, r time.Duration) cache.SharedIndexInformer {
 		return coreinformers.NewServiceInformer(c.Kube, all, r, cache.Indexers{})
 	},
@@ -190,6 +198,7 @@ type watcher struct {
 	informer cache.SharedIndexInformer
 	reg      cache.ResourceEventHandlerRegistration
 	cancel   context.CancelFunc
+	shared   bool // the informer is Clients.Shared's: the process runs it
 
 	mu      sync.Mutex
 	stopped bool
@@ -199,20 +208,34 @@ type watcher struct {
 var _ cache.ResourceEventHandler = (*watcher)(nil)
 
 func newWatcher(s *Source, kind model.Kind) (*watcher, error) {
-	newInformer := informers[kind]
+	newInformer := kindInformers[kind]
 	if kind == model.KindConfigMap {
 		newInformer = meshConfigMapInformer(s.opts.MeshNamespace, s.opts.MeshConfigMap)
 	}
 	w := &watcher{
-		kind:     kind,
-		log:      s.log.With("kind", string(kind)),
-		queue:    s.queue,
-		metrics:  s.metrics,
-		informer: newInformer(s.clients, s.opts.ResyncPeriod),
+		kind:    kind,
+		log:     s.log.With("kind", string(kind)),
+		queue:   s.queue,
+		metrics: s.metrics,
 	}
 	if kind.IsConfig() {
 		w.keys = map[model.NamespacedName]struct{}{}
 	}
+	if s.clients.Shared != nil {
+		w.informer = sharedInformer(s.clients.Shared, kind)
+	}
+	if w.informer != nil {
+		// prepareShared set its transform and error handler; the
+		// process runs it.
+		w.shared = true
+		reg, err := w.informer.AddEventHandlerWithResyncPeriod(w, s.opts.ResyncPeriod)
+		if err != nil {
+			return nil, err
+		}
+		w.reg = reg
+		return w, nil
+	}
+	w.informer = newInformer(s.clients, s.opts.ResyncPeriod)
 	transform := stripObject
 	if kind == model.KindCAConfigMap {
 		transform = stripCAConfigMap
@@ -234,7 +257,17 @@ func newWatcher(s *Source, kind model.Kind) (*watcher, error) {
 // start runs the informer until ctx ends or stop is called.
 func (w *watcher) start(ctx context.Context, wg *sync.WaitGroup) {
 	ctx, w.cancel = context.WithCancel(ctx)
-	wg.Go(func() { w.informer.RunWithContext(ctx) })
+	if w.shared {
+		// Leave the shared informer running for its other readers.
+		wg.Go(func() {
+			<-ctx.Done()
+			if err := w.informer.RemoveEventHandler(w.reg); err != nil {
+				w.log.Warn("remove event handler from the shared informer", "err", err)
+			}
+		})
+	} else {
+		wg.Go(func() { w.informer.RunWithContext(ctx) })
+	}
 	w.metrics.watched.WithLabelValues(string(w.kind)).Set(1)
 	gvr := w.kind.GroupVersionResource()
 	w.log.Info("watching kind", "resource", gvr.GroupVersion().String()+"/"+gvr.Resource)

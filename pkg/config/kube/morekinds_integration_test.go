@@ -21,11 +21,15 @@ func TestIntegrationEveryIstioKindReachesTheWorld(t *testing.T) {
 	rc := startOnRealCluster(t, func(rc *realCluster) { kubetest.InstallCRDs(bg, t, rc.crds) })
 	om := func(name string) metav1.ObjectMeta { return metav1.ObjectMeta{Name: name, Namespace: "default"} }
 	mustCreate(t, rc.istio.NetworkingV1alpha3().EnvoyFilters("default").Create, &networkingv1alpha3.EnvoyFilter{ObjectMeta: om("ef")})
-	mustCreate(t, rc.istio.NetworkingV1().WorkloadGroups("default").Create, &networkingv1.WorkloadGroup{ObjectMeta: om("wg"),
-		Spec: networkingapi.WorkloadGroup{Template: &networkingapi.WorkloadEntry{ServiceAccount: "vm"}}})
+	mustCreate(t, rc.istio.NetworkingV1().WorkloadGroups("default").Create, &networkingv1.WorkloadGroup{
+		ObjectMeta: om("wg"),
+		Spec:       networkingapi.WorkloadGroup{Template: &networkingapi.WorkloadEntry{ServiceAccount: "vm"}},
+	})
 	mustCreate(t, rc.istio.NetworkingV1beta1().ProxyConfigs("default").Create, &networkingv1beta1.ProxyConfig{ObjectMeta: om("pc")})
-	mustCreate(t, rc.istio.ExtensionsV1alpha1().WasmPlugins("default").Create, &extensionsv1alpha1.WasmPlugin{ObjectMeta: om("wp"),
-		Spec: extensionsapi.WasmPlugin{Url: "oci://example/p:1"}})
+	mustCreate(t, rc.istio.ExtensionsV1alpha1().WasmPlugins("default").Create, &extensionsv1alpha1.WasmPlugin{
+		ObjectMeta: om("wp"),
+		Spec:       extensionsapi.WasmPlugin{Url: "oci://example/p:1"},
+	})
 	mustCreate(t, rc.istio.ExtensionsV1alpha1().TrafficExtensions("default").Create, &extensionsv1alpha1.TrafficExtension{ObjectMeta: om("te")})
 	eventually(t, "every kind's object is in the World", func() bool {
 		w := rc.world()

@@ -53,26 +53,37 @@ var _ config.Source = (*Source)(nil)
 // Kubernetes kinds are read as protobuf, Istio's, the Gateway API's and
 // CRDs as JSON.
 func New(cfg *rest.Config, opts Options, log *slog.Logger, reg prometheus.Registerer) (*Source, error) {
+	c, err := NewClients(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return NewForClients(c, opts, log, reg)
+}
+
+// NewClients returns the clients New reads through: core Kubernetes kinds
+// as protobuf, Istio's, the Gateway API's and CRDs as JSON. Shared is
+// left for the caller.
+func NewClients(cfg *rest.Config) (Clients, error) {
 	kcfg := rest.CopyConfig(cfg)
 	kcfg.ContentType = "application/vnd.kubernetes.protobuf"
 	kcfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
 	kc, err := kubernetes.NewForConfig(kcfg)
 	if err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
+		return Clients{}, fmt.Errorf("kubernetes client: %w", err)
 	}
 	ic, err := istioclient.NewForConfig(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("istio client: %w", err)
+		return Clients{}, fmt.Errorf("istio client: %w", err)
 	}
 	cc, err := apiextclient.NewForConfig(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("apiextensions client: %w", err)
+		return Clients{}, fmt.Errorf("apiextensions client: %w", err)
 	}
 	gc, err := gatewayclient.NewForConfig(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("gateway API client: %w", err)
+		return Clients{}, fmt.Errorf("gateway API client: %w", err)
 	}
-	return NewForClients(Clients{Kube: kc, Istio: ic, CRDs: cc, Gateway: gc}, opts, log, reg)
+	return Clients{Kube: kc, Istio: ic, CRDs: cc, Gateway: gc}, nil
 }
 
 // NewForClients returns a source that reads through the given clients.
@@ -87,7 +98,7 @@ func NewForClients(c Clients, opts Options, log *slog.Logger, reg prometheus.Reg
 	if err != nil {
 		return nil, err
 	}
-	return &Source{
+	s := &Source{
 		clients:  c,
 		opts:     opts,
 		log:      log.With("source", sourceLabel),
@@ -95,7 +106,13 @@ func NewForClients(c Clients, opts Options, log *slog.Logger, reg prometheus.Reg
 		queue:    newBatchQueue(maxBatch),
 		crdKinds: crdKinds(c.Gateway != nil),
 		watchers: map[model.Kind]*watcher{},
-	}, nil
+	}
+	if c.Shared != nil {
+		if err := s.prepareShared(); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
 }
 
 // Name identifies the source.

@@ -28,8 +28,10 @@ func fullPod() *corev1.Pod {
 		"traffic.sidecar.istio.io/excludeOutbound": "10.0.0.1/32",
 	}
 	p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "reviews-7d9f"}}
-	p.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate,
-		FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:labels":{"f:app":{}}},"f:spec":{"f:containers":{}}}`)}}}
+	p.ManagedFields = []metav1.ManagedFieldsEntry{{
+		Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate,
+		FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:labels":{"f:app":{}}},"f:spec":{"f:containers":{}}}`)},
+	}}
 	p.Spec.Volumes = []corev1.Volume{{Name: "token", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{}}}}
 	p.Spec.InitContainers = []corev1.Container{{Name: "istio-init", Image: "proxyv2", Args: []string{"istio-iptables", "-p", "15001"}}}
 	p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "LOG_LEVEL", Value: "debug"}}

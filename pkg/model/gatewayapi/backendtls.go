@@ -176,7 +176,8 @@ func (t *translator) translatePolicy(p *gw.BackendTLSPolicy, all []*gw.BackendTL
 		c := policyConds{acceptedReason: "IgnoredByIstio", acceptedMsg: "Ignored by Istio due to annotation " + annotationIgnore + "=true"}
 		for _, tr := range p.Spec.TargetRefs {
 			r.Ancestors = append(r.Ancestors, ancestor(targetAncestor(tr), MeshControllerName, []metav1.Condition{
-				condition(string(gw.PolicyConditionAccepted), false, c.acceptedReason, c.acceptedMsg, p.Generation)}))
+				condition(string(gw.PolicyConditionAccepted), false, c.acceptedReason, c.acceptedMsg, p.Generation),
+			}))
 		}
 		r.Ancestors = limitAncestors(r.Ancestors)
 		return nil

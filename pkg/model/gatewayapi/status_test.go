@@ -20,36 +20,66 @@ func TestConformanceStatus(t *testing.T) {
 		conds             []cond
 	}
 	listeners := map[string]lst{
-		"GatewayInvalidTLSConfiguration: a Secret that does not exist": {"infra/nonexistent-secret", "https", 2, 0,
-			[]cond{{"ResolvedRefs", "False", "InvalidCertificateRef"}, {"Programmed", "False", ""}}},
-		"GatewayInvalidTLSConfiguration: a malformed Secret": {"infra/malformed-secret", "https", 2, 0,
-			[]cond{{"ResolvedRefs", "False", "InvalidCertificateRef"}}},
-		"GatewayInvalidTLSConfiguration: an unsupported group": {"infra/unsupported-group", "https", 2, 0,
-			[]cond{{"ResolvedRefs", "False", "InvalidCertificateRef"}}},
-		"a valid Secret of the Gateway's namespace is programmed": {"infra/good-secret", "https", 2, 0,
-			[]cond{{"ResolvedRefs", "True", "ResolvedRefs"}, {"Programmed", "True", "Programmed"}}},
-		"GatewaySecretMissingReferenceGrant / InvalidReferenceGrant": {"infra/missing-grant", "https", 2, 0,
-			[]cond{{"ResolvedRefs", "False", "RefNotPermitted"}}},
-		"GatewaySecretReferenceGrantAllInNamespace": {"granted/granted", "https", 2, 0,
-			[]cond{{"ResolvedRefs", "True", ""}, {"Programmed", "True", "Programmed"}}},
-		"GatewayListenerUnsupportedProtocol: the only listener": {"infra/only-unsupported-protocol", "invalid", 0, 0,
-			[]cond{{"Accepted", "False", "UnsupportedProtocol"}}},
-		"GatewayListenerUnsupportedProtocol: beside a supported one": {"infra/some-unsupported-protocol", "http", 2, 0,
-			[]cond{{"Accepted", "True", "Accepted"}}},
-		"the first listener of a port and hostname keeps it": {"infra/conflicts", "http", 2, 0,
-			[]cond{{"Accepted", "True", "Accepted"}, {"Conflicted", "False", "NoConflicts"}}},
-		"a second listener with the same port and hostname is HostnameConflict": {"infra/conflicts", "http-same-host", 2, 0,
-			[]cond{{"Accepted", "False", "HostnameConflict"}, {"Conflicted", "True", "HostnameConflict"}, {"Programmed", "False", "HostnameConflict"}}},
-		"another hostname on the same port does not conflict": {"infra/conflicts", "http-other-host", 2, 0,
-			[]cond{{"Conflicted", "False", "NoConflicts"}}},
-		"TCP on an HTTP port is ProtocolConflict": {"infra/conflicts", "tcp-on-80", 1, 0,
-			[]cond{{"Conflicted", "True", "ProtocolConflict"}}},
-		"HTTPS with an HTTP listener's hostname on its port is ProtocolConflict": {"infra/conflicts", "tls-same-host", 2, 0,
-			[]cond{{"Conflicted", "True", "ProtocolConflict"}}},
-		"GatewayWithAttachedRoutes: two attached, the one of another hostname not counted": {"infra/two-attached", "http", 2, 2,
-			[]cond{{"Accepted", "True", ""}, {"ResolvedRefs", "True", ""}}},
-		"GatewayWithAttachedRoutes: a listener with unresolved refs counts its route": {"infra/unresolved", "tls", 2, 1,
-			[]cond{{"Programmed", "False", ""}, {"ResolvedRefs", "False", ""}}},
+		"GatewayInvalidTLSConfiguration: a Secret that does not exist": {
+			"infra/nonexistent-secret", "https", 2, 0,
+			[]cond{{"ResolvedRefs", "False", "InvalidCertificateRef"}, {"Programmed", "False", ""}},
+		},
+		"GatewayInvalidTLSConfiguration: a malformed Secret": {
+			"infra/malformed-secret", "https", 2, 0,
+			[]cond{{"ResolvedRefs", "False", "InvalidCertificateRef"}},
+		},
+		"GatewayInvalidTLSConfiguration: an unsupported group": {
+			"infra/unsupported-group", "https", 2, 0,
+			[]cond{{"ResolvedRefs", "False", "InvalidCertificateRef"}},
+		},
+		"a valid Secret of the Gateway's namespace is programmed": {
+			"infra/good-secret", "https", 2, 0,
+			[]cond{{"ResolvedRefs", "True", "ResolvedRefs"}, {"Programmed", "True", "Programmed"}},
+		},
+		"GatewaySecretMissingReferenceGrant / InvalidReferenceGrant": {
+			"infra/missing-grant", "https", 2, 0,
+			[]cond{{"ResolvedRefs", "False", "RefNotPermitted"}},
+		},
+		"GatewaySecretReferenceGrantAllInNamespace": {
+			"granted/granted", "https", 2, 0,
+			[]cond{{"ResolvedRefs", "True", ""}, {"Programmed", "True", "Programmed"}},
+		},
+		"GatewayListenerUnsupportedProtocol: the only listener": {
+			"infra/only-unsupported-protocol", "invalid", 0, 0,
+			[]cond{{"Accepted", "False", "UnsupportedProtocol"}},
+		},
+		"GatewayListenerUnsupportedProtocol: beside a supported one": {
+			"infra/some-unsupported-protocol", "http", 2, 0,
+			[]cond{{"Accepted", "True", "Accepted"}},
+		},
+		"the first listener of a port and hostname keeps it": {
+			"infra/conflicts", "http", 2, 0,
+			[]cond{{"Accepted", "True", "Accepted"}, {"Conflicted", "False", "NoConflicts"}},
+		},
+		"a second listener with the same port and hostname is HostnameConflict": {
+			"infra/conflicts", "http-same-host", 2, 0,
+			[]cond{{"Accepted", "False", "HostnameConflict"}, {"Conflicted", "True", "HostnameConflict"}, {"Programmed", "False", "HostnameConflict"}},
+		},
+		"another hostname on the same port does not conflict": {
+			"infra/conflicts", "http-other-host", 2, 0,
+			[]cond{{"Conflicted", "False", "NoConflicts"}},
+		},
+		"TCP on an HTTP port is ProtocolConflict": {
+			"infra/conflicts", "tcp-on-80", 1, 0,
+			[]cond{{"Conflicted", "True", "ProtocolConflict"}},
+		},
+		"HTTPS with an HTTP listener's hostname on its port is ProtocolConflict": {
+			"infra/conflicts", "tls-same-host", 2, 0,
+			[]cond{{"Conflicted", "True", "ProtocolConflict"}},
+		},
+		"GatewayWithAttachedRoutes: two attached, the one of another hostname not counted": {
+			"infra/two-attached", "http", 2, 2,
+			[]cond{{"Accepted", "True", ""}, {"ResolvedRefs", "True", ""}},
+		},
+		"GatewayWithAttachedRoutes: a listener with unresolved refs counts its route": {
+			"infra/unresolved", "tls", 2, 1,
+			[]cond{{"Programmed", "False", ""}, {"ResolvedRefs", "False", ""}},
+		},
 	}
 	has := func(t *testing.T, got []metav1.Condition, want []cond) {
 		t.Helper()

@@ -7,11 +7,12 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/meshplane/discovery/pkg/webhook/internal/admission"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/meshplane/discovery/pkg/webhook/internal/admission"
 )
 
 // Handler returns the /inject handler: AdmissionReview v1 for Pod CREATE.
@@ -44,8 +45,10 @@ func (i *Injector) serveInject(w http.ResponseWriter, r *http.Request) {
 // checkPodRequest refuses requests that are not about a Pod or carry none.
 func checkPodRequest(req *admissionv1.AdmissionRequest) error {
 	if req.Kind.Group != "" || req.Kind.Kind != "Pod" {
-		return &admission.Error{Code: http.StatusBadRequest, Reason: "kind",
-			Message: fmt.Sprintf("/inject takes Pods, not %s", req.Kind.String())}
+		return &admission.Error{
+			Code: http.StatusBadRequest, Reason: "kind",
+			Message: fmt.Sprintf("/inject takes Pods, not %s", req.Kind.String()),
+		}
 	}
 	if req.Operation == admissionv1.Create && len(req.Object.Raw) == 0 {
 		return &admission.Error{Code: http.StatusBadRequest, Reason: "no_object", Message: "AdmissionReview request has no object"}

@@ -21,12 +21,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func testLogger(t testing.TB) *slog.Logger {
+	t.Helper()
 	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
@@ -264,6 +267,7 @@ func TestWatcherReloadsAndKeepsTheLastGoodConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	withInformers(t, i, client, false)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- i.Start(ctx) }()
@@ -375,4 +379,24 @@ func TestMetricsUseIstioNames(t *testing.T) {
 	if v := testutil.ToFloat64(i.metrics.requests); v != 3 {
 		t.Errorf("sidecar_injection_requests_total = %v, want 3", v)
 	}
+}
+
+// withInformers gives i, as the process does, its ConfigMap informer and,
+// with tags, its tag-webhook informer, run from client until t ends.
+func withInformers(t *testing.T, i *Injector, client kubernetes.Interface, tags bool) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	cmf := informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithNamespace(i.opts.Namespace), informers.WithTweakListOptions(i.opts.ConfigMapListOptions))
+	inf := Informers{ConfigMap: cmf.Core().V1().ConfigMaps().Informer()}
+	cmf.Start(ctx.Done())
+	t.Cleanup(cmf.Shutdown)
+	if tags {
+		tf := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(TagListOptions))
+		inf.Tags = tf.Admissionregistration().V1().MutatingWebhookConfigurations().Informer()
+		tf.Start(ctx.Done())
+		t.Cleanup(tf.Shutdown)
+	}
+	t.Cleanup(cancel)
+	i.SetInformers(inf)
 }

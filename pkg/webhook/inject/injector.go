@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
 )
 
 // ConfigMap keys of the istio-sidecar-injector ConfigMap.
@@ -84,17 +85,17 @@ type Injector struct {
 	mesh       atomic.Pointer[func() *meshconfig.MeshConfig]
 	proxyCfgs  atomic.Pointer[func() []*networkingv1beta1.ProxyConfig]
 	namespaces atomic.Pointer[corelisters.NamespaceLister]
-	sel        atomic.Pointer[Selection] // the revision and its tags (tags.go)
-	synced     atomic.Bool
+	// namespacesSynced reports when the lister's informer has synced.
+	namespacesSynced atomic.Pointer[cache.InformerSynced]
+	informers        atomic.Pointer[Informers] // SetInformers'
+	sel              atomic.Pointer[Selection] // the revision and its tags (tags.go)
+	synced           atomic.Bool
 
 	mu          sync.Mutex
 	lastError   string
 	lastErrorAt time.Time
 }
 
-// New builds an Injector that starts with the built-in configuration until
-// Start has read the ConfigMap. client may be nil for an injector that
-// never watches (tests, file mode); namespaces are then unlabelled unless
 // SetMesh gives the injector the MeshConfig in force, read at each
 // injection: its defaultConfig is the proxies' configuration (as istiod's
 // injector takes it), and templates see it as .MeshConfig.
@@ -125,6 +126,9 @@ func (i *Injector) env() Env {
 	return e
 }
 
+// New builds an Injector that starts with the built-in configuration until
+// Start has read the ConfigMap. client may be nil for an injector that
+// never watches (tests, file mode); namespaces are then unlabelled unless
 // SetNamespaceLister provides them.
 func New(opts Options, client kubernetes.Interface, reg prometheus.Registerer, log *slog.Logger) (*Injector, error) {
 	if err := opts.Validate(); err != nil {
@@ -170,12 +174,17 @@ func withRevision(v Values, revision string) Values {
 func (i *Injector) Current() *Snapshot { return i.snap.Load() }
 
 // HasSynced reports whether Start has read the ConfigMap (or found that
-// there is none) and the namespaces.
+// there is none) and the namespaces' informer, if any, has synced.
 func (i *Injector) HasSynced() bool { return i.synced.Load() }
 
-// SetNamespaceLister lets the injector read namespace labels from an
-// existing informer instead of its own.
-func (i *Injector) SetNamespaceLister(l corelisters.NamespaceLister) { i.namespaces.Store(&l) }
+// SetNamespaceLister lets the injector read namespace labels from the
+// process's Namespace informer, run by the caller; synced reports when it
+// has synced (HasSynced waits for it). Until then, and without a lister, a
+// namespace the lister lacks is read with a GET. Call it before Start.
+func (i *Injector) SetNamespaceLister(l corelisters.NamespaceLister, synced cache.InformerSynced) {
+	i.namespaces.Store(&l)
+	i.namespacesSynced.Store(&synced)
+}
 
 // Load parses a ConfigMap's config and values and tries every template on
 // a probe pod; only if all of that works does the new configuration

@@ -31,6 +31,7 @@ func TestInjectWithMeshConfig(t *testing.T) {
 	}{
 		"takes defaultConfig over Istio's defaults": {
 			check: func(t *testing.T, pc *meshconfig.ProxyConfig, pod *corev1.Pod) {
+				t.Helper()
 				if pc.GetDiscoveryAddress() != "discovery.mesh-system.svc:15012" || pc.GetProxyMetadata()["ISTIO_META_DNS_CAPTURE"] != "true" ||
 					pc.GetStatusPort() != 15020 || pc.GetDrainDuration().AsDuration().Seconds() != 45 {
 					t.Errorf("proxy config %v", pc)
@@ -43,6 +44,7 @@ func TestInjectWithMeshConfig(t *testing.T) {
 		"lets the pod's proxy.istio.io/config win": {
 			annotation: "discoveryAddress: other.example:15012\n",
 			check: func(t *testing.T, pc *meshconfig.ProxyConfig, _ *corev1.Pod) {
+				t.Helper()
 				if pc.GetDiscoveryAddress() != "other.example:15012" || pc.GetProxyMetadata()["ISTIO_META_DNS_CAPTURE"] != "true" {
 					t.Errorf("proxy config %v", pc)
 				}

@@ -277,6 +277,7 @@ func TestInjectProxyConfigGolden(t *testing.T) {
 	}
 	checks := map[string]func(t *testing.T, out *corev1.Pod){
 		"layered": func(t *testing.T, out *corev1.Pod) {
+			t.Helper()
 			proxy := container(t, out.Spec.Containers, ProxyContainerName)
 			if want := "docker.io/istio/proxyv2:1.32.0-distroless"; proxy.Image != want {
 				t.Errorf("image %q, want %q", proxy.Image, want)
@@ -295,6 +296,7 @@ func TestInjectProxyConfigGolden(t *testing.T) {
 			}
 		},
 		"image-type-annotation": func(t *testing.T, out *corev1.Pod) {
+			t.Helper()
 			proxy := container(t, out.Spec.Containers, ProxyContainerName)
 			if want := "docker.io/istio/proxyv2:1.32.0-debug"; proxy.Image != want {
 				t.Errorf("image %q, want %q", proxy.Image, want)

@@ -10,8 +10,8 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	admissionlisters "k8s.io/client-go/listers/admissionregistration/v1"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -105,15 +105,17 @@ func CanWatchWebhooks(ctx context.Context, client kubernetes.Interface) (bool, e
 	return true, nil
 }
 
-// watchTags keeps i's Selection current from the tag webhooks until ctx
-// ends; it returns the informer's HasSynced.
-func (i *Injector) watchTags(ctx context.Context) (cache.InformerSynced, error) {
-	f := informers.NewSharedInformerFactoryWithOptions(i.client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-		o.LabelSelector = LabelTag
-	}))
-	inf := f.Admissionregistration().V1().MutatingWebhookConfigurations()
+// TagListOptions narrows the informer of Informers.Tags to the tag
+// webhooks.
+func TagListOptions(o *metav1.ListOptions) { o.LabelSelector = LabelTag }
+
+// followTags keeps i's Selection current from inf, the tag webhooks'
+// informer (TagListOptions); it returns the registration, whose HasSynced
+// tells when the tags have been read.
+func (i *Injector) followTags(inf cache.SharedIndexInformer) (cache.ResourceEventHandlerRegistration, error) {
+	lister := admissionlisters.NewMutatingWebhookConfigurationLister(inf.GetIndexer())
 	update := func() {
-		list, err := inf.Lister().List(labels.Everything())
+		list, err := lister.List(labels.Everything())
 		if err != nil {
 			return
 		}
@@ -123,14 +125,13 @@ func (i *Injector) watchTags(ctx context.Context) (cache.InformerSynced, error) 
 			i.log.Info("revision tags", "revision", revisionName(i.opts.Revision), "tags", sel.Tags, "default", sel.IsDefault())
 		}
 	}
-	if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { update() },
 		UpdateFunc: func(_, _ any) { update() },
 		DeleteFunc: func(any) { update() },
-	}); err != nil {
+	})
+	if err != nil {
 		return nil, fmt.Errorf("watch revision tags: %w", err)
 	}
-	f.Start(ctx.Done())
-	go func() { <-ctx.Done(); f.Shutdown() }()
-	return inf.Informer().HasSynced, nil
+	return reg, nil
 }

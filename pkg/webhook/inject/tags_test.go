@@ -9,12 +9,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 )
 
 func tagConfig(tag, rev string) *admissionregistrationv1.MutatingWebhookConfiguration {
 	return &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{
-		Name: "istio-revision-tag-" + tag, Labels: map[string]string{LabelTag: tag, LabelRev: rev}}}
+		Name: "istio-revision-tag-" + tag, Labels: map[string]string{LabelTag: tag, LabelRev: rev},
+	}}
 }
 
 func TestSelectionOfTagWebhooks(t *testing.T) {
@@ -74,10 +76,15 @@ func TestInjectorFollowsRevisionTags(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	synced, err := i.watchTags(ctx)
+	tf := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(TagListOptions))
+	inf := tf.Admissionregistration().V1().MutatingWebhookConfigurations().Informer()
+	reg, err := i.followTags(inf)
 	if err != nil {
 		t.Fatal(err)
 	}
+	tf.Start(ctx.Done())
+	defer func() { cancel(); tf.Shutdown() }()
+	synced := reg.HasSynced
 	wait := func(what string, cond func() bool) {
 		t.Helper()
 		deadline := time.Now().Add(5 * time.Second)

@@ -2,78 +2,97 @@ package inject
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 )
 
-// Start watches the injection ConfigMap (and, unless SetNamespaceLister
-// was called, the namespaces) until ctx ends. Each change of the ConfigMap
-// is loaded as Load describes; deleting it keeps the configuration in
-// force. When the service account may list and watch every
-// MutatingWebhookConfiguration it also follows the revision tags
-// (tags.go), as istiod does; otherwise pods labelled with a tag are
-// skipped, which it logs. It returns nil when ctx ends.
+// Informers are the injector's watches, built and run by the caller (the
+// process builds its informers in one place).
+type Informers struct {
+	// ConfigMap is an informer of the injection ConfigMap alone: ConfigMaps
+	// in Options.Namespace narrowed by ConfigMapListOptions. Required
+	// with a client.
+	ConfigMap cache.SharedIndexInformer
+	// Tags is an informer of the revision tags' MutatingWebhookConfigurations
+	// (TagListOptions), or nil when the service account may not list and
+	// watch them (CanWatchWebhooks): pods labelled with a tag are then
+	// skipped, which Start logs.
+	Tags cache.SharedIndexInformer
+}
+
+// SetInformers gives the injector its watches. Call it before Start.
+func (i *Injector) SetInformers(inf Informers) { i.informers.Store(&inf) }
+
+// ConfigMapListOptions narrows the informer of Informers.ConfigMap to the
+// injection ConfigMap, by name.
+func (o Options) ConfigMapListOptions(lo *metav1.ListOptions) {
+	lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", o.ConfigMapName()).String()
+}
+
+// Start follows the injection ConfigMap and the revision tags through the
+// informers SetInformers gave until ctx ends. Namespaces come from the
+// lister SetNamespaceLister gave (the process's one Namespace informer),
+// else from a GET at each injection. Each change of the ConfigMap is
+// loaded as Load describes; deleting it keeps the configuration in force.
+// With Informers.Tags it follows the revision tags (tags.go), as istiod
+// does; without, pods labelled with a tag are skipped, which it logs. It
+// returns nil when ctx ends.
 func (i *Injector) Start(ctx context.Context) error {
 	if i.client == nil {
 		i.synced.Store(true)
 		<-ctx.Done()
 		return nil
 	}
+	inf := i.informers.Load()
+	if inf == nil || inf.ConfigMap == nil {
+		return errors.New("injector: no ConfigMap informer (SetInformers)")
+	}
 	name := i.opts.ConfigMapName()
-	cmFactory := informers.NewSharedInformerFactoryWithOptions(i.client, 0,
-		informers.WithNamespace(i.opts.Namespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
-		}))
-	defer cmFactory.Shutdown()
-	cmInformer := cmFactory.Core().V1().ConfigMaps().Informer()
-	if _, err := cmInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	cmReg, err := inf.ConfigMap.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { i.onConfigMap(obj) },
 		UpdateFunc: func(_, obj any) { i.onConfigMap(obj) },
 		DeleteFunc: func(any) {
 			i.log.Warn("injection ConfigMap deleted; the config in force stays", "configmap", i.opts.Namespace+"/"+name)
 		},
-	}); err != nil {
+	})
+	if err != nil {
 		return fmt.Errorf("watch injection ConfigMap: %w", err)
 	}
-	syncs := []cache.InformerSynced{cmInformer.HasSynced}
-	if i.namespaces.Load() == nil {
-		nsFactory := informers.NewSharedInformerFactory(i.client, 0)
-		defer nsFactory.Shutdown()
-		nsInformer := nsFactory.Core().V1().Namespaces()
-		syncs = append(syncs, nsInformer.Informer().HasSynced)
-		nsFactory.Start(ctx.Done())
-		// Until the informer has synced, a miss falls back to a GET.
-		lister := nsInformer.Lister()
-		i.namespaces.Store(&lister)
+	defer func() { _ = inf.ConfigMap.RemoveEventHandler(cmReg) }()
+	syncs := []cache.InformerSynced{cmReg.HasSynced}
+	if s := i.namespacesSynced.Load(); s != nil {
+		syncs = append(syncs, *s)
 	}
-	switch ok, err := CanWatchWebhooks(ctx, i.client); {
-	case err != nil:
-		i.log.Warn("revision tags off: cannot ask whether MutatingWebhookConfigurations may be watched; pods whose istio.io/rev names a tag are not injected", "err", err)
-	case ok:
-		tagsSynced, err := i.watchTags(ctx)
+	if inf.Tags != nil {
+		tagsReg, err := i.followTags(inf.Tags)
 		if err != nil {
 			return err
 		}
-		syncs = append(syncs, tagsSynced)
-	default:
+		defer func() { _ = inf.Tags.RemoveEventHandler(tagsReg) }()
+		syncs = append(syncs, tagsReg.HasSynced)
+	} else {
 		i.log.Warn("revision tags off: this service account may not list and watch MutatingWebhookConfigurations; pods whose istio.io/rev names a tag are not injected")
 	}
-	cmFactory.Start(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), syncs...) {
 		return nil // ctx ended first
 	}
 	i.synced.Store(true)
-	if len(cmInformer.GetStore().List()) == 0 {
+	if !hasObject(inf.ConfigMap, i.opts.Namespace, name) {
 		i.log.Warn("injection ConfigMap not found; using the built-in config until it appears", "configmap", i.opts.Namespace+"/"+name)
 	}
 	<-ctx.Done()
 	return nil
+}
+
+// hasObject reports whether inf holds namespace/name.
+func hasObject(inf cache.SharedIndexInformer, namespace, name string) bool {
+	_, ok, err := inf.GetStore().GetByKey(namespace + "/" + name)
+	return err == nil && ok
 }
 
 func (i *Injector) onConfigMap(obj any) {

@@ -57,6 +57,7 @@ func BenchmarkInjectHTTPS(b *testing.B) {
 }
 
 func benchReview(b *testing.B) []byte {
+	b.Helper()
 	pod := &corev1.Pod{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "reviews-", Labels: map[string]string{"app": "reviews", "version": "v1"}},

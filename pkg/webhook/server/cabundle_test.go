@@ -147,8 +147,10 @@ func waitBundles(t *testing.T, client *fake.Clientset, want string) {
 func TestPatcherKeepsTheRevisionsTagWebhooks(t *testing.T) {
 	m, v := webhookConfigs([]byte("old root"))
 	tag := func(name, rev, hook string) *admissionregistrationv1.MutatingWebhookConfiguration {
-		c := &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name,
-			Labels: map[string]string{"istio.io/rev": rev, "istio.io/tag": "t"}}}
+		c := &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{
+			Name:   name,
+			Labels: map[string]string{"istio.io/rev": rev, "istio.io/tag": "t"},
+		}}
 		c.Webhooks = []admissionregistrationv1.MutatingWebhook{{Name: hook, ClientConfig: admissionregistrationv1.WebhookClientConfig{CABundle: []byte("old root")}}}
 		return c
 	}

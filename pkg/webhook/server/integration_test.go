@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -58,6 +59,17 @@ func TestWebhooksOnARealAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The injector's ConfigMap informer, as discovery serve builds it.
+	injOpts := inject.Options{Namespace: istioNS}
+	cmf := informers.NewSharedInformerFactoryWithOptions(env.Client, 0,
+		informers.WithNamespace(istioNS), informers.WithTweakListOptions(injOpts.ConfigMapListOptions))
+	inj.SetInformers(inject.Informers{ConfigMap: cmf.Core().V1().ConfigMaps().Informer()})
+	runInBackground(t, func(ctx context.Context) error {
+		cmf.Start(ctx.Done())
+		<-ctx.Done()
+		cmf.Shutdown()
+		return nil
+	})
 	runInBackground(t, inj.Start)
 	runInBackground(t, patcher.Start)
 	poll(t, "the injector loads its ConfigMap", func() (bool, string) {
@@ -99,7 +111,7 @@ func TestWebhooksOnARealAPIServer(t *testing.T) {
 
 // checkTemplatesAccepted creates a native-sidecar pod, a gateway pod and a
 // proxyless gRPC pod: the API server validates what each template added.
-func checkTemplatesAccepted(ctx context.Context, t *testing.T, c kubernetes.Interface) {
+func checkTemplatesAccepted(ctx context.Context, t *testing.T, c kubernetes.Interface) { //nolint:thelper // a subtest's body, not a helper: a failure points into it
 	native := testPod()
 	native.Annotations = map[string]string{"sidecar.istio.io/nativeSidecar": "true"}
 	got, err := c.CoreV1().Pods("mesh").Create(ctx, native, metav1.CreateOptions{})
@@ -134,7 +146,7 @@ func checkTemplatesAccepted(ctx context.Context, t *testing.T, c kubernetes.Inte
 	}
 }
 
-func checkVirtualServices(ctx context.Context, t *testing.T, env *testenv.Env) {
+func checkVirtualServices(ctx context.Context, t *testing.T, env *testenv.Env) { //nolint:thelper // a subtest's body, not a helper: a failure points into it
 	kubetest.InstallCRDs(ctx, t, apiextclient.NewForConfigOrDie(env.Config), model.KindVirtualService)
 	warnings := &warningRecorder{}
 	cfg := rest.CopyConfig(env.Config)
@@ -174,8 +186,10 @@ func checkVirtualServices(ctx context.Context, t *testing.T, env *testenv.Env) {
 	// with a warning the client sees.
 	valid := virtualService("with-stat-prefix", map[string]any{
 		"hosts": []any{"reviews"},
-		"http": []any{map[string]any{"match": []any{map[string]any{"statPrefix": "web"}},
-			"route": []any{map[string]any{"destination": map[string]any{"host": "reviews"}}}}},
+		"http": []any{map[string]any{
+			"match": []any{map[string]any{"statPrefix": "web"}},
+			"route": []any{map[string]any{"destination": map[string]any{"host": "reviews"}}},
+		}},
 	})
 	if _, err := vs.Create(ctx, valid, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("valid VirtualService refused: %v", err)

@@ -52,8 +52,10 @@ func DefaultOptions() Options {
 func (o Options) withDefaults() Options {
 	d := DefaultOptions()
 	for _, f := range []struct{ v, def *time.Duration }{
-		{&o.ReadHeaderTimeout, &d.ReadHeaderTimeout}, {&o.ReadTimeout, &d.ReadTimeout},
-		{&o.WriteTimeout, &d.WriteTimeout}, {&o.IdleTimeout, &d.IdleTimeout},
+		{&o.ReadHeaderTimeout, &d.ReadHeaderTimeout},
+		{&o.ReadTimeout, &d.ReadTimeout},
+		{&o.WriteTimeout, &d.WriteTimeout},
+		{&o.IdleTimeout, &d.IdleTimeout},
 	} {
 		if *f.v == 0 {
 			*f.v = *f.def

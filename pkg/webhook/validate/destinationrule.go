@@ -143,8 +143,10 @@ func checkConnectionPool(p *problems, path string, c *networking.ConnectionPoolS
 			name string
 			v    int32
 		}{
-			{"http1MaxPendingRequests", h.Http1MaxPendingRequests}, {"http2MaxRequests", h.Http2MaxRequests},
-			{"maxRequestsPerConnection", h.MaxRequestsPerConnection}, {"maxRetries", h.MaxRetries},
+			{"http1MaxPendingRequests", h.Http1MaxPendingRequests},
+			{"http2MaxRequests", h.Http2MaxRequests},
+			{"maxRequestsPerConnection", h.MaxRequestsPerConnection},
+			{"maxRetries", h.MaxRetries},
 			{"maxConcurrentStreams", h.MaxConcurrentStreams},
 		} {
 			if f.v < 0 {

@@ -40,8 +40,10 @@ func checkProbe(p *problems, path string, probe *networking.ReadinessProbe) {
 		name string
 		v    int32
 	}{
-		{"periodSeconds", probe.GetPeriodSeconds()}, {"initialDelaySeconds", probe.GetInitialDelaySeconds()},
-		{"timeoutSeconds", probe.GetTimeoutSeconds()}, {"successThreshold", probe.GetSuccessThreshold()},
+		{"periodSeconds", probe.GetPeriodSeconds()},
+		{"initialDelaySeconds", probe.GetInitialDelaySeconds()},
+		{"timeoutSeconds", probe.GetTimeoutSeconds()},
+		{"successThreshold", probe.GetSuccessThreshold()},
 		{"failureThreshold", probe.GetFailureThreshold()},
 	} {
 		if f.v < 0 {

@@ -7,10 +7,11 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/meshplane/discovery/pkg/webhook/internal/admission"
 	"github.com/prometheus/client_golang/prometheus"
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/meshplane/discovery/pkg/webhook/internal/admission"
 )
 
 // Validator serves /validate. It holds no state besides its metrics; every
@@ -62,8 +63,10 @@ func (v *Validator) serve(w http.ResponseWriter, r *http.Request) {
 
 func checkRequest(req *admissionv1.AdmissionRequest) error {
 	if !istioGroups[req.Kind.Group] {
-		return &admission.Error{Code: http.StatusBadRequest, Reason: "kind",
-			Message: fmt.Sprintf("/validate takes the kinds of %s, %s, %s and %s, not %s", GroupNetworking, GroupSecurity, GroupTelemetry, GroupExtensions, req.Kind.String())}
+		return &admission.Error{
+			Code: http.StatusBadRequest, Reason: "kind",
+			Message: fmt.Sprintf("/validate takes the kinds of %s, %s, %s and %s, not %s", GroupNetworking, GroupSecurity, GroupTelemetry, GroupExtensions, req.Kind.String()),
+		}
 	}
 	if req.Operation != admissionv1.Delete && len(req.Object.Raw) == 0 {
 		return &admission.Error{Code: http.StatusBadRequest, Reason: "no_object", Message: "AdmissionReview request has no object"}

@@ -302,11 +302,16 @@ func checkSource(p *problems, path string, s *security.Source, custom bool) bool
 			name string
 			n    int
 		}{
-			{"namespaces", len(s.Namespaces)}, {"notNamespaces", len(s.NotNamespaces)},
-			{"serviceAccounts", len(s.ServiceAccounts)}, {"notServiceAccounts", len(s.NotServiceAccounts)},
-			{"trustDomains", len(s.TrustDomains)}, {"notTrustDomains", len(s.NotTrustDomains)},
-			{"principals", len(s.Principals)}, {"notPrincipals", len(s.NotPrincipals)},
-			{"requestPrincipals", len(s.RequestPrincipals)}, {"notRequestPrincipals", len(s.NotRequestPrincipals)},
+			{"namespaces", len(s.Namespaces)},
+			{"notNamespaces", len(s.NotNamespaces)},
+			{"serviceAccounts", len(s.ServiceAccounts)},
+			{"notServiceAccounts", len(s.NotServiceAccounts)},
+			{"trustDomains", len(s.TrustDomains)},
+			{"notTrustDomains", len(s.NotTrustDomains)},
+			{"principals", len(s.Principals)},
+			{"notPrincipals", len(s.NotPrincipals)},
+			{"requestPrincipals", len(s.RequestPrincipals)},
+			{"notRequestPrincipals", len(s.NotRequestPrincipals)},
 		} {
 			if f.n > 0 {
 				p.add(path+"."+f.name, "is currently not supported with CUSTOM action")

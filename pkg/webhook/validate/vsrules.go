@@ -219,9 +219,11 @@ func checkOverlappingPrefixes(p *problems, rs []*networking.HTTPRoute) {
 			if r.Name != "" {
 				name = fmt.Sprintf("%q", r.Name)
 			}
-			ms = append(ms, prefixMatch{route: name, match: matchName(m, j), prefix: m.Uri.GetPrefix(), port: m.Port,
+			ms = append(ms, prefixMatch{
+				route: name, match: matchName(m, j), prefix: m.Uri.GetPrefix(), port: m.Port,
 				method: method, authority: stringMatch(m.Authority), headers: stringMatches(m.Headers),
-				query: stringMatches(m.QueryParams), not: stringMatches(m.WithoutHeaders)})
+				query: stringMatches(m.QueryParams), not: stringMatches(m.WithoutHeaders),
+			})
 		}
 	}
 	for i, a := range ms {

@@ -16,8 +16,10 @@ import (
 
 func TestClusterOperations(t *testing.T) {
 	newCluster := func(name string) *cluster.Cluster {
-		return &cluster.Cluster{Name: name, ConnectTimeout: durationpb.New(10 * time.Second),
-			DnsResolvers: []*core.Address{{Address: &core.Address_Pipe{Pipe: &core.Pipe{Path: "/a"}}}}}
+		return &cluster.Cluster{
+			Name: name, ConnectTimeout: durationpb.New(10 * time.Second),
+			DnsResolvers: []*core.Address{{Address: &core.Address_Pipe{Pipe: &core.Pipe{Path: "/a"}}}},
+		}
 	}
 	tests := map[string]struct {
 		spec, name string
@@ -123,9 +125,13 @@ func TestClusterTransportSocketMergeAndAdd(t *testing.T) {
 func routeConfig(name string, vhosts ...string) *route.RouteConfiguration {
 	rc := &route.RouteConfiguration{Name: name}
 	for _, vh := range vhosts {
-		rc.VirtualHosts = append(rc.VirtualHosts, &route.VirtualHost{Name: vh, Domains: []string{vh},
-			Routes: []*route.Route{{Name: "default", Match: &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
-				Action: &route.Route_Route{Route: &route.RouteAction{ClusterSpecifier: &route.RouteAction_Cluster{Cluster: "c"}}}}}})
+		rc.VirtualHosts = append(rc.VirtualHosts, &route.VirtualHost{
+			Name: vh, Domains: []string{vh},
+			Routes: []*route.Route{{
+				Name: "default", Match: &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
+				Action: &route.Route_Route{Route: &route.RouteAction{ClusterSpecifier: &route.RouteAction_Cluster{Cluster: "c"}}},
+			}},
+		})
 	}
 	return rc
 }

@@ -102,8 +102,10 @@ func (g *Guard) StreamInterceptor() grpc.StreamServerInterceptor {
 			g.logs.Warn("unauthenticated", "xDS stream refused: not authenticated", "method", info.FullMethod, "err", model.Clip(err.Error()))
 			return status.Error(codes.Unauthenticated, msgUnauthenticated)
 		}
-		cs := &checkedStream{ServerStream: ss, g: g, id: id, via: method,
-			ctx: context.WithValue(ss.Context(), callerKey{}, id)}
+		cs := &checkedStream{
+			ServerStream: ss, g: g, id: id, via: method,
+			ctx: context.WithValue(ss.Context(), callerKey{}, id),
+		}
 		err = handler(srv, cs)
 		// go-control-plane ends a stream whose Recv fails without passing
 		// the error on: the refusal is returned here, so the client sees it.

@@ -45,8 +45,10 @@ func (w *World) ChurnEndpoint(k int, n *Names) (*Edit, error) {
 	s.Endpoints[len(s.Endpoints)-1] = addr
 	e := &Edit{Kind: KindEndpoint, Host: s.host(w.opts.DomainSuffix)}
 	for _, p := range servicePorts[:w.opts.Ports] {
-		e.Expects = append(e.Expects, Expectation{typeURL: typeEDS, name: n.id(clusterName(p.port, s.host(w.opts.DomainSuffix))),
-			match: func(m proto.Message) bool { return hasAddressFrom(m, addr) }})
+		e.Expects = append(e.Expects, Expectation{
+			typeURL: typeEDS, name: n.id(clusterName(p.port, s.host(w.opts.DomainSuffix))),
+			match: func(m proto.Message) bool { return hasAddressFrom(m, addr) },
+		})
 	}
 	content := w.serviceYAML(s)
 	file := w.serviceFile(s)
@@ -70,8 +72,10 @@ func (w *World) EditVirtualService(k int, n *Names) (*Edit, error) {
 	e := &Edit{Kind: KindVirtualSvc, Host: s.host(w.opts.DomainSuffix), Route: vsRouteName(edit)}
 	for _, p := range servicePorts[:w.opts.Ports] {
 		if p.http {
-			e.Expects = append(e.Expects, Expectation{typeURL: typeRDS, name: n.id(routeName(p.port, s.host(w.opts.DomainSuffix))),
-				match: func(m proto.Message) bool { return hasEditFrom(m, edit) }})
+			e.Expects = append(e.Expects, Expectation{
+				typeURL: typeRDS, name: n.id(routeName(p.port, s.host(w.opts.DomainSuffix))),
+				match: func(m proto.Message) bool { return hasEditFrom(m, edit) },
+			})
 		}
 	}
 	content, file := w.vsYAML(i)

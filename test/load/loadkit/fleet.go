@@ -300,7 +300,8 @@ func (f *Fleet) StartDial(ctx context.Context, dial Dial) (wait func(), err erro
 		}
 	}
 	for _, p := range f.proxies {
-		opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithStatsHandler(p),
+		opts := []grpc.DialOption{
+			grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithStatsHandler(p),
 			grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
 				c, err := dial(ctx, p.idx)
 				if err == nil {
@@ -308,7 +309,8 @@ func (f *Fleet) StartDial(ctx context.Context, dial Dial) (wait func(), err erro
 					p.dialed.Store(time.Now().UnixNano())
 				}
 				return c, err
-			})}
+			}),
+		}
 		if f.opts.Backoff != (backoff.Config{}) {
 			opts = append(opts, grpc.WithConnectParams(grpc.ConnectParams{Backoff: f.opts.Backoff, MinConnectTimeout: 20 * time.Second}))
 		}
@@ -392,8 +394,10 @@ func (f *Fleet) Totals() Totals {
 
 // Minus is the difference t - o.
 func (t Totals) Minus(o Totals) Totals {
-	d := Totals{Bytes: t.Bytes - o.Bytes, NACKs: t.NACKs - o.NACKs, Streams: t.Streams - o.Streams, Drops: t.Drops - o.Drops,
-		Responses: map[string]int64{}, Resources: map[string]int64{}}
+	d := Totals{
+		Bytes: t.Bytes - o.Bytes, NACKs: t.NACKs - o.NACKs, Streams: t.Streams - o.Streams, Drops: t.Drops - o.Drops,
+		Responses: map[string]int64{}, Resources: map[string]int64{},
+	}
 	for k, v := range t.Responses {
 		d.Responses[k] = v - o.Responses[k]
 	}

@@ -78,7 +78,7 @@ func TestSubSetCountsWhatIsMissing(t *testing.T) {
 }
 
 func TestGeneratedProxiesAreValidIstioNodes(t *testing.T) {
-	w, err := NewWorld(WorldOptions{Services: 7, Namespaces: 3, Ports: 3, EndpointsPer: 2, VirtualServices: 2, DomainSuffix: "cluster.local"}, t.TempDir())
+	w, err := NewWorld(t.Context(), WorldOptions{Services: 7, Namespaces: 3, Ports: 3, EndpointsPer: 2, VirtualServices: 2, DomainSuffix: "cluster.local"}, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +170,7 @@ func TestVerifyFindsWhatAProxyLacks(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			w, err := NewWorld(WorldOptions{Services: 3, Namespaces: 1, Ports: 2, EndpointsPer: 3, VirtualServices: 1, DomainSuffix: "cluster.local"}, t.TempDir())
+			w, err := NewWorld(t.Context(), WorldOptions{Services: 3, Namespaces: 1, Ports: 2, EndpointsPer: 3, VirtualServices: 1, DomainSuffix: "cluster.local"}, t.TempDir())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -228,7 +228,8 @@ func TestALaterChangeMeetsAnEarlierOnesExpectation(t *testing.T) {
 		var lbs []*endpointv3.LbEndpoint
 		for _, a := range addrs {
 			lbs = append(lbs, &endpointv3.LbEndpoint{HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
-				Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{Address: a}}}}}})
+				Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{Address: a}}},
+			}}})
 		}
 		return &endpointv3.ClusterLoadAssignment{ClusterName: "c", Endpoints: []*endpointv3.LocalityLbEndpoints{{LbEndpoints: lbs}}}
 	}

@@ -144,8 +144,10 @@ func StartServer(ctx context.Context, o ServerOptions, configDir, work string, e
 	if err != nil {
 		return nil, err
 	}
-	return Launch(ctx, o, LaunchOptions{Ports: ports, ConfigDir: configDir, CADir: filepath.Join(work, "ca"),
-		Log: filepath.Join(work, "server.log"), Extra: extra, Wait: 2 * time.Minute})
+	return Launch(ctx, o, LaunchOptions{
+		Ports: ports, ConfigDir: configDir, CADir: filepath.Join(work, "ca"),
+		Log: filepath.Join(work, "server.log"), Extra: extra, Wait: 2 * time.Minute,
+	})
 }
 
 // LaunchOptions say how to start one server process.
@@ -168,9 +170,11 @@ func Launch(ctx context.Context, o ServerOptions, lo LaunchOptions) (*Server, er
 	if !o.Pprof {
 		s.Pprof = s.Monitor
 	}
-	args := []string{"serve",
+	args := []string{
+		"serve",
 		"--grpc-address", s.XDS, "--secure-grpc-address", s.Secure, "--monitoring-address", s.Monitor,
-		"--readiness-address", s.Readiness, "--webhook-address", s.Webhook, "--log-level", "warn"}
+		"--readiness-address", s.Readiness, "--webhook-address", s.Webhook, "--log-level", "warn",
+	}
 	if lo.ConfigDir != "" { // file mode: the CA lives in a directory too
 		args = append(args, "--config-dir", lo.ConfigDir, "--ca-dir", s.CADir)
 	}

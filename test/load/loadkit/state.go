@@ -126,8 +126,10 @@ type session struct {
 }
 
 func newSession(resume, verify bool) *session {
-	s := &session{start: time.Now(), clusters: map[uint32]uint32{}, listeners: map[uint32][]uint32{},
-		eds: newSubSet(), rds: newSubSet(), version: map[string]string{}, nonce: map[string]string{}}
+	s := &session{
+		start: time.Now(), clusters: map[uint32]uint32{}, listeners: map[uint32][]uint32{},
+		eds: newSubSet(), rds: newSubSet(), version: map[string]string{}, nonce: map[string]string{},
+	}
 	if resume {
 		for i := range s.vers {
 			s.vers[i] = map[uint32]uint32{}
@@ -142,8 +144,10 @@ func newSession(resume, verify bool) *session {
 // resume is the session of a new stream that starts with what s holds.
 // s is not used again, so its maps move to the new session.
 func (s *session) resume() *session {
-	n := &session{start: time.Now(), clusters: s.clusters, listeners: s.listeners, eds: s.eds, rds: s.rds,
-		version: map[string]string{}, nonce: map[string]string{}, resumed: true, vers: s.vers, fp: s.fp}
+	n := &session{
+		start: time.Now(), clusters: s.clusters, listeners: s.listeners, eds: s.eds, rds: s.rds,
+		version: map[string]string{}, nonce: map[string]string{}, resumed: true, vers: s.vers, fp: s.fp,
+	}
 	n.eds.sub, n.eds.unsub = n.eds.sub[:0], n.eds.unsub[:0]
 	n.rds.sub, n.rds.unsub = n.rds.sub[:0], n.rds.unsub[:0]
 	return n

@@ -243,8 +243,10 @@ func (p *proxy) subscribeSotw(st sotwStream, s *session, typeURL string, set *su
 	if len(sub) == 0 && len(unsub) == 0 {
 		return nil
 	}
-	return st.Send(&discovery.DiscoveryRequest{TypeUrl: typeURL, ResourceNames: set.all(p.f.names),
-		VersionInfo: s.version[typeURL], ResponseNonce: s.nonce[typeURL]})
+	return st.Send(&discovery.DiscoveryRequest{
+		TypeUrl: typeURL, ResourceNames: set.all(p.f.names),
+		VersionInfo: s.version[typeURL], ResponseNonce: s.nonce[typeURL],
+	})
 }
 
 // streamNoACK asks for clusters and listeners and then only reads: it

@@ -100,8 +100,10 @@ type Change struct {
 const doneBit = 1 << 63
 
 func newChange(id int, kind string, proxies, target int, mask []bool, expects []Expectation) *Change {
-	c := &Change{id: id, kind: kind, start: time.Now(), expects: expects, target: target, mask: mask,
-		progress: make([]uint64, proxies), durations: make([]atomic.Int64, proxies), done: make(chan struct{})}
+	c := &Change{
+		id: id, kind: kind, start: time.Now(), expects: expects, target: target, mask: mask,
+		progress: make([]uint64, proxies), durations: make([]atomic.Int64, proxies), done: make(chan struct{}),
+	}
 	c.full = 1<<len(expects) - 1
 	n := 0
 	for i := 0; i < proxies; i++ {

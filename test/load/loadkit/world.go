@@ -111,14 +111,14 @@ type World struct {
 }
 
 // NewWorld generates the world into dir, which must be empty or absent.
-func NewWorld(opts WorldOptions, dir string) (*World, error) {
+func NewWorld(ctx context.Context, opts WorldOptions, dir string) (*World, error) {
 	if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 {
 		return nil, fmt.Errorf("world directory %s is not empty", dir)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	return newWorld(context.Background(), opts, dir, nil)
+	return newWorld(ctx, opts, dir, nil)
 }
 
 // NewKubeWorld generates the world into the API server of kubeconfig.

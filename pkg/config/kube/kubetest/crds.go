@@ -119,7 +119,7 @@ func WaitEstablished(ctx context.Context, c apiextclient.Interface, name string,
 		return false, nil
 	})
 	if err != nil {
-		return fmt.Errorf("CRD %s: %w (last: %v)", name, err, last)
+		return fmt.Errorf("CRD %s: %w (last: %w)", name, err, last)
 	}
 	return nil
 }
