@@ -15,7 +15,7 @@ import (
 // runRoot runs the discovery command line with args and returns stdout,
 // stderr and the error.
 func runRoot(ctx context.Context, args ...string) (string, string, error) {
-	root := newRootCommand()
+	root := newRootCommand() //nolint:contextcheck // it runs under ctx: ExecuteContext below
 	var out, errOut bytes.Buffer
 	root.SetOut(&out)
 	root.SetErr(&errOut)

@@ -206,7 +206,9 @@ func (o *serveOptions) build(ctx context.Context, cfg *rest.Config, client kuber
 			xo.Credentials = creds
 		}
 	}
-	if p.xds, err = xdsserver.New(xo, store, log.With("component", "xds"), reg); err != nil {
+	// The xDS server's streams live until its Start returns, not for this
+	// start-up context: New makes its own, which Start cancels.
+	if p.xds, err = xdsserver.New(xo, store, log.With("component", "xds"), reg); err != nil { //nolint:contextcheck // see above
 		return nil, err
 	}
 	p.xds.RegisterDebug(mon.Mux())

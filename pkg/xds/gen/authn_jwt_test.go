@@ -196,8 +196,10 @@ func TestAuthorizationPolicyOnJWT(t *testing.T) {
 		claims["iss"] = testIssuer
 		return bearer(iss.token(claims))
 	}
-	alice := tok(map[string]any{"sub": "alice", "aud": []any{"bookinfo", "x"}, "azp": "web", "groups": []any{"admins", "dev"},
-		"scope": "read write", "org": map[string]any{"team": "blue"}})
+	alice := tok(map[string]any{
+		"sub": "alice", "aud": []any{"bookinfo", "x"}, "azp": "web", "groups": []any{"admins", "dev"},
+		"scope": "read write", "org": map[string]any{"team": "blue"},
+	})
 	bob := tok(map[string]any{"sub": "bob", "aud": "reviews", "groups": "users", "scope": "write"})
 	forgedAlice := bearer(forger.token(map[string]any{"iss": testIssuer, "sub": "alice", "groups": []any{"admins"}}))
 	for name, tc := range map[string]struct {
@@ -277,8 +279,10 @@ func TestRequestAuthenticationFetchedJWKS(t *testing.T) {
 // validate tokens; TCP chains are unaffected, as in Istio.
 func TestRequestAuthenticationSelection(t *testing.T) {
 	_, forger := testSigners(t)
-	tokenReq := request{principal: productpage, ip: "10.1.0.7", method: "GET", path: "/", host: "ratings", port: 9080,
-		headers: map[string]string{"authorization": "Bearer " + forger.token(map[string]any{"iss": "x"})}}
+	tokenReq := request{
+		principal: productpage, ip: "10.1.0.7", method: "GET", path: "/", host: "ratings", port: 9080,
+		headers: map[string]string{"authorization": "Bearer " + forger.token(map[string]any{"iss": "x"})},
+	}
 	ev := rbacEval{t}
 	for name, tc := range map[string]struct {
 		meta, selector string

@@ -100,6 +100,7 @@ func (c *customEval) enabled(m *matcherv3.MetadataMatcher) bool {
 }
 
 func (c *customEval) filter(t *testing.T, cfg proto.Message, rq request) {
+	t.Helper()
 	switch f := cfg.(type) {
 	case *httprbacv3.RBAC:
 		c.rbac(f.GetRules(), f.GetShadowRules(), f.GetShadowRulesStatPrefix(), rq)

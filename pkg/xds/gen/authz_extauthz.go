@@ -63,7 +63,7 @@ func extAuthzProviders(look meshLookup) map[string]*extAuthzProvider {
 		}
 		if p.GetName() != "" {
 			if err := validExtAuthzProviderName(p.GetName()); err != nil {
-				errs = append(errs, fmt.Errorf("invalid provider name %q: %v", p.GetName(), err))
+				errs = append(errs, fmt.Errorf("invalid provider name %q: %w", p.GetName(), err))
 			}
 		}
 		var built *extAuthzProvider
@@ -106,7 +106,7 @@ func extAuthzFor(resolved map[string]*extAuthzProvider, name string) (*extAuthzP
 		return nil, fmt.Errorf("available providers are %v but found %q", names, name)
 	}
 	if p.err != nil {
-		return nil, fmt.Errorf("found errors in provider %s: %v", name, p.err)
+		return nil, fmt.Errorf("found errors in provider %s: %w", name, p.err)
 	}
 	return p, nil
 }
@@ -155,7 +155,7 @@ func extAuthzStatus(s string) (*typev3.HttpStatus, error) {
 	}
 	code, err := strconv.ParseInt(s, 10, 32)
 	if err != nil {
-		return nil, fmt.Errorf("invalid statusOnError %q: %v", s, err)
+		return nil, fmt.Errorf("invalid statusOnError %q: %w", s, err)
 	}
 	if _, ok := typev3.StatusCode_name[int32(code)]; !ok {
 		return nil, fmt.Errorf("unsupported statusOnError %s", s)
@@ -178,7 +178,7 @@ func extAuthzHTTP(look meshLookup, name string, c *meshv1alpha1.MeshConfig_Exten
 	}
 	if pp := c.GetPathPrefix(); pp != "" {
 		if _, err := url.Parse(pp); err != nil {
-			errs = append(errs, fmt.Errorf("invalid pathPrefix %q: %v", pp, err))
+			errs = append(errs, fmt.Errorf("invalid pathPrefix %q: %w", pp, err))
 		}
 		if !strings.HasPrefix(pp, "/") {
 			errs = append(errs, fmt.Errorf("pathPrefix must begin with `/`, found: %q", pp))

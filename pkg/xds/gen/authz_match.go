@@ -281,8 +281,10 @@ func (b *ruleBuilder) source(s *security.Source) *rbacv3.Principal {
 		name string
 		n    int
 	}{
-		{"serviceAccounts", len(s.GetServiceAccounts())}, {"notServiceAccounts", len(s.GetNotServiceAccounts())},
-		{"trustDomains", len(s.GetTrustDomains())}, {"notTrustDomains", len(s.GetNotTrustDomains())},
+		{"serviceAccounts", len(s.GetServiceAccounts())},
+		{"notServiceAccounts", len(s.GetNotServiceAccounts())},
+		{"trustDomains", len(s.GetTrustDomains())},
+		{"notTrustDomains", len(s.GetNotTrustDomains())},
 	} {
 		if f.n > 0 {
 			b.unsupportedPart("source." + f.name)

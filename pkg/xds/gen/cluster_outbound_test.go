@@ -209,8 +209,10 @@ func TestEnvoyClusterTLS(t *testing.T) {
 	}
 	outside := &model.Endpoint{Address: "10.1.0.9", ServiceAccount: "legacy"}
 	svc := &model.Service{Name: "db", Namespace: "default", Hostname: dbHost, Ports: []model.Port{port}}
-	external := &model.Service{Name: "db", Namespace: "default", Hostname: dbHost, Ports: []model.Port{port},
-		Entry: &model.ServiceEntryInfo{Name: "db", Resolution: model.ResolutionStatic, External: true}}
+	external := &model.Service{
+		Name: "db", Namespace: "default", Hostname: dbHost, Ports: []model.Port{port},
+		Entry: &model.ServiceEntryInfo{Name: "db", Resolution: model.ResolutionStatic, External: true},
+	}
 	ids := []string{"spiffe://cluster.local/ns/default/sa/db"}
 	two := &model.ServiceEndpoints{Endpoints: []*model.Endpoint{inMesh("10.1.0.1", "db"), inMesh("10.1.0.2", "db")}}
 	mutual := func(sans ...string) *networking.ClientTLSSettings {

@@ -138,7 +138,8 @@ func containRoutes(rc *routev3.RouteConfiguration) *routev3.RouteConfiguration {
 func sound(m interface {
 	proto.Message
 	ValidateAll() error
-}) bool {
+},
+) bool {
 	if m.ValidateAll() != nil {
 		return false
 	}

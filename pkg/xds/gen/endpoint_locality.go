@@ -183,8 +183,10 @@ var (
 	}
 	preferSameNodeLB = &networking.LocalityLoadBalancerSetting{
 		Enabled: wrapperspb.Bool(true),
-		FailoverPriority: []string{model.LabelTopologyNetwork, model.LabelTopologyRegion, model.LabelTopologyZone,
-			model.LabelTopologySubzone, model.LabelHostname},
+		FailoverPriority: []string{
+			model.LabelTopologyNetwork, model.LabelTopologyRegion, model.LabelTopologyZone,
+			model.LabelTopologySubzone, model.LabelHostname,
+		},
 	}
 )
 

@@ -93,8 +93,10 @@ func (d *delegation) delegate(w *model.World, root *model.Config, i int, hr *net
 		if dvs != nil {
 			key += "@" + dvs.ResourceVersion
 		}
-		d.problems = append(d.problems, delegationProblem{key: key + "|" + msg, msg: msg,
-			attrs: []any{"virtualService", root.Key.Namespace + "/" + root.Key.Name, "route", where, "delegate", ref}})
+		d.problems = append(d.problems, delegationProblem{
+			key: key + "|" + msg, msg: msg,
+			attrs: []any{"virtualService", root.Key.Namespace + "/" + root.Key.Name, "route", where, "delegate", ref},
+		})
 	}
 	dc := w.Config(model.KindVirtualService, ns, hr.GetDelegate().GetName())
 	if dc == nil {

@@ -48,9 +48,11 @@ func (c trafficClass) mode() tpb.WorkloadMode {
 }
 
 // telemetryFields are the Telemetry fields generation acts on.
-var telemetryFields = newFieldSet(append([]string{"selector", "targetRef", "targetRefs",
+var telemetryFields = newFieldSet(append([]string{
+	"selector", "targetRef", "targetRefs",
 	"metrics.providers", "metrics.overrides", "metrics.reportingInterval",
-	"accessLogging.providers", "accessLogging.disabled", "accessLogging.filter", "accessLogging.match"},
+	"accessLogging.providers", "accessLogging.disabled", "accessLogging.filter", "accessLogging.match",
+},
 	tracingFields...)...)
 
 // applicableTelemetries lists the Telemetry resources that apply to p, in

@@ -234,6 +234,8 @@ func versionAtLeast(v string, major, minor int) bool {
 }
 
 // tracingFields are the Telemetry tracing fields generation acts on.
-var tracingFields = []string{"tracing.providers", "tracing.match", "tracing.randomSamplingPercentage",
+var tracingFields = []string{
+	"tracing.providers", "tracing.match", "tracing.randomSamplingPercentage",
 	"tracing.customTags", "tracing.disableSpanReporting", "tracing.useRequestIdForTraceSampling",
-	"tracing.enableIstioTags", "tracing.disableContextPropagation"}
+	"tracing.enableIstioTags", "tracing.disableContextPropagation",
+}

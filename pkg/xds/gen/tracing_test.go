@@ -57,8 +57,10 @@ func TestDecideTracing(t *testing.T) {
 			tracing: [][]*tpb.Tracing{
 				{{RandomSamplingPercentage: pct(10), UseRequestIdForTraceSampling: wrapperspb.Bool(false)}},
 				{{Match: &tpb.Tracing_TracingSelector{Mode: tpb.WorkloadMode_SERVER}, DisableSpanReporting: wrapperspb.Bool(true)}},
-				{{Match: &tpb.Tracing_TracingSelector{Mode: tpb.WorkloadMode_CLIENT}, EnableIstioTags: wrapperspb.Bool(false),
-					CustomTags: map[string]*tpb.Tracing_CustomTag{"a": {}}}},
+				{{
+					Match: &tpb.Tracing_TracingSelector{Mode: tpb.WorkloadMode_CLIENT}, EnableIstioTags: wrapperspb.Bool(false),
+					CustomTags: map[string]*tpb.Tracing_CustomTag{"a": {}},
+				}},
 			},
 			want: "zipkin 10% noreqid notags tags=1 | off",
 		},

@@ -28,6 +28,7 @@ type fakeProxy struct {
 }
 
 func (f *fakeProxy) watch(tb testing.TB, s *Server, typeURL string, nonce string) {
+	tb.Helper()
 	req := &discovery.DiscoveryRequest{TypeUrl: typeURL, ResponseNonce: nonce}
 	s.reqs.Store(req, f.c)
 	if _, err := (watcher{s}).CreateWatch(req, f.subs[typeURL], f.chans[typeURL]); err != nil {
@@ -38,6 +39,7 @@ func (f *fakeProxy) watch(tb testing.TB, s *Server, typeURL string, nonce string
 // receive takes the response of typeURL, records it as returned, renews
 // the watch and returns the response's resource bytes.
 func (f *fakeProxy) receive(tb testing.TB, s *Server, typeURL string) int {
+	tb.Helper()
 	select {
 	case r := <-f.chans[typeURL]:
 		f.subs[typeURL].SetReturnedResources(r.GetReturnedResources())

@@ -163,8 +163,10 @@ func (ws *waves) start(class string, cis []classItem, rec *record) {
 		}
 		return
 	}
-	w := &wave{class: class, world: cis[0].item.world.Version, started: time.Now(),
-		members: map[*conn]bool{}, held: map[*conn]*pushItem{}, rec: rec}
+	w := &wave{
+		class: class, world: cis[0].item.world.Version, started: time.Now(),
+		members: map[*conn]bool{}, held: map[*conn]*pushItem{}, rec: rec,
+	}
 	for i, ci := range cis {
 		if i < n {
 			w.members[ci.c] = false

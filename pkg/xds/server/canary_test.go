@@ -166,8 +166,10 @@ func runScripted(t *testing.T, ts *testServer, id string, decide func(p *scripte
 			switch {
 			case a.never:
 			case a.nack:
-				_ = c.stream.Send(&discovery.DiscoveryRequest{TypeUrl: gen.ClusterType, VersionInfo: first.GetVersionInfo(),
-					ResponseNonce: r.GetNonce(), ErrorDetail: statusProto("cluster shared: max_connections 666 is refused here")})
+				_ = c.stream.Send(&discovery.DiscoveryRequest{
+					TypeUrl: gen.ClusterType, VersionInfo: first.GetVersionInfo(),
+					ResponseNonce: r.GetNonce(), ErrorDetail: statusProto("cluster shared: max_connections 666 is refused here"),
+				})
 			default:
 				time.Sleep(a.delay)
 				_ = c.stream.Send(&discovery.DiscoveryRequest{TypeUrl: gen.ClusterType, VersionInfo: r.GetVersionInfo(), ResponseNonce: r.GetNonce()})
@@ -197,7 +199,7 @@ func TestPushWaveStopsOnNACK(t *testing.T) {
 	t.Run("delta", func(t *testing.T) { testPushWaveStopsOnNACK(t, runScriptedDelta) })
 }
 
-func testPushWaveStopsOnNACK(t *testing.T, run func(*testing.T, *testServer, string, func(*scriptedProxy, int) answer) *scriptedProxy) {
+func testPushWaveStopsOnNACK(t *testing.T, run func(*testing.T, *testServer, string, func(*scriptedProxy, int) answer) *scriptedProxy) { //nolint:thelper // a whole test body shared by two tests: failures point at its lines
 	store, ts := waveServer(t, PushWave{Count: 1}, time.Minute)
 	var proxies []*scriptedProxy
 	for i := range 10 {

@@ -64,8 +64,10 @@ func TestCodecWritesTheSameMessages(t *testing.T) {
 			res = append(res, &discovery.Resource{Name: r.Name, Version: r.Hash, Resource: r.Any})
 		}
 	}
-	odd := &discovery.Resource{Name: "odd", Version: "1", Aliases: []string{"a", "b"}, Ttl: durationpb.New(5e9),
-		Resource: &anypb.Any{TypeUrl: gen.ClusterType, Value: make([]byte, 4096)}}
+	odd := &discovery.Resource{
+		Name: "odd", Version: "1", Aliases: []string{"a", "b"}, Ttl: durationpb.New(5e9),
+		Resource: &anypb.Any{TypeUrl: gen.ClusterType, Value: make([]byte, 4096)},
+	}
 	odd.ProtoReflect().SetUnknown([]byte{0xa8, 0x1f, 0x01}) // field 501, varint 1
 	unknownAny := &anypb.Any{TypeUrl: gen.ListenerType, Value: []byte{1, 2, 3}}
 	unknownAny.ProtoReflect().SetUnknown([]byte{0xa8, 0x1f, 0x02})
@@ -73,8 +75,10 @@ func TestCodecWritesTheSameMessages(t *testing.T) {
 		"sotw":             &discovery.DiscoveryResponse{VersionInfo: "v1", TypeUrl: gen.ClusterType, Nonce: "7", Resources: anys},
 		"sotw empty":       &discovery.DiscoveryResponse{TypeUrl: gen.RouteType},
 		"sotw unknown any": &discovery.DiscoveryResponse{Resources: []*anypb.Any{unknownAny, {TypeUrl: gen.ClusterType}}},
-		"delta": &discovery.DeltaDiscoveryResponse{SystemVersionInfo: "v2", TypeUrl: gen.EndpointType, Nonce: "8",
-			Resources: res, RemovedResources: []string{"gone", "also gone"}},
+		"delta": &discovery.DeltaDiscoveryResponse{
+			SystemVersionInfo: "v2", TypeUrl: gen.EndpointType, Nonce: "8",
+			Resources: res, RemovedResources: []string{"gone", "also gone"},
+		},
 		"delta odd":     &discovery.DeltaDiscoveryResponse{Resources: []*discovery.Resource{odd, {Name: "no resource"}}},
 		"delta removed": &discovery.DeltaDiscoveryResponse{RemovedResources: []string{"x"}},
 		"other message": &discovery.DiscoveryRequest{VersionInfo: "v", ResourceNames: []string{"a"}},

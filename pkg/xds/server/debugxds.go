@@ -296,8 +296,10 @@ type buildInfo struct {
 // controlPlaneID is the identifier of inst. The component is "istiod":
 // the role discovery plays, which is what Istio's tools call it.
 func controlPlaneID(inst Instance) (*corev3.ControlPlane, error) {
-	b, err := json.Marshal(controlPlaneInstance{Component: "istiod", ID: inst.ID,
-		Info: buildInfo{inst.Version, inst.GitRevision, inst.GoVersion, inst.BuildStatus, inst.GitTag}})
+	b, err := json.Marshal(controlPlaneInstance{
+		Component: "istiod", ID: inst.ID,
+		Info: buildInfo{inst.Version, inst.GitRevision, inst.GoVersion, inst.BuildStatus, inst.GitTag},
+	})
 	if err != nil {
 		return nil, fmt.Errorf("control plane identifier: %w", err)
 	}

@@ -29,8 +29,11 @@ type modelClient struct {
 }
 
 func newModelClient(t *testing.T, ts *testServer) *modelClient {
-	m := &modelClient{c: newDeltaClient(t, ts), held: map[string]map[string]string{gen.ClusterType: {}, gen.EndpointType: {}},
-		subEDS: map[string]bool{}, paused: map[string]bool{}}
+	t.Helper()
+	m := &modelClient{
+		c: newDeltaClient(t, ts), held: map[string]map[string]string{gen.ClusterType: {}, gen.EndpointType: {}},
+		subEDS: map[string]bool{}, paused: map[string]bool{},
+	}
 	m.c.send(&discovery.DeltaDiscoveryRequest{Node: node(sidecarID, nil), TypeUrl: gen.ClusterType})
 	m.c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: gen.EndpointType, ResourceNamesSubscribe: []string{}})
 	go m.loop()
@@ -108,6 +111,7 @@ func (m *modelClient) pause(name string, on bool) {
 // mismatch compares what the client holds with what a fresh generation
 // from w gives; "" when they agree.
 func (m *modelClient) mismatch(t *testing.T, w *model.World) string {
+	t.Helper()
 	p, err := model.ParseProxy(sidecarID, nil)
 	if err != nil {
 		t.Fatal(err)

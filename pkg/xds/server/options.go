@@ -160,8 +160,13 @@ func (o *Options) Validate() error {
 	for _, b := range []struct {
 		flag string
 		v    int
-	}{{"--xds-max-streams", o.MaxStreams}, {"--xds-max-node-bytes", o.MaxNodeBytes}, {"--xds-max-node-id-bytes", o.MaxNodeIDBytes},
-		{"--xds-max-names", o.MaxNames}, {"--xds-max-unknown-names", o.MaxUnknownNames}} {
+	}{
+		{"--xds-max-streams", o.MaxStreams},
+		{"--xds-max-node-bytes", o.MaxNodeBytes},
+		{"--xds-max-node-id-bytes", o.MaxNodeIDBytes},
+		{"--xds-max-names", o.MaxNames},
+		{"--xds-max-unknown-names", o.MaxUnknownNames},
+	} {
 		if b.v < 0 {
 			errs = append(errs, fmt.Errorf("%s must not be negative, got %d", b.flag, b.v))
 		}

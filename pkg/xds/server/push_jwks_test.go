@@ -25,8 +25,10 @@ spec:
 		t.Fatal(err)
 	}
 	apply(t, store, evs...)
-	apply(t, store, model.Event{Key: model.JWKSKey("https://issuer.example", "https://issuer.example/keys"),
-		Object: &model.JWKS{Issuer: "https://issuer.example", URI: "https://issuer.example/keys", Keys: `{"keys":[]}`}})
+	apply(t, store, model.Event{
+		Key:    model.JWKSKey("https://issuer.example", "https://issuer.example/keys"),
+		Object: &model.JWKS{Issuer: "https://issuer.example", URI: "https://issuer.example/keys", Keys: `{"keys":[]}`},
+	})
 	w := store.World()
 	k := model.JWKSKey("https://issuer.example", "https://issuer.example/keys")
 	for name, tc := range map[string]struct {

@@ -205,8 +205,10 @@ func (c *conn) respondSecretDelta(w *deltaWatch) bool {
 	for i, r := range send {
 		res[i] = &discovery.Resource{Name: r.Name, Version: r.Hash, Resource: r.Any}
 	}
-	resp := &discovery.DeltaDiscoveryResponse{SystemVersionInfo: secretsVersion(sortedResources(cur)),
-		TypeUrl: gen.SecretType, Resources: res, RemovedResources: removed}
+	resp := &discovery.DeltaDiscoveryResponse{
+		SystemVersionInfo: secretsVersion(sortedResources(cur)),
+		TypeUrl:           gen.SecretType, Resources: res, RemovedResources: removed,
+	}
 	if !c.deliverDelta(w, resp, returned) {
 		return false
 	}

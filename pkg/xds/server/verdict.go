@@ -125,8 +125,10 @@ func (c *conn) verdict(t, nonce string, errDetail string, rejected bool) {
 	if !rejected && !o.WantsAccepts() {
 		return
 	}
-	v := Verdict{ProxyID: c.proxy.ID, TypeURL: t, Nonce: nonce, Rejected: rejected, Error: errDetail,
-		Time: time.Now(), Names: rec.names, cfg: rec.cfg}
+	v := Verdict{
+		ProxyID: c.proxy.ID, TypeURL: t, Nonce: nonce, Rejected: rejected, Error: errDetail,
+		Time: time.Now(), Names: rec.names, cfg: rec.cfg,
+	}
 	if rejected {
 		o.Rejected(v)
 		return
