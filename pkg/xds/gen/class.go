@@ -3,85 +3,14 @@ package gen
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"sort"
 	"strings"
-	"sync/atomic"
 
 	"google.golang.org/protobuf/proto"
 
 	"github.com/meshplane/discovery/pkg/model"
 )
-
-// Generator builds configuration for proxy classes and proxies. It keeps no
-// state between calls except a record of the warnings it has logged.
-type Generator struct {
-	log   *slog.Logger
-	warns warnings
-	ids   atomic.Uint64
-	parts partCache
-	trust trustDomains // Options.TrustDomain (trust_domain.go)
-	// traceSampling is Options.TraceSampling.
-	traceSampling float64
-	// credentials is Options.Credentials.
-	credentials bool
-	// refusals logs and counts resources that broke Envoy's rules
-	// (contain.go).
-	refusals refusals
-	// efRefusals logs and counts EnvoyFilter patches sent unpatched
-	// (envoyfilter_apply.go).
-	efRefusals efRefusals
-	// efLastGood keeps the last good EnvoyFilter-patched resources
-	// (envoyfilter_lastgood.go).
-	efLastGood efLastGood
-}
-
-// Options configure a Generator. They are fixed at construction: what a
-// Generator generates never mixes two settings.
-type Options struct {
-	// Log receives what generation warns about (nil: discarded).
-	Log *slog.Logger
-	// TrustDomain is the SPIFFE trust domain of workload identities
-	// (spiffe://DOMAIN/ns/NS/sa/SA), the one the CA signs for; ""
-	// means DefaultTrustDomain. TrustDomainAliases are Istio's
-	// trustDomainAliases: domains the mesh migrates from, whose
-	// identities count as this one's. Clients then verify servers
-	// against those identities, and AuthorizationPolicy principals in
-	// cluster.local or an alias also match the others.
-	TrustDomain        string
-	TrustDomainAliases []string
-	// TraceSampling is the percentage of requests traced where neither a
-	// Telemetry nor the proxy's defaultConfig.tracing.sampling says
-	// (Istio's PILOT_TRACE_SAMPLING; DefaultOptions: DefaultTraceSampling).
-	TraceSampling float64
-	// Credentials says gateway credentialName Secrets are served over SDS
-	// (a cluster's Secrets are read). Without it, a Gateway server with a
-	// credentialName is left out and reported.
-	Credentials bool
-}
-
-// DefaultOptions are Istio's defaults, logging to log.
-func DefaultOptions(log *slog.Logger) Options {
-	return Options{Log: log, TraceSampling: DefaultTraceSampling}
-}
-
-// New returns a Generator configured by o, or why o is not valid.
-func New(o Options) (*Generator, error) {
-	if o.TraceSampling < 0 || o.TraceSampling > 100 {
-		return nil, fmt.Errorf("trace sampling %v%% is not between 0 and 100", o.TraceSampling)
-	}
-	trust, err := newTrustDomains(o.TrustDomain, o.TrustDomainAliases)
-	if err != nil {
-		return nil, err
-	}
-	log := o.Log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	g := &Generator{log: log, trust: trust, traceSampling: o.TraceSampling, credentials: o.Credentials}
-	return g, nil
-}
 
 // ClassConfig is the configuration shared by every proxy of one class for
 // one World: outbound clusters, endpoints, listeners and routes.

@@ -52,7 +52,8 @@
 // A file's prefix says what it produces or decides; its _test.go files
 // share the name.
 //
-//   - Generation and reuse: class.go (Generator, Options, Class),
+//   - Generation and reuse: generator.go (Generator, Options, New),
+//     class.go (Class),
 //     class_key.go (which proxies share a class; the World's index),
 //     class_parts.go (clusters and endpoints shared between classes),
 //     proxy.go (one proxy's configuration), resource.go (Resource, Set),
