@@ -13,7 +13,8 @@
 // generation stays a pure function of the World (the same World always
 // gives the same configuration, goldens need no network), a fetched or
 // changed key set is a Change that the push planner sees and sends only
-// to the proxies whose policies name it (gen.JWKSNeeded), and a refresh
+// to the proxies whose policies name it (generation reads it through
+// its views: gen.Reads), and a refresh
 // that finds the same keys publishes nothing.
 //
 // Behaviour, istiod's unless said:

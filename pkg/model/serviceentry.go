@@ -56,6 +56,10 @@ func (b *builder) rebuildServiceEntries() {
 		if b.w.byHost[old.Hostname] == old {
 			delete(b.w.byHost, old.Hostname)
 		}
+		// A ServiceEntry's hosts are Services to their readers: their
+		// changes are Service changes (the push planner matches them
+		// against what generation read).
+		b.changed(Key{Kind: KindService, Namespace: nn.Namespace, Name: nn.Name}, OpDelete)
 	}
 	for nn, svc := range svcs {
 		old := b.w.services[nn]
@@ -69,6 +73,7 @@ func (b *builder) rebuildServiceEntries() {
 			if h := b.w.byHost[svc.Hostname]; h == nil || h.Entry != nil {
 				b.w.byHost[svc.Hostname] = svc
 			}
+			b.changed(Key{Kind: KindService, Namespace: nn.Namespace, Name: nn.Name}, OpUpsert)
 		}
 		b.setEntryEndpoints(nn, eps[nn])
 	}

@@ -110,7 +110,7 @@ var requestAuthnFields = newFieldSet(
 // withRequestAuthn puts the JWT filter of the RequestAuthentications that
 // apply to p before az's HTTP RBAC filters (for a proxyless gRPC server,
 // the fail-closed filter).
-func (g *Generator) withRequestAuthn(w *model.World, p *model.Proxy, az inboundAuthz) inboundAuthz {
+func (g *Generator) withRequestAuthn(w *view, p *model.Proxy, az inboundAuthz) inboundAuthz {
 	cs := g.requestAuthnConfigs(w, p)
 	if len(cs) == 0 {
 		return az
@@ -139,29 +139,20 @@ func (g *Generator) withRequestAuthn(w *model.World, p *model.Proxy, az inboundA
 
 // requestAuthnConfigs are the RequestAuthentications that apply to p, in
 // the World's order, with their unsupported fields reported.
-func (g *Generator) requestAuthnConfigs(w *model.World, p *model.Proxy) []*model.Config {
-	var out []*model.Config
-	for _, c := range w.Configs(model.KindRequestAuthentication) {
-		if c.Key.Namespace != RootNamespace(w) && c.Key.Namespace != p.Namespace {
-			continue
-		}
-		ra, ok := c.Object.(*securityv1.RequestAuthentication)
-		if !ok {
-			continue
-		}
-		g.warn(c, ra.ResourceVersion, &ra.Spec, requestAuthnFields)
-		sel := &security.AuthorizationPolicy{Selector: ra.Spec.GetSelector(), TargetRef: ra.Spec.GetTargetRef(), TargetRefs: ra.Spec.GetTargetRefs()}
-		if attaches(c.Key.Namespace, sel, p) {
-			out = append(out, c)
+func (g *Generator) requestAuthnConfigs(w *view, p *model.Proxy) []*model.Config {
+	u := w.unrecorded()
+	for _, c := range u.ConfigsIn(model.KindRequestAuthentication, rootNamespace(u), p.Namespace) {
+		if ra, ok := c.Object.(*securityv1.RequestAuthentication); ok {
+			g.warn(c, ra.ResourceVersion, &ra.Spec, requestAuthnFields)
 		}
 	}
-	return out
+	return w.ConfigsWhere(model.KindRequestAuthentication, func(u *view, c *model.Config) bool { return policyAttaches(u, c, p) })
 }
 
 // jwtFilter is istiod's jwt_authn filter for the rules of ras
 // (convertToEnvoyJwtConfig); nil when they have none. clearRouteCache is
 // set on gateways, where routes may match claims, as istiod sets it.
-func jwtFilter(w *model.World, ras []*securityv1.RequestAuthentication, clearRouteCache bool) *hcmv3.HttpFilter {
+func jwtFilter(w *view, ras []*securityv1.RequestAuthentication, clearRouteCache bool) *hcmv3.HttpFilter {
 	var rules []*security.JWTRule
 	for _, ra := range ras {
 		rules = append(rules, ra.Spec.GetJwtRules()...)
@@ -208,7 +199,7 @@ func jwtAny(rs ...*jwtv3.JwtRequirement) *jwtv3.JwtRequirement {
 }
 
 // jwtProvider is one rule's provider.
-func jwtProvider(w *model.World, r *security.JWTRule, clearRouteCache bool) *jwtv3.JwtProvider {
+func jwtProvider(w *view, r *security.JWTRule, clearRouteCache bool) *jwtv3.JwtProvider {
 	p := &jwtv3.JwtProvider{
 		Issuer:               r.GetIssuer(),
 		Audiences:            r.GetAudiences(),
@@ -222,7 +213,7 @@ func jwtProvider(w *model.World, r *security.JWTRule, clearRouteCache bool) *jwt
 		FromParams:      r.GetFromParams(),
 		FromCookies:     r.GetFromCookies(),
 		JwksSourceSpecifier: &jwtv3.JwtProvider_LocalJwks{LocalJwks: &corev3.DataSource{
-			Specifier: &corev3.DataSource_InlineString{InlineString: RuleJWKS(w, r)},
+			Specifier: &corev3.DataSource_InlineString{InlineString: ruleJWKS(w, r)},
 		}},
 	}
 	for _, c := range r.GetOutputClaimToHeaders() {
@@ -255,7 +246,9 @@ func spaceDelimitedClaims(extra []string) []string {
 
 // RuleJWKS is the key set inlined for rule r: its jwks, else the one
 // fetched for its issuer and jwksUri, else PublicOnlyJwks (fail closed).
-func RuleJWKS(w *model.World, r *security.JWTRule) string {
+func RuleJWKS(w *model.World, r *security.JWTRule) string { return ruleJWKS(newView(w, nil), r) }
+
+func ruleJWKS(w *view, r *security.JWTRule) string {
 	if r.GetJwks() != "" {
 		return r.GetJwks()
 	}
@@ -263,34 +256,6 @@ func RuleJWKS(w *model.World, r *security.JWTRule) string {
 		return j.Keys
 	}
 	return PublicOnlyJwks
-}
-
-// JWKSNeeded reports whether the key set of (issuer, uri) is inlined in
-// p's configuration: a RequestAuthentication that applies to p has a
-// rule without jwks that names them. The push planner asks it for a
-// changed key set.
-func JWKSNeeded(w *model.World, p *model.Proxy, issuer, uri string) bool {
-	if p.IsGRPC() {
-		return false
-	}
-	for _, c := range w.Configs(model.KindRequestAuthentication) {
-		if c.Key.Namespace != RootNamespace(w) && c.Key.Namespace != p.Namespace {
-			continue
-		}
-		ra, ok := c.Object.(*securityv1.RequestAuthentication)
-		if !ok {
-			continue
-		}
-		for _, r := range ra.Spec.GetJwtRules() {
-			if r.GetJwks() == "" && r.GetIssuer() == issuer && r.GetJwksUri() == uri {
-				sel := &security.AuthorizationPolicy{Selector: ra.Spec.GetSelector(), TargetRef: ra.Spec.GetTargetRef(), TargetRefs: ra.Spec.GetTargetRefs()}
-				if attaches(c.Key.Namespace, sel, p) {
-					return true
-				}
-			}
-		}
-	}
-	return false
 }
 
 // requestAuthnFilter denies every request that carries a token where one

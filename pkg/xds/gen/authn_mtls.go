@@ -61,10 +61,10 @@ func oldest(cs []*model.Config) {
 
 // peerAuthentication resolves p's mTLS modes (workloadMTLS), and reports
 // the fields of the PeerAuthentications it reads that it cannot apply.
-func (g *Generator) peerAuthentication(w *model.World, p *model.Proxy) inboundMTLS {
-	for _, c := range w.Configs(model.KindPeerAuthentication) {
+func (g *Generator) peerAuthentication(w *view, p *model.Proxy) inboundMTLS {
+	for _, c := range w.unrecorded().Configs(model.KindPeerAuthentication) {
 		pa, ok := c.Object.(*securityv1.PeerAuthentication)
-		if !ok || (c.Key.Namespace != p.Namespace && c.Key.Namespace != RootNamespace(w)) {
+		if !ok || (c.Key.Namespace != p.Namespace && c.Key.Namespace != rootNamespace(w)) {
 			continue
 		}
 		g.warn(c, pa.ResourceVersion, &pa.Spec, peerAuthnFields)
@@ -72,7 +72,8 @@ func (g *Generator) peerAuthentication(w *model.World, p *model.Proxy) inboundMT
 			g.warnOnce(c, pa.ResourceVersion, "portLevelMtls", "portLevelMtls needs a workload selector; ignored")
 		}
 	}
-	return workloadMTLS(w.Configs(model.KindPeerAuthentication), RootNamespace(w), p.Namespace, p.Labels())
+	root := rootNamespace(w)
+	return workloadMTLS(w.ConfigsIn(model.KindPeerAuthentication, p.Namespace, root), root, p.Namespace, p.Labels())
 }
 
 // workloadMTLS resolves the mTLS modes of a workload of namespace ns with
@@ -131,10 +132,10 @@ func workloadMTLS(pas []*model.Config, root, ns string, labels map[string]string
 // selector), else the mesh's (root namespace), else PERMISSIVE; UNSET
 // inherits. Workload and port-level policies do not count, as in
 // istiod's BestEffortInferServiceMTLSMode.
-func namespaceMTLS(w *model.World, ns string) MTLSMode {
+func namespaceMTLS(w *view, ns string) MTLSMode {
 	var namespace, mesh []*model.Config
-	root := RootNamespace(w)
-	for _, c := range w.Configs(model.KindPeerAuthentication) {
+	root := rootNamespace(w)
+	for _, c := range w.ConfigsIn(model.KindPeerAuthentication, ns, root) {
 		pa, ok := c.Object.(*securityv1.PeerAuthentication)
 		if !ok || len(pa.Spec.GetSelector().GetMatchLabels()) > 0 {
 			continue

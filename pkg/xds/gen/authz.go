@@ -74,22 +74,14 @@ func labelsMatch(selector, labels map[string]string) bool {
 // targetRefs has no selector: it attaches only to the pods of the Gateway
 // API gateway it names (gatewayNameLabel), in its own namespace; its
 // other targets (waypoints, Services) are not served here.
-func (g *Generator) authzPolicies(w *model.World, p *model.Proxy) []*model.Config {
-	var out []*model.Config
-	for _, c := range w.Configs(model.KindAuthorizationPolicy) {
-		if c.Key.Namespace != RootNamespace(w) && c.Key.Namespace != p.Namespace {
-			continue
-		}
-		ap, ok := c.Object.(*securityv1.AuthorizationPolicy)
-		if !ok {
-			continue
-		}
-		g.warn(c, ap.ResourceVersion, &ap.Spec, authzFields)
-		if attaches(c.Key.Namespace, &ap.Spec, p) {
-			out = append(out, c)
+func (g *Generator) authzPolicies(w *view, p *model.Proxy) []*model.Config {
+	u := w.unrecorded()
+	for _, c := range u.ConfigsIn(model.KindAuthorizationPolicy, rootNamespace(u), p.Namespace) {
+		if ap, ok := c.Object.(*securityv1.AuthorizationPolicy); ok {
+			g.warn(c, ap.ResourceVersion, &ap.Spec, authzFields)
 		}
 	}
-	return out
+	return w.ConfigsWhere(model.KindAuthorizationPolicy, func(u *view, c *model.Config) bool { return policyAttaches(u, c, p) })
 }
 
 // attaches reports whether a policy of namespace ns applies to p, as
@@ -117,24 +109,18 @@ func attaches(ns string, spec *security.AuthorizationPolicy, p *model.Proxy) boo
 	return false
 }
 
-// PolicyApplies reports whether the AuthorizationPolicy or
-// RequestAuthentication k of w attaches to p's workload (false when w has
-// none of that name), as authzPolicies and requestAuthnConfigs select
-// them: the push sends a changed policy to the proxies it selected before
-// or selects now.
-func PolicyApplies(w *model.World, k model.Key, p *model.Proxy) bool {
-	if k.Namespace != RootNamespace(w) && k.Namespace != p.Namespace {
-		return false
-	}
-	c := w.Config(k.Kind, k.Namespace, k.Name)
-	if c == nil {
+// policyAttaches reports whether the AuthorizationPolicy or
+// RequestAuthentication c of w attaches to p's workload: one of p's
+// namespace or of the root namespace whose selector or targetRefs name it.
+func policyAttaches(w *view, c *model.Config, p *model.Proxy) bool {
+	if c.Key.Namespace != rootNamespace(w) && c.Key.Namespace != p.Namespace {
 		return false
 	}
 	switch o := c.Object.(type) {
 	case *securityv1.AuthorizationPolicy:
-		return attaches(k.Namespace, &o.Spec, p)
+		return attaches(c.Key.Namespace, &o.Spec, p)
 	case *securityv1.RequestAuthentication:
-		return attaches(k.Namespace, &security.AuthorizationPolicy{Selector: o.Spec.GetSelector(), TargetRef: o.Spec.GetTargetRef(), TargetRefs: o.Spec.GetTargetRefs()}, p)
+		return attaches(c.Key.Namespace, &security.AuthorizationPolicy{Selector: o.Spec.GetSelector(), TargetRef: o.Spec.GetTargetRef(), TargetRefs: o.Spec.GetTargetRefs()}, p)
 	}
 	return false
 }
@@ -303,7 +289,7 @@ func shadowStatPrefix(action security.AuthorizationPolicy_Action) string {
 
 // authorization builds p's inbound JWT and RBAC filters; both lists are
 // empty when no policy applies.
-func (g *Generator) authorization(w *model.World, p *model.Proxy) inboundAuthz {
+func (g *Generator) authorization(w *view, p *model.Proxy) inboundAuthz {
 	names := sidecarRBACNames
 	if p.IsGRPC() {
 		names = grpcRBACNames
@@ -314,7 +300,7 @@ func (g *Generator) authorization(w *model.World, p *model.Proxy) inboundAuthz {
 // authzFilters are the filters of the policies that apply to p, in
 // istiod's order: CUSTOM (its RBAC and ext_authz filters), jwt_authn,
 // then AUDIT, DENY and ALLOW.
-func (g *Generator) authzFilters(w *model.World, p *model.Proxy, names rbacNames) inboundAuthz {
+func (g *Generator) authzFilters(w *view, p *model.Proxy, names rbacNames) inboundAuthz {
 	trust, aps := g.trustIn(w), g.authzPolicies(w, p)
 	az := g.withRequestAuthn(w, p, g.rbacFilters(trust, aps, names))
 	if names.customAsDeny {

@@ -149,7 +149,7 @@ func (g *Generator) customRulesOf(trust trustDomains, aps []*model.Config, noJWT
 
 // customFilters are the CUSTOM action's HTTP and network filters for
 // the policies aps (none without CUSTOM policies).
-func (g *Generator) customFilters(w *model.World, trust trustDomains, aps []*model.Config, names rbacNames) inboundAuthz {
+func (g *Generator) customFilters(w *view, trust trustDomains, aps []*model.Config, names rbacNames) inboundAuthz {
 	cr := g.customRulesOf(trust, aps, names.noJWT)
 	if len(cr.providers) == 0 {
 		return inboundAuthz{}
@@ -289,45 +289,15 @@ func (g *Generator) warnCustomGRPC(aps []*model.Config, ns string) {
 }
 
 // resolvedExtAuthz is the World's ext_authz providers (authz_extauthz.go),
-// resolved once per World: they read only its MeshConfig and Services,
-// the same for every proxy, so they never split classes (ClassKey). What
-// brings a change of them to the proxies: a MeshConfig change is a full
-// push of every proxy (its class and its own configuration are rebuilt,
-// meshconfig.go), and a change of a Service a provider names is one for
-// every proxy too (ExtAuthzServiceChanged), even where the Service is not
-// exported.
-func resolvedExtAuthz(w *model.World) map[string]*extAuthzProvider {
-	ix := indexFor(w)
-	ix.extAuthz.once.Do(func() {
-		ix.extAuthz.m = extAuthzProviders(meshLookup{w: w, mesh: w.Mesh().Proto()})
-	})
-	return ix.extAuthz.m
-}
-
-// extAuthzCache is a World's resolved providers, built on first use.
-type extAuthzCache struct {
-	once sync.Once
-	m    map[string]*extAuthzProvider
-}
-
-// ExtAuthzServiceChanged reports whether the Service ns/name, in w or in
-// old, is one an ext_authz provider of w's MeshConfig names: its change
-// can make a provider usable or unusable, for every proxy whose CUSTOM
-// policies name it.
-func ExtAuthzServiceChanged(w, old *model.World, ns, name string) bool {
-	var hosts []string
-	for _, x := range []*model.World{w, old} {
-		if x == nil {
-			continue
-		}
-		if s := x.Service(ns, name); s != nil {
-			hosts = append(hosts, s.Hostname)
-		}
-	}
-	if len(hosts) == 0 {
-		return false
-	}
-	for _, p := range w.Mesh().Proto().GetExtensionProviders() {
+// resolved once per World: they read only its MeshConfig and the Services
+// the providers name, the same for every proxy, so they never split
+// classes (ClassKey). The caller's reads record both: a MeshConfig change
+// and a change of a Service a provider names reach every proxy that read
+// the providers, even where the Service is not exported to it.
+func resolvedExtAuthz(w *view) map[string]*extAuthzProvider {
+	ix := w.index()
+	mc := w.Mesh().Proto()
+	for _, p := range mc.GetExtensionProviders() {
 		var svc string
 		switch {
 		case p.GetEnvoyExtAuthzHttp() != nil:
@@ -337,15 +307,20 @@ func ExtAuthzServiceChanged(w, old *model.World, ns, name string) bool {
 		default:
 			continue
 		}
-		pns, host, named := strings.Cut(svc, "/")
-		if !named {
-			host, pns = svc, ""
+		if _, host, named := strings.Cut(svc, "/"); named {
+			svc = host
 		}
-		for _, h := range hosts {
-			if h == host && (pns == "" || pns == ns) {
-				return true
-			}
-		}
+		w.r.host(svc)
 	}
-	return false
+	ix.extAuthz.once.Do(func() {
+		u := w.unrecorded()
+		ix.extAuthz.m = extAuthzProviders(meshLookup{w: u, mesh: u.Mesh().Proto()})
+	})
+	return ix.extAuthz.m
+}
+
+// extAuthzCache is a World's resolved providers, built on first use.
+type extAuthzCache struct {
+	once sync.Once
+	m    map[string]*extAuthzProvider
 }

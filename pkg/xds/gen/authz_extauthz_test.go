@@ -33,7 +33,7 @@ spec:
 func extAuthzLookup(t *testing.T, providers ...*meshv1alpha1.MeshConfig_ExtensionProvider) meshLookup {
 	t.Helper()
 	w := loadWorld(t, extAuthzServices).World()
-	return meshLookup{w: w, mesh: &meshv1alpha1.MeshConfig{ExtensionProviders: providers}}
+	return meshLookup{w: newView(w, nil), mesh: &meshv1alpha1.MeshConfig{ExtensionProviders: providers}}
 }
 
 func httpProvider(name string, c *meshv1alpha1.MeshConfig_ExtensionProvider_EnvoyExternalAuthorizationHttpProvider) *meshv1alpha1.MeshConfig_ExtensionProvider {

@@ -153,7 +153,7 @@ spec:
 	if strings.Contains(logs.String(), failClosed) {
 		t.Errorf("a gateway validates JWTs; nothing fails closed:\n%s", logs.String())
 	}
-	g.authorization(w, grpcProxy(t, "istio-system"))
+	g.authorization(newView(w, nil), grpcProxy(t, "istio-system"))
 	if n := strings.Count(logs.String(), failClosed); n != 1 {
 		t.Errorf("%d fail-closed log lines for the rule on proxyless gRPC, want 1:\n%s", n, logs.String())
 	}

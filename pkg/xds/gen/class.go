@@ -28,8 +28,10 @@ type ClassConfig struct {
 	// EndpointsOf lists the EDS resource names of each visible service.
 	EndpointsOf map[model.NamespacedName][]string
 	scope       *Scope
-	units       map[model.NamespacedName]*unit
-	ports       map[int32]*portUnit
+	// reads are what the configuration was built from (reads.go).
+	reads *Reads
+	units map[model.NamespacedName]*unit
+	ports map[int32]*portUnit
 	// raw holds, for the types WasmPlugins or EnvoyFilters patched, the
 	// sets as built (wasm_apply.go, envoyfilter.go); nil when none did.
 	raw map[string]*Set
@@ -46,7 +48,12 @@ type portUnit struct {
 	key      string
 	listener *Resource
 	portRefs
+	// reads are what the listener was built from.
+	reads *Reads
 }
+
+// Reads returns what the configuration was built from.
+func (c *ClassConfig) Reads() *Reads { return c.reads }
 
 // Scope returns what the class sees of its World.
 func (c *ClassConfig) Scope() *Scope { return c.scope }
@@ -60,8 +67,12 @@ type unit struct {
 	// means "always rebuild".
 	key, routeKey                          string
 	clusters, endpoints, listeners, routes []*Resource
-	edsRefs, routeRefs                     []string
-	svc                                    *model.Service
+	// reads are what the keys, listeners and routes were built from,
+	// clusterReads what the clusters and endpoints were: a unit whose
+	// routes alone are rebuilt keeps its clusterReads.
+	reads, clusterReads *Reads
+	edsRefs, routeRefs  []string
+	svc                 *model.Service
 	// localEndpoints makes outboundClusters leave the endpoints out: they
 	// depend on the class's proxies (class_parts.go builds them per view).
 	localEndpoints bool
@@ -77,27 +88,39 @@ var ErrInconsistent = errors.New("inconsistent configuration")
 // resources. Resources that fail validation are logged and left out; if the
 // result is not consistent, Class returns prev (the last good
 // configuration) and the error.
-func (g *Generator) Class(w *model.World, p *model.Proxy, prev *ClassConfig) (out *ClassConfig, err error) {
-	key := ClassKey(w, p)
+func (g *Generator) Class(mw *model.World, p *model.Proxy, prev *ClassConfig) (out *ClassConfig, err error) {
+	key := ClassKey(mw, p)
+	reads := newReads()
+	w := newView(mw, reads)
 	defer func() {
 		// Building protos cannot fail for valid input; should it, the
 		// last good configuration stays and the server keeps serving.
 		if r := recover(); r != nil {
 			g.log.Error("configuration generation failed", "class", key, "world", w.Version, "panic", r)
 			out, err = prev, fmt.Errorf("class %s: generation failed: %v", key, r)
+			if prev != nil {
+				// What the failed generation would have read is not
+				// known: any change may mend it.
+				c := *prev
+				c.reads = readsAll
+				out = &c
+			}
 		}
 	}()
-	sc := NewScope(w, p)
+	sc := newScope(w, p)
 	sc.tel = g.classTelemetry(w, p)
+	// Once generated, the class's scope is read by provenance lookups
+	// and the planner: it records nothing more.
+	defer func() { sc.w = sc.w.into(nil); reads.seal() }()
 	// A class's resources are reused only from a configuration made for
 	// the same MeshConfig: nearly everything reads it, and it changes
 	// rarely (meshconfig.go). prev is still the last good configuration.
 	reuse := prev
-	if prev != nil && prev.scope != nil && prev.scope.World.Mesh() != w.Mesh() {
+	if prev != nil && prev.scope != nil && prev.scope.w.w.Mesh() != mw.Mesh() {
 		reuse = nil
 	}
 	cc := &ClassConfig{
-		Class: key, WorldVersion: w.Version, scope: sc,
+		Class: key, WorldVersion: w.Version, scope: sc, reads: reads,
 		EndpointsOf: map[model.NamespacedName][]string{}, units: map[model.NamespacedName]*unit{},
 	}
 	bs := map[string]*builder{}
@@ -113,6 +136,8 @@ func (g *Generator) Class(w *model.World, p *model.Proxy, prev *ClassConfig) (ou
 	for _, svc := range sc.Services {
 		u := g.serviceUnit(sc, svc, reuse)
 		cc.units[svc.Key()] = u
+		reads.add(u.reads)
+		reads.add(u.clusterReads)
 		for _, r := range u.endpoints {
 			cc.EndpointsOf[svc.Key()] = append(cc.EndpointsOf[svc.Key()], r.Name)
 		}
@@ -129,10 +154,10 @@ func (g *Generator) Class(w *model.World, p *model.Proxy, prev *ClassConfig) (ou
 		// Proxyless gRPC: the per-service API listeners are all it needs.
 	case p.Type == model.ProxyRouter:
 		routeRefs = append(routeRefs, g.gateway(sc, bs)...)
-		g.fixed(sc.World, bs)
+		g.fixed(sc.w, bs)
 	default:
 		routeRefs = append(routeRefs, g.sidecarOutbound(sc, bs, cc, reuse)...)
-		g.fixed(sc.World, bs)
+		g.fixed(sc.w, bs)
 	}
 	g.wasmExtensions(sc, bs[ExtensionConfigType])
 	out, err = g.publish(cc, bs, prev, edsRefs, routeRefs)
@@ -199,7 +224,7 @@ func diffNames(a, b *Set) []string {
 	return out
 }
 
-func (g *Generator) fixed(w *model.World, bs map[string]*builder) {
+func (g *Generator) fixed(w *view, bs map[string]*builder) {
 	for _, c := range fixedClusters(connectTimeout(w)) {
 		bs[ClusterType].add(c.Name, c)
 	}
@@ -223,7 +248,7 @@ func (g *Generator) sidecarOutbound(sc *Scope, bs map[string]*builder, cc, prev 
 			fmt.Fprintf(&kb, "%p%s,", svc, sc.aliasKey(svc))
 			if EndpointsShapeListeners(svc) {
 				// A chain per endpoint address (listener_headless.go).
-				fmt.Fprintf(&kb, "%p,", sc.World.Endpoints(svc.Namespace, svc.Name))
+				fmt.Fprintf(&kb, "%p,", sc.w.Endpoints(svc.Namespace, svc.Name))
 			}
 		}
 		key := kb.String()
@@ -233,15 +258,19 @@ func (g *Generator) sidecarOutbound(sc *Scope, bs map[string]*builder, cc, prev 
 		}
 		pu := prev.port(port)
 		if pu == nil || pu.key != key || key == "" {
-			l, prefs := g.outboundListener(sc, port, byPort[port])
-			sc.applyOutboundPolicy(l)
+			// The listener is reused with what it read.
+			lr := newReads()
+			lsc := sc.recording(lr)
+			l, prefs := g.outboundListener(lsc, port, byPort[port])
+			lsc.applyOutboundPolicy(l)
 			r, err := buildResource(l.Name, ListenerType, l)
 			if err != nil {
 				bs[ListenerType].errs = append(bs[ListenerType].errs, err)
 				continue
 			}
-			pu = &portUnit{key: key, listener: r, portRefs: prefs}
+			pu = &portUnit{key: key, listener: r, portRefs: prefs, reads: lr}
 		}
+		sc.w.r.add(pu.reads)
 		cc.ports[port] = pu
 		bs[ListenerType].reuse(pu.listener)
 		refs = append(refs, pu.refs...)
@@ -272,12 +301,14 @@ func (c *ClassConfig) port(p int32) *portUnit {
 // A VirtualService edit changes only routeKey: the service's clusters and
 // endpoints are reused and its routes alone rebuilt, so an edit costs the
 // edited hosts, not the class (BenchmarkClassAfterEditWith100VirtualServices).
-func (g *Generator) serviceUnit(sc *Scope, svc *model.Service, prev *ClassConfig) *unit {
-	eps := sc.World.Endpoints(svc.Namespace, svc.Name)
+func (g *Generator) serviceUnit(csc *Scope, svc *model.Service, prev *ClassConfig) *unit {
+	reads := newReads()
+	sc := csc.recording(reads)
+	eps := sc.w.Endpoints(svc.Namespace, svc.Name)
 	drc := sc.destinationRuleConfig(svc.Hostname)
 	// Everything depends on these objects only, and the World replaces an
 	// object when it changes.
-	key := partKeyOf(sc.World, svc, eps, drc) + sniClustersKey(sc, svc)
+	key := partKeyOf(sc.w, svc, eps, drc) + sniClustersKey(sc, svc)
 	routeKey := fmt.Sprintf("%p|%p%s", svc, drc, sc.aliasKey(svc))
 	if vss := sc.vs[svc.Hostname]; len(vss) > 0 {
 		routeKey += "|" + routeDeps(sc, vss)
@@ -294,18 +325,20 @@ func (g *Generator) serviceUnit(sc *Scope, svc *model.Service, prev *ClassConfig
 		dr := sc.DestinationRule(svc.Hostname)
 		g.warn(drc, dr.ResourceVersion, &dr.Spec, drFields)
 	}
-	g.warnEntry(sc.World, svc, eps)
-	u := &unit{key: key, routeKey: routeKey, svc: svc}
+	g.warnEntry(sc.w, svc, eps)
+	u := &unit{key: key, routeKey: routeKey, svc: svc, reads: reads}
 	if old != nil && old.key == key {
 		// Only the routes' inputs changed.
-		u.clusters, u.endpoints, u.edsRefs = old.clusters, old.endpoints, old.edsRefs
+		u.clusters, u.endpoints, u.edsRefs, u.clusterReads = old.clusters, old.endpoints, old.edsRefs, old.clusterReads
 	} else {
+		u.clusterReads = newReads()
+		ksc := csc.recording(u.clusterReads)
 		// Clipped: what is appended to a class's unit must not land in
 		// the shared part's spare capacity.
-		p := g.parts.get(g, sc, sc.World, svc, eps, drc)
+		p := g.parts.get(g, ksc, svc, eps, drc)
 		u.clusters, u.endpoints, u.edsRefs = slices.Clip(p.clusters), slices.Clip(p.endpoints), slices.Clip(p.edsRefs)
 		// A gateway's AUTO_PASSTHROUGH clusters are its class's own.
-		g.sniClusters(sc, svc, eps, u)
+		g.sniClusters(ksc, svc, eps, u)
 	}
 	for _, port := range svc.Ports {
 		if port.Protocol == model.ProtocolUDP || (grpc && skipsGRPC(svc)) {
@@ -339,8 +372,8 @@ func sameResources(a, b []*Resource) bool {
 // partKeyOf identifies what a service's clusters and endpoints are built
 // from: the objects, the traffic distribution in force and the
 // PeerAuthentications auto mTLS reads (paIndex.key).
-func partKeyOf(w *model.World, svc *model.Service, eps *model.ServiceEndpoints, drc *model.Config) string {
-	return fmt.Sprintf("%p|%p|%p|%s|%s", svc, eps, drc, w.TrafficDistribution(svc), indexFor(w).pa.key(svc.Namespace))
+func partKeyOf(w *view, svc *model.Service, eps *model.ServiceEndpoints, drc *model.Config) string {
+	return fmt.Sprintf("%p|%p|%p|%s|%s", svc, eps, drc, w.TrafficDistribution(svc), w.paKey(svc.Namespace))
 }
 
 // addTo builds a resource of sc's class into dst (contain.go: a resource
@@ -348,7 +381,7 @@ func partKeyOf(w *model.World, svc *model.Service, eps *model.ServiceEndpoints, 
 func (g *Generator) addTo(sc *Scope, dst *[]*Resource, name, typeURL string, m proto.Message) {
 	r, err := buildResource(name, typeURL, m)
 	if err != nil {
-		g.report(sc, ClassKey(sc.World, sc.Proxy), err)
+		g.report(sc, ClassKey(sc.w.w, sc.Proxy), err)
 	}
 	if r != nil {
 		*dst = append(*dst, r)
@@ -374,7 +407,11 @@ func (g *Generator) report(sc *Scope, where string, err error) {
 // UpdateEndpoints returns prev with the endpoints of services regenerated
 // from w, and the names of the EDS resources that changed. Everything else
 // is shared with prev.
-func (g *Generator) UpdateEndpoints(prev *ClassConfig, w *model.World, services []model.NamespacedName) (*ClassConfig, []string) {
+func (g *Generator) UpdateEndpoints(prev *ClassConfig, mw *model.World, services []model.NamespacedName) (*ClassConfig, []string) {
+	// New endpoints are read where the class read the old ones (its
+	// reads name them already): nothing new is recorded.
+	sc := prev.scope.in(mw)
+	w := sc.w
 	eds := prev.Sets[EndpointType]
 	next := make(map[string]*Resource, len(eds.Resources))
 	for n, r := range eds.Resources {
@@ -396,11 +433,11 @@ func (g *Generator) UpdateEndpoints(prev *ClassConfig, w *model.World, services 
 		}
 		svc := u.svc
 		eps := w.Endpoints(nn.Namespace, nn.Name)
-		drc := prev.scope.destinationRuleConfig(svc.Hostname)
+		drc := sc.destinationRuleConfig(svc.Hostname)
 		nu := *u
-		pt := g.parts.get(g, prev.scope, w, svc, eps, drc)
+		pt := g.parts.get(g, sc, svc, eps, drc)
 		nu.endpoints = slices.Clip(pt.endpoints)
-		g.sniEndpoints(prev.scope, svc, eps, &nu.endpoints)
+		g.sniEndpoints(sc, svc, eps, &nu.endpoints)
 		// The unit keeps its clusters. When they are what the new endpoints
 		// give (EDS clusters do not depend on endpoints, except the server
 		// identities of gRPC clusters), its key can say so and the next

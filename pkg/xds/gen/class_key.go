@@ -63,7 +63,7 @@ func ClassKey(w *model.World, p *model.Proxy) string {
 		}
 	}
 	if d := ix.lb.forNamespace(p.Namespace); !d.empty() {
-		t := topologyOf(w, p)
+		t := topologyOf(newView(w, nil), p) // ClassKey is recomputed for every change: unrecorded
 		key += "|lb=" + d.view(&t)
 	}
 	if ef := ix.envoyFilterKey(p); ef != "" {
@@ -244,9 +244,12 @@ func evictIndexes() {
 // newWorldIndex indexes w; the matches of VirtualServices that prev (an
 // earlier World's index, or nil) saw already are reused: the World
 // replaces a config object when it changes.
-func newWorldIndex(w *model.World, prev *worldIndex) *worldIndex {
+func newWorldIndex(mw *model.World, prev *worldIndex) *worldIndex {
+	// The index is a memo of the whole World, read unrecorded: what a
+	// lookup in it reads is recorded by the view method making the lookup.
+	w := newView(mw, nil)
 	ix := &worldIndex{
-		version: w.Version, root: RootNamespace(w), vsExportTo: w.Mesh().VirtualServiceExportTo(), selected: map[string][]*model.Config{}, defaults: map[string][]*model.Config{},
+		version: w.Version, root: rootNamespace(w), vsExportTo: w.Mesh().VirtualServiceExportTo(), selected: map[string][]*model.Config{}, defaults: map[string][]*model.Config{},
 		rules: newRuleIndex(w), lb: newLBIndex(w), pa: newPAIndex(w), telemetry: selectingTelemetries(w), tracing: tracingMayApply(w),
 		traceNodeCluster: tracingReadsNodeCluster(w),
 	}

@@ -52,6 +52,8 @@ type part struct {
 	// local is set when the endpoints depend on the class's proxies:
 	// endpoints is then empty and views holds them per view.
 	local bool
+	// reads are what the clusters and endpoints were built from.
+	reads *Reads
 	mu    sync.Mutex
 	views map[string]*viewPart
 }
@@ -60,6 +62,7 @@ type part struct {
 type viewPart struct {
 	once      sync.Once
 	endpoints []*Resource
+	reads     *Reads
 }
 
 // partOf is what a class gets of a part: its clusters, and its endpoints
@@ -72,28 +75,32 @@ type partOf struct {
 // get returns the part of svc for the class of sc, building it on first
 // use; w is the newest World, against which the cache is swept when it
 // outgrows it. Concurrent callers for the same part wait for one build.
-func (pc *partCache) get(g *Generator, sc *Scope, w *model.World, svc *model.Service, eps *model.ServiceEndpoints, drc *model.Config) partOf {
+func (pc *partCache) get(g *Generator, sc *Scope, svc *model.Service, eps *model.ServiceEndpoints, drc *model.Config) partOf {
+	w := sc.w
 	td := w.TrafficDistribution(svc)
-	k := partKey{svc: svc.Key(), mesh: w.Mesh(), grpc: sc.Proxy.IsGRPC(), origDst: originalDst(sc.Proxy, svc), downstream: sniffsAny(sc.Proxy, svc), drc: drc, td: td, pa: indexFor(w).pa.key(svc.Namespace)}
-	deps := indexFor(w).lb.forService(drc, td)
+	k := partKey{svc: svc.Key(), mesh: w.Mesh(), grpc: sc.Proxy.IsGRPC(), origDst: originalDst(sc.Proxy, svc), downstream: sniffsAny(sc.Proxy, svc), drc: drc, td: td, pa: w.paKey(svc.Namespace)}
+	deps := w.localityDeps(drc, td)
 	pc.mu.Lock()
 	if pc.m == nil {
 		pc.m = map[partKey]*part{}
 	}
 	p := pc.m[k]
 	if p == nil || p.svc != svc || p.eps != eps {
-		p = &part{svc: svc, eps: eps, local: !deps.empty()}
+		p = &part{svc: svc, eps: eps, local: !deps.empty(), reads: newReads()}
 		pc.m[k] = p
 	}
 	if n := w.ServiceCount(); len(pc.m) > 2*n+64 {
-		pc.sweepLocked(w)
+		pc.sweepLocked(w.w)
 	}
 	pc.mu.Unlock()
 	p.once.Do(func() {
 		u := unit{localEndpoints: p.local}
-		g.outboundClusters(sc, svc, eps, &u)
+		g.outboundClusters(sc.recording(p.reads), svc, eps, &u)
 		p.clusters, p.endpoints, p.edsRefs = u.clusters, u.endpoints, u.edsRefs
+		p.reads.seal()
 	})
+	// What the part read, the class read.
+	sc.w.r.add(p.reads)
 	if !p.local {
 		return partOf{p.clusters, p.endpoints, p.edsRefs}
 	}
@@ -109,7 +116,12 @@ func (pc *partCache) get(g *Generator, sc *Scope, w *model.World, svc *model.Ser
 		p.views[view] = vp
 	}
 	p.mu.Unlock()
-	vp.once.Do(func() { vp.endpoints = g.outboundEndpoints(sc, svc, eps, p.edsRefs) })
+	vp.once.Do(func() {
+		vp.reads = newReads()
+		vp.endpoints = g.outboundEndpoints(sc.recording(vp.reads), svc, eps, p.edsRefs)
+		vp.reads.seal()
+	})
+	sc.w.r.add(vp.reads)
 	return partOf{p.clusters, vp.endpoints, p.edsRefs}
 }
 

@@ -82,8 +82,8 @@ func (r ruleEntry) exportedOut(ns string) bool {
 	return len(r.exportTo) == 0 || containsString(r.exportTo, "*") || containsString(r.exportTo, ns)
 }
 
-func newRuleIndex(w *model.World) *ruleIndex {
-	ri := &ruleIndex{byNS: map[string]map[string][]ruleEntry{}, selecting: map[string][]ruleEntry{}, root: RootNamespace(w)}
+func newRuleIndex(w *view) *ruleIndex {
+	ri := &ruleIndex{byNS: map[string]map[string][]ruleEntry{}, selecting: map[string][]ruleEntry{}, root: rootNamespace(w)}
 	seen := map[string]bool{}
 	for _, c := range w.Configs(model.KindDestinationRule) {
 		dr, ok := c.Object.(*networkingv1.DestinationRule)
@@ -168,7 +168,7 @@ func (ri *ruleIndex) forScope(sc *Scope) (map[string]*model.Config, map[string][
 	var byHost map[string]string // visible hosts' namespaces, built on first need
 	for _, host := range ri.hosts {
 		svcNS := ""
-		if svc := sc.World.ServiceByHost(host); svc != nil {
+		if svc := sc.w.ServiceByHost(host); svc != nil {
 			svcNS = svc.Namespace
 			if !sc.visible[svc.Key()] {
 				// Another namespace's service of that name may be the one
@@ -275,7 +275,7 @@ func (ri *ruleIndex) local(host, ns string, labels map[string]string) (*model.Co
 // namespace ownNS may apply to proxies of namespace toNS: with a
 // workloadSelector only in its own namespace (Istio makes such a rule
 // private, whatever its exportTo), otherwise as its exportTo says.
-func DestinationRuleExportedTo(w *model.World, dr *networking.DestinationRule, ownNS, toNS string) bool {
+func destinationRuleExportedTo(w *view, dr *networking.DestinationRule, ownNS, toNS string) bool {
 	if dr.GetWorkloadSelector() != nil {
 		return ownNS == toNS
 	}

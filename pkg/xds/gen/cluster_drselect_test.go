@@ -158,7 +158,7 @@ func TestDestinationRuleSelection(t *testing.T) {
 			if typ == "" {
 				typ = "sidecar"
 			}
-			sc := NewScope(w, labelled(t, typ, tc.ns, tc.labels))
+			sc := scopeOf(w, labelled(t, typ, tc.ns, tc.labels))
 			got := ""
 			if c := sc.destinationRuleConfig(tc.host); c != nil {
 				got = c.Key.Namespace + "/" + c.Key.Name

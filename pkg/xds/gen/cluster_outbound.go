@@ -41,7 +41,7 @@ func (g *Generator) outboundClusters(sc *Scope, svc *model.Service, eps *model.S
 	}
 	dr := sc.DestinationRule(svc.Hostname)
 	g.warnRules(sc, svc.Hostname)
-	ids := g.serviceIdentities(sc.World, svc, eps)
+	ids := g.serviceIdentities(sc.w, svc, eps)
 	for _, port := range svc.Ports {
 		if port.Protocol == model.ProtocolUDP {
 			continue
@@ -73,9 +73,9 @@ func (g *Generator) outboundCluster(sc *Scope, svc *model.Service, eps *model.Se
 		c = originalDstCluster(name, port.Protocol)
 	} else {
 		c = serviceCluster(svc, name, port, eps, ss.Labels, !grpc)
-		dnsRefresh(c, sc.World)
+		dnsRefresh(c, sc.w)
 	}
-	c.ConnectTimeout = connectTimeout(sc.World)
+	c.ConnectTimeout = connectTimeout(sc.w)
 	if !grpc {
 		envoyClusterDefaults(c)
 	}
@@ -87,12 +87,12 @@ func (g *Generator) outboundCluster(sc *Scope, svc *model.Service, eps *model.Se
 		tp = policy(&dr.Spec, ss.Name, port.Port)
 	}
 	// Before the traffic policy, whose HTTP options keep the protocol.
-	if !grpc && shouldH2Upgrade(port, sc.World.Mesh().H2Upgrade(), tp.GetConnectionPool()) {
+	if !grpc && shouldH2Upgrade(port, sc.w.Mesh().H2Upgrade(), tp.GetConnectionPool()) {
 		upgradeToH2(c)
 	}
 	applyTraffic(c, tp)
 	if !grpc {
-		applyLocalityCluster(c, sc.World.Mesh().LocalityLB(), tp, sc.World.TrafficDistribution(svc))
+		applyLocalityCluster(c, sc.w.Mesh().LocalityLB(), tp, sc.w.TrafficDistribution(svc))
 	}
 	if grpc {
 		if dr != nil {
@@ -102,7 +102,7 @@ func (g *Generator) outboundCluster(sc *Scope, svc *model.Service, eps *model.Se
 	}
 	// Auto mTLS sends plaintext to a namespace whose mesh or namespace
 	// PeerAuthentication is DISABLE, as istiod does.
-	auto := sc.World.Mesh().AutoMTLS() && (tp.GetTls() != nil || namespaceMTLS(sc.World, svc.Namespace) != MTLSDisable)
+	auto := sc.w.Mesh().AutoMTLS() && (tp.GetTls() != nil || namespaceMTLS(sc.w, svc.Namespace) != MTLSDisable)
 	envoyClusterTLS(c, tp.GetTls(), svc, eps, port, ids, auto, backendCA(dr, port.Port))
 	clusterTelemetry(c, svc, ss.Name)
 	return c

@@ -85,7 +85,7 @@ func serviceCluster(svc *model.Service, name string, port model.Port, eps *model
 // dnsRefresh gives a DNS cluster Istio's resolution settings: the
 // MeshConfig's dnsRefreshRate (60s by default), and the records' own TTL
 // when it is shorter (respect_dns_ttl), as istiod's buildCluster does.
-func dnsRefresh(c *clusterv3.Cluster, w *model.World) {
+func dnsRefresh(c *clusterv3.Cluster, w *view) {
 	if t := c.GetType(); t != clusterv3.Cluster_STRICT_DNS && t != clusterv3.Cluster_LOGICAL_DNS {
 		return
 	}
@@ -161,7 +161,8 @@ var (
 
 // warnEntry logs the unsupported fields of the ServiceEntry behind svc and
 // of the WorkloadEntries its endpoints came from.
-func (g *Generator) warnEntry(w *model.World, svc *model.Service, eps *model.ServiceEndpoints) {
+func (g *Generator) warnEntry(w *view, svc *model.Service, eps *model.ServiceEndpoints) {
+	w = w.unrecorded() // warnings shape no resource
 	if svc.Entry == nil {
 		return
 	}

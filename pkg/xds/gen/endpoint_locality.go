@@ -76,7 +76,7 @@ type proxyTopology struct {
 // topology labels) is added to its labels as topology labels; the
 // proxy's locality is then read from those labels when any is present,
 // else it is the xDS node's.
-func topologyOf(w *model.World, p *model.Proxy) proxyTopology {
+func topologyOf(w *view, p *model.Proxy) proxyTopology {
 	t := proxyTopology{labels: p.Labels(), cluster: p.Metadata.ClusterID, node: p.Metadata.NodeName, network: p.Metadata.Network}
 	nodeName := p.Metadata.NodeName
 	if pod := w.Pod(p.Namespace, p.PodName); pod != nil && pod.Node != "" {
@@ -246,12 +246,12 @@ func applyLocalityCluster(c *clusterv3.Cluster, mesh *networking.LocalityLoadBal
 // them for the class's proxies.
 func (sc *Scope) clusterEndpoints(svc *model.Service, name string, port model.Port, eps *model.ServiceEndpoints, ss Subset) *endpointv3.ClusterLoadAssignment {
 	tp := sc.clusterPolicy(svc.Hostname, ss.Name, port.Port)
-	td := sc.World.TrafficDistribution(svc)
-	cla, groups := buildLoadAssignment(name, port, eps, ss.Labels, sendsUnready(tp, td), indexFor(sc.World).pa.mtlsOff(svc.Namespace))
+	td := sc.w.TrafficDistribution(svc)
+	cla, groups := buildLoadAssignment(name, port, eps, ss.Labels, sendsUnready(tp, td), sc.w.paMTLSOff(svc.Namespace))
 	if len(cla.Endpoints) == 0 {
 		return cla
 	}
-	lb, force := localityLB(sc.World.Mesh().LocalityLB(), tp, td)
+	lb, force := localityLB(sc.w.Mesh().LocalityLB(), tp, td)
 	if lb == nil {
 		return cla
 	}
@@ -649,7 +649,7 @@ type lbRule struct {
 	deps     *lbDeps
 }
 
-func newLBIndex(w *model.World) *lbIndex {
+func newLBIndex(w *view) *lbIndex {
 	mesh := w.Mesh().LocalityLB()
 	ix := &lbIndex{meshLB: mesh, mesh: &lbDeps{}, byRule: map[*model.Config]*lbDeps{}, byNS: map[string]*lbDeps{}}
 	meshLB, _ := localityLB(mesh, nil, model.TrafficDistributionAny)

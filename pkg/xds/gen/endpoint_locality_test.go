@@ -357,7 +357,7 @@ func TestProxyTopology(t *testing.T) {
 				t.Fatal(err)
 			}
 			p.NodeLocality = tc.node
-			top := topologyOf(w, p)
+			top := topologyOf(newView(w, nil), p)
 			if got := top.loc.String(); got != tc.want {
 				t.Errorf("locality %q, want %q", got, tc.want)
 			}

@@ -32,8 +32,8 @@ type paIndex struct {
 	keys map[string]string
 }
 
-func newPAIndex(w *model.World) *paIndex {
-	x := &paIndex{root: RootNamespace(w), byNS: map[string][]*model.Config{}}
+func newPAIndex(w *view) *paIndex {
+	x := &paIndex{root: rootNamespace(w), byNS: map[string][]*model.Config{}}
 	for _, c := range w.Configs(model.KindPeerAuthentication) {
 		pa, ok := c.Object.(*securityv1.PeerAuthentication)
 		if !ok {

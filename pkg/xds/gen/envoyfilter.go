@@ -49,7 +49,7 @@ type efIndex struct {
 	compiled map[*model.Config]*envoyfilter.Filter
 }
 
-func newEFIndex(w *model.World, prev *efIndex) *efIndex {
+func newEFIndex(w *view, prev *efIndex) *efIndex {
 	ix := &efIndex{byNS: map[string][]*envoyfilter.Filter{}, cfg: map[*envoyfilter.Filter]*model.Config{}, compiled: map[*model.Config]*envoyfilter.Filter{}}
 	for _, c := range w.Configs(model.KindEnvoyFilter) {
 		o, ok := c.Object.(*networkingv1alpha3.EnvoyFilter)
@@ -119,9 +119,9 @@ func (ix *worldIndex) envoyFilterKey(p *model.Proxy) string {
 // envoyFilterPatches are the patches that apply to p in w, nil for none;
 // the filters' problems (patches not applied) are warned of once per
 // version.
-func (g *Generator) envoyFilterPatches(w *model.World, p *model.Proxy) envoyfilter.Patches {
-	ix := indexFor(w)
-	fs := ix.envoyFiltersFor(p)
+func (g *Generator) envoyFilterPatches(w *view, p *model.Proxy) envoyfilter.Patches {
+	ix := w.index()
+	fs := w.envoyFiltersFor(p)
 	if len(fs) == 0 {
 		return nil
 	}
@@ -149,7 +149,7 @@ var (
 
 // patchClass applies the EnvoyFilters of p's class to cc's sets (copies:
 // cc.raw keeps what was built) and names what changed since prev.
-func (g *Generator) patchClass(w *model.World, p *model.Proxy, cc, prev *ClassConfig) {
+func (g *Generator) patchClass(w *view, p *model.Proxy, cc, prev *ClassConfig) {
 	ps := g.envoyFilterPatches(w, p)
 	if ps == nil {
 		return
@@ -219,7 +219,7 @@ func (c *ClassConfig) baseSet(typeURL string) *Set {
 // its own resources (virtualInbound, with its inline route
 // configurations, and the inbound clusters) and adds the listeners and
 // clusters they add for SIDECAR_INBOUND.
-func (g *Generator) patchOwn(w *model.World, p *model.Proxy, pc *ProxyConfig) {
+func (g *Generator) patchOwn(w *view, p *model.Proxy, pc *ProxyConfig) {
 	ps := g.envoyFilterPatches(w, p)
 	if ps == nil {
 		return
@@ -414,17 +414,15 @@ func unsupportedApplyTo(a networking.EnvoyFilter_ApplyTo) bool {
 	return a == networking.EnvoyFilter_EXTENSION_CONFIG || a == networking.EnvoyFilter_BOOTSTRAP || a == networking.EnvoyFilter_INVALID
 }
 
-// EnvoyFilterApplies reports whether the EnvoyFilter k of w applies to p
-// (false when w has none of that name): the push sends a changed
-// EnvoyFilter to the proxies it selected before or selects now.
-func EnvoyFilterApplies(w *model.World, k model.Key, p *model.Proxy) bool {
-	c := w.Config(model.KindEnvoyFilter, k.Namespace, k.Name)
-	if c == nil || p.IsGRPC() {
+// envoyFilterSelects reports whether the EnvoyFilter c of w applies to p
+// (envoyFiltersFor's rule, for one filter).
+func envoyFilterSelects(w *view, c *model.Config, p *model.Proxy) bool {
+	if p.IsGRPC() {
 		return false
 	}
-	ix := indexFor(w)
+	ix := w.index()
 	f := ix.efs.compiled[c]
-	if f == nil || (k.Namespace != p.Namespace && k.Namespace != ix.root) {
+	if f == nil || (c.Key.Namespace != p.Namespace && c.Key.Namespace != ix.root) {
 		return false
 	}
 	return envoyfilter.Selects(f, efWorkload(p))
@@ -436,7 +434,7 @@ func EnvoyFilterApplies(w *model.World, k model.Key, p *model.Proxy) bool {
 // provenance it follows from the name: a listener patch that names no
 // listener, or this one, counts.
 func (sc *Scope) envoyFilterSources(typeURL, name string) []*model.Config {
-	ix := indexFor(sc.World)
+	ix := sc.w.index()
 	fs := ix.envoyFiltersFor(sc.Proxy)
 	if len(fs) == 0 {
 		return nil

@@ -79,8 +79,8 @@ func (g *Generator) gateway(sc *Scope, bs map[string]*builder) []string {
 func (g *Generator) gatewayServers(sc *Scope) ([]uint32, map[uint32]*portServers) {
 	byPort := map[uint32]*portServers{}
 	var ports []uint32
-	listenPort := gatewayPortTranslation(sc.World, sc.Proxy)
-	for _, c := range sc.World.Configs(model.KindGateway) {
+	listenPort := gatewayPortTranslation(sc.w, sc.Proxy)
+	for _, c := range sc.w.Configs(model.KindGateway) {
 		gw, ok := c.Object.(*networkingv1.Gateway)
 		if !ok || len(gw.Spec.GetSelector()) == 0 || !matchLabels(gw.Spec.GetSelector(), sc.Proxy.Labels()) {
 			continue
@@ -138,7 +138,7 @@ const disablePortTranslation = "experimental.istio.io/disable-gateway-port-trans
 // sends its traffic to; the number itself when no Service has it. A named
 // targetPort is looked up in the container ports of the class's proxy's
 // pod (the pods of one gateway deployment have the same).
-func gatewayPortTranslation(w *model.World, p *model.Proxy) func(uint32) uint32 {
+func gatewayPortTranslation(w *view, p *model.Proxy) func(uint32) uint32 {
 	if p == nil || len(p.Labels()) == 0 {
 		return func(n uint32) uint32 { return n }
 	}
@@ -275,7 +275,7 @@ func (g *Generator) gatewayHosts(sc *Scope, servers []gatewayServer) []*routev3.
 		for _, h := range hosts {
 			seen[h] = true
 			vss := byHost[h]
-			routes := g.vsRoutes(sc, vss, ResolveHost(h, vss[0].Key.Namespace, sc.World.DomainSuffix), int32(srv.port), srv.gateway, srv.tls)
+			routes := g.vsRoutes(sc, vss, ResolveHost(h, vss[0].Key.Namespace, sc.w.DomainSuffix), int32(srv.port), srv.gateway, srv.tls)
 			if len(routes) == 0 {
 				continue
 			}

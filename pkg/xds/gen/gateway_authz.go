@@ -65,7 +65,7 @@ var gatewayRBACNames = rbacNames{
 // gateway.
 func (g *Generator) gatewayAuthorization(sc *Scope) gatewayAuthz {
 	return gatewayAuthz{
-		inboundAuthz: g.authzFilters(sc.World, sc.Proxy, gatewayRBACNames),
+		inboundAuthz: g.authzFilters(sc.w, sc.Proxy, gatewayRBACNames),
 		trustedHops:  gatewayTrustedHops(sc.Proxy),
 		tel:          sc.outTel(),
 	}

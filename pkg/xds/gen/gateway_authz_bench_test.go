@@ -101,7 +101,7 @@ func BenchmarkGatewayClassFromScratch(b *testing.B) {
 func BenchmarkGatewayAuthorization(b *testing.B) {
 	store := gatewayBenchWorld(b)
 	g := newForTest(quietLog())
-	sc := NewScope(store.World(), ingressGateway(b))
+	sc := scopeOf(store.World(), ingressGateway(b))
 	if az := g.gatewayAuthorization(sc); len(az.http) != 1 || len(az.tcp) != 1 {
 		b.Fatalf("%d HTTP and %d TCP RBAC filters, want 1 and 1 (ALLOW)", len(az.http), len(az.tcp))
 	}

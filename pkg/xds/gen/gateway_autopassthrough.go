@@ -110,7 +110,7 @@ func autoPassthroughPatterns(sc *Scope) []string {
 		return nil
 	}
 	var out []string
-	for _, c := range sc.World.Configs(model.KindGateway) {
+	for _, c := range sc.w.Configs(model.KindGateway) {
 		gw, ok := c.Object.(*networkingv1.Gateway)
 		if !ok || len(gw.Spec.GetSelector()) == 0 || !matchLabels(gw.Spec.GetSelector(), sc.Proxy.Labels()) {
 			continue
@@ -156,8 +156,8 @@ func (g *Generator) sniClusters(sc *Scope, svc *model.Service, eps *model.Servic
 		for _, ss := range sc.subsets(svc.Hostname) {
 			name := IstioSNI(ClusterName(port.Port, ss.Name, svc.Hostname))
 			c := serviceCluster(svc, name, port, eps, ss.Labels, true)
-			dnsRefresh(c, sc.World)
-			c.ConnectTimeout = connectTimeout(sc.World)
+			dnsRefresh(c, sc.w)
+			c.ConnectTimeout = connectTimeout(sc.w)
 			// istiod's defaults, as on every outbound cluster (before,
 			// Envoy's: round robin, 1,024 connections, 3 retries).
 			envoyClusterDefaults(c)
@@ -169,7 +169,7 @@ func (g *Generator) sniClusters(sc *Scope, svc *model.Service, eps *model.Servic
 				// passed through.
 				c.TransportSocket = nil
 			}
-			applyLocalityCluster(c, sc.World.Mesh().LocalityLB(), tp, sc.World.TrafficDistribution(svc))
+			applyLocalityCluster(c, sc.w.Mesh().LocalityLB(), tp, sc.w.TrafficDistribution(svc))
 			g.addTo(sc, &u.clusters, name, ClusterType, c)
 		}
 	}

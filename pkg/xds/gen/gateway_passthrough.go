@@ -17,9 +17,9 @@ import (
 func (g *Generator) passthroughChains(sc *Scope, port uint32, servers []gatewayServer, claims chainClaims, az gatewayAuthz) []*listenerv3.FilterChain {
 	var out []*listenerv3.FilterChain
 	for _, srv := range servers {
-		for _, c := range sc.World.Configs(model.KindVirtualService) {
+		for _, c := range sc.w.ConfigsWhere(model.KindVirtualService, boundTo(srv.gateway)) {
 			vs, ok := c.Object.(*networkingv1.VirtualService)
-			if !ok || !appliesTo(c, srv.gateway) || !anyHostAllowed(srv, c.Key.Namespace, vs.Spec.GetHosts()) {
+			if !ok || !anyHostAllowed(srv, c.Key.Namespace, vs.Spec.GetHosts()) {
 				continue
 			}
 			g.warn(c, vs.ResourceVersion, &vs.Spec, vsFields)

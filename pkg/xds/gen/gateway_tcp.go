@@ -63,9 +63,9 @@ func (g *Generator) terminatedTCPChains(sc *Scope, port uint32, servers []*tlsSe
 // that holds for the server's port, or nil.
 func (g *Generator) gatewayTCPFilter(sc *Scope, srv gatewayServer) *listenerv3.Filter {
 	port := srv.port
-	for _, c := range sc.World.Configs(model.KindVirtualService) {
+	for _, c := range sc.w.ConfigsWhere(model.KindVirtualService, boundTo(srv.gateway)) {
 		vs, ok := c.Object.(*networkingv1.VirtualService)
-		if !ok || !appliesTo(c, srv.gateway) || !hostsOverlap(srv, c.Key.Namespace, resolveHosts(sc, c.Key.Namespace, vs.Spec.GetHosts())) {
+		if !ok || !hostsOverlap(srv, c.Key.Namespace, resolveHosts(sc, c.Key.Namespace, vs.Spec.GetHosts())) {
 			continue
 		}
 		g.warn(c, vs.ResourceVersion, &vs.Spec, vsFields)
@@ -123,7 +123,7 @@ func hostsOverlap(srv gatewayServer, vsNS string, vsHosts []string) bool {
 func resolveHosts(sc *Scope, ns string, hosts []string) []string {
 	out := make([]string, len(hosts))
 	for i, h := range hosts {
-		out[i] = ResolveHost(h, ns, sc.World.DomainSuffix)
+		out[i] = ResolveHost(h, ns, sc.w.DomainSuffix)
 	}
 	return out
 }

@@ -191,7 +191,7 @@ func TestSidecarEgressScope(t *testing.T) {
 			if _, err := store.Apply(append(worldtest.Mesh(4, 2, 1), tc.sidecars...)...); err != nil {
 				t.Fatal(err)
 			}
-			sc := NewScope(store.World(), sidecar(t, tc.proxyNS))
+			sc := scopeOf(store.World(), sidecar(t, tc.proxyNS))
 			var got []string
 			for _, s := range sc.Services {
 				got = append(got, s.Namespace+"/"+s.Name)
@@ -202,3 +202,6 @@ func TestSidecarEgressScope(t *testing.T) {
 		})
 	}
 }
+
+// scopeOf is what the class of p sees of w, read unrecorded.
+func scopeOf(w *model.World, p *model.Proxy) *Scope { return newScope(newView(w, nil), p) }

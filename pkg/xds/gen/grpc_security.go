@@ -124,7 +124,7 @@ func serviceAccounts(eps *model.ServiceEndpoints) []string {
 // svc's endpoints (in the trust domain and its aliases), sorted: what a
 // client of svc expects the server to present, as Istio derives a
 // service's accounts from its endpoints.
-func (g *Generator) serviceIdentities(w *model.World, svc *model.Service, eps *model.ServiceEndpoints) []string {
+func (g *Generator) serviceIdentities(w *view, svc *model.Service, eps *model.ServiceEndpoints) []string {
 	return g.trustIn(w).identities(svc.Namespace, serviceAccounts(eps))
 }
 
@@ -132,7 +132,7 @@ func (g *Generator) serviceIdentities(w *model.World, svc *model.Service, eps *m
 // from its traffic policy tp, and reports DestinationRule TLS modes gRPC
 // cannot honour (SIMPLE and MUTUAL stay plaintext, as in Istio).
 func (g *Generator) grpcClusterTLS(sc *Scope, svc *model.Service, eps *model.ServiceEndpoints, c *clusterv3.Cluster, tp *networking.TrafficPolicy) {
-	c.TransportSocket = grpcUpstreamTLS(tp.GetTls(), g.serviceIdentities(sc.World, svc, eps))
+	c.TransportSocket = grpcUpstreamTLS(tp.GetTls(), g.serviceIdentities(sc.w, svc, eps))
 	switch mode := tp.GetTls().GetMode(); mode {
 	case networking.ClientTLSSettings_SIMPLE, networking.ClientTLSSettings_MUTUAL:
 		if cfg := sc.destinationRuleConfig(svc.Hostname); cfg != nil {
@@ -156,7 +156,7 @@ func IdentitiesChanged(cls *ClassConfig, w *model.World, services []model.Namesp
 	if cls == nil || cls.scope == nil {
 		return false
 	}
-	old := cls.scope.World
+	old := cls.scope.w.w
 	for _, nn := range services {
 		svc := w.Service(nn.Namespace, nn.Name)
 		if svc == nil {
@@ -194,7 +194,7 @@ func grpcServerMode(p *model.Proxy, m inboundMTLS, port int32) MTLSMode {
 // PERMISSIVE and applies to the gRPC server p, that some of its ports are
 // served as plaintext instead. Without any PeerAuthentication (PERMISSIVE
 // by default) there is nothing to report on, as in Istio.
-func (g *Generator) warnGRPCPermissive(w *model.World, p *model.Proxy, ports []InboundPort, m inboundMTLS) {
+func (g *Generator) warnGRPCPermissive(w *view, p *model.Proxy, ports []InboundPort, m inboundMTLS) {
 	var plain []int32
 	for _, port := range ports {
 		if m.forPort(port.Port) == MTLSPermissive && grpcServerMode(p, m, port.Port) == MTLSDisable {
@@ -204,9 +204,9 @@ func (g *Generator) warnGRPCPermissive(w *model.World, p *model.Proxy, ports []I
 	if len(plain) == 0 {
 		return
 	}
-	for _, c := range w.Configs(model.KindPeerAuthentication) {
+	for _, c := range w.unrecorded().Configs(model.KindPeerAuthentication) {
 		pa, ok := c.Object.(*securityv1.PeerAuthentication)
-		if !ok || (c.Key.Namespace != p.Namespace && c.Key.Namespace != RootNamespace(w)) || !asksPermissive(pa) {
+		if !ok || (c.Key.Namespace != p.Namespace && c.Key.Namespace != rootNamespace(w)) || !asksPermissive(pa) {
 			continue
 		}
 		if sel := pa.Spec.GetSelector().GetMatchLabels(); len(sel) > 0 && (c.Key.Namespace != p.Namespace || !labelsMatch(sel, p.Labels())) {

@@ -44,7 +44,7 @@ func upstreamSANs(t *testing.T, c *clusterv3.Cluster) ([]string, bool) {
 
 func TestGRPCClusterTLS(t *testing.T) {
 	w, p := loadCase(t, "testdata/grpc-mtls")
-	sc := NewScope(w, p)
+	sc := scopeOf(w, p)
 	echo := w.Service("ns1", "echo")
 	eps := w.Endpoints("ns1", "echo")
 	tests := map[string]struct {
@@ -96,7 +96,7 @@ func TestGRPCClusterTLSWithoutAccounts(t *testing.T) {
 	c := &clusterv3.Cluster{Name: "outbound|50051||pinned.ns1.svc.cluster.local"}
 	// pinned has no endpoints: with no identities known, any certificate
 	// from the mesh roots is accepted (no SAN matcher), as in Istio.
-	newForTest(quietLog()).grpcClusterTLS(NewScope(w, p), w.Service("ns1", "pinned"), nil, c,
+	newForTest(quietLog()).grpcClusterTLS(scopeOf(w, p), w.Service("ns1", "pinned"), nil, c,
 		&networking.TrafficPolicy{Tls: &networking.ClientTLSSettings{Mode: networking.ClientTLSSettings_ISTIO_MUTUAL}})
 	if sans, ok := upstreamSANs(t, c); !ok || len(sans) != 0 {
 		t.Errorf("TLS %v with SANs %q, want TLS without SAN matching", ok, sans)

@@ -64,7 +64,7 @@ func grpcServerListeners(p *model.Proxy, ports []InboundPort, authz inboundAuthz
 }
 
 // grpcServer adds a proxyless gRPC workload's server-side listeners to pc.
-func (g *Generator) grpcServer(w *model.World, p *model.Proxy, pc *ProxyConfig) *ProxyConfig {
+func (g *Generator) grpcServer(w *view, p *model.Proxy, pc *ProxyConfig) *ProxyConfig {
 	pc.InboundPorts = inboundPorts(w, p)
 	if len(pc.InboundPorts) == 0 {
 		return pc

@@ -55,7 +55,7 @@ func endpointChained(svc *model.Service, p model.Port) bool {
 // addresses ascending; an address an earlier chain claimed is left out.
 func (g *Generator) endpointChains(sc *Scope, svc *model.Service, p model.Port, claims chainClaims) []*listenerv3.FilterChain {
 	var out []*listenerv3.FilterChain
-	for _, a := range endpointAddresses(sc.World.Endpoints(svc.Namespace, svc.Name), p) {
+	for _, a := range endpointAddresses(sc.w.Endpoints(svc.Namespace, svc.Name), p) {
 		match := &listenerv3.FilterChainMatch{PrefixRanges: addressRanges([]string{a})}
 		if !claims.claim(match) {
 			continue

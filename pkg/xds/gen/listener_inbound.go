@@ -67,8 +67,8 @@ type ingressPort struct {
 
 // inbound resolves p's inbound ports: its Sidecar's ingress listeners if
 // it has any, else the target ports of the services selecting it.
-func (g *Generator) inbound(w *model.World, p *model.Proxy, mtls inboundMTLS) []ingressPort {
-	if c, _ := indexFor(w).choose(p); c != nil {
+func (g *Generator) inbound(w *view, p *model.Proxy, mtls inboundMTLS) []ingressPort {
+	if c, _ := w.sidecarFor(p); c != nil {
 		if sc := c.Object.(*networkingv1.Sidecar); len(sc.Spec.GetIngress()) > 0 {
 			return g.sidecarIngress(c, sc, p, mtls)
 		}

@@ -34,7 +34,7 @@ func (sc *Scope) RegistryOnly() bool {
 	if sc.sidecar != nil {
 		return sc.sidecar.registryOnly
 	}
-	return sc.Proxy.Type == model.ProxySidecar && sc.World.Mesh().RegistryOnly()
+	return sc.Proxy.Type == model.ProxySidecar && sc.w.Mesh().RegistryOnly()
 }
 
 // warnSidecar logs the unsupported fields of the Sidecar that applies to

@@ -77,7 +77,7 @@ func httpInspector() *listenerv3.ListenerFilter {
 // MeshConfig's protocolDetectionTimeout (0 by default: none), and go on
 // once it passes. Istio sets it on virtualInbound always, on an outbound
 // listener when it sniffs HTTP.
-func sniffingTimeouts(l *listenerv3.Listener, w *model.World) {
+func sniffingTimeouts(l *listenerv3.Listener, w *view) {
 	l.ListenerFiltersTimeout = durationpb.New(w.Mesh().ProtocolDetectionTimeout())
 	l.ContinueOnListenerFiltersTimeout = true
 }
@@ -198,7 +198,7 @@ func (s *sniffedOutbound) finish(g *Generator, sc *Scope, l *listenerv3.Listener
 	}
 	if s.any || httpChain {
 		l.ListenerFilters = append(l.ListenerFilters, httpInspector())
-		sniffingTimeouts(l, sc.World)
+		sniffingTimeouts(l, sc.w)
 	}
 }
 

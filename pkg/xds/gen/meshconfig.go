@@ -18,11 +18,11 @@ import (
 // istio-system by default): its Sidecar, PeerAuthentication,
 // AuthorizationPolicy, DestinationRule and Telemetry resources without
 // selector apply to every namespace.
-func RootNamespace(w *model.World) string { return w.Mesh().RootNamespace() }
+func rootNamespace(w *view) string { return w.Mesh().RootNamespace() }
 
 // connectTimeout is the MeshConfig's connectTimeout, every cluster's
 // unless a DestinationRule sets one.
-func connectTimeout(w *model.World) *durationpb.Duration {
+func connectTimeout(w *view) *durationpb.Duration {
 	return durationpb.New(w.Mesh().ConnectTimeout())
 }
 
@@ -35,30 +35,30 @@ func orDefault(exportTo, dflt []string) []string {
 
 // serviceExportTo is a Service's or ServiceEntry's exportTo, or the
 // MeshConfig's defaultServiceExportTo when it sets none.
-func serviceExportTo(w *model.World, s *model.Service) []string {
+func serviceExportTo(w *view, s *model.Service) []string {
 	return orDefault(s.ExportTo, w.Mesh().ServiceExportTo())
 }
 
 // vsExportTo is a VirtualService's exportTo, or the MeshConfig's
 // defaultVirtualServiceExportTo.
-func vsExportTo(w *model.World, vs *networking.VirtualService) []string {
+func vsExportTo(w *view, vs *networking.VirtualService) []string {
 	return orDefault(vs.GetExportTo(), w.Mesh().VirtualServiceExportTo())
 }
 
 // drExportTo is a DestinationRule's exportTo, or the MeshConfig's
 // defaultDestinationRuleExportTo.
-func drExportTo(w *model.World, dr *networking.DestinationRule) []string {
+func drExportTo(w *view, dr *networking.DestinationRule) []string {
 	return orDefault(dr.GetExportTo(), w.Mesh().DestinationRuleExportTo())
 }
 
 // ServiceExportedTo reports whether svc is visible to proxies of namespace
 // ns (its exportTo, or the mesh's default).
-func ServiceExportedTo(w *model.World, svc *model.Service, ns string) bool {
+func serviceExportedTo(w *view, svc *model.Service, ns string) bool {
 	return exportedTo(serviceExportTo(w, svc), svc.Namespace, ns)
 }
 
 // VirtualServiceExportedTo reports whether the VirtualService vs of
 // namespace own is visible to proxies of namespace ns.
-func VirtualServiceExportedTo(w *model.World, vs *networking.VirtualService, own, ns string) bool {
+func virtualServiceExportedTo(w *view, vs *networking.VirtualService, own, ns string) bool {
 	return exportedTo(vsExportTo(w, vs), own, ns)
 }

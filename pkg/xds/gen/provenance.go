@@ -39,8 +39,10 @@ func (c *ProxyConfig) Sources(typeURL, name string) []ConfigRef {
 	return c.Class.scope.sources(typeURL, name)
 }
 
-// sources is Sources for a resource of sc's class.
+// sources is Sources for a resource of sc's class. Provenance shapes no
+// resource: it reads unrecorded.
 func (sc *Scope) sources(typeURL, name string) []ConfigRef {
+	sc = sc.recording(nil)
 	var cfgs []*model.Config
 	switch typeURL {
 	case ClusterType, EndpointType:
@@ -69,11 +71,11 @@ func (sc *Scope) clusterSources(name string) []*model.Config {
 
 // serviceEntry returns the ServiceEntry that declares host, if any.
 func (sc *Scope) serviceEntry(host string) []*model.Config {
-	svc := sc.World.ServiceByHost(host)
+	svc := sc.w.ServiceByHost(host)
 	if svc == nil || svc.Entry == nil {
 		return nil
 	}
-	for _, c := range sc.World.Configs(model.KindServiceEntry) {
+	for _, c := range sc.w.Configs(model.KindServiceEntry) {
 		if c.Key.Namespace == svc.Namespace && c.Key.Name == svc.Entry.Name {
 			return []*model.Config{c}
 		}
@@ -105,7 +107,7 @@ func (sc *Scope) listenerSources(name string) []*model.Config {
 	case sc.Proxy.Type == model.ProxyRouter:
 		return sc.gatewaySources(false)
 	case name == VirtualInbound:
-		return inboundSources(sc.World, sc.Proxy)
+		return inboundSources(sc.w, sc.Proxy)
 	}
 	return sc.sidecarConfig()
 }
@@ -122,7 +124,7 @@ func (sc *Scope) sidecarConfig() []*model.Config {
 func (sc *Scope) gatewaySources(withVS bool) []*model.Config {
 	var out []*model.Config
 	var names []string
-	for _, c := range sc.World.Configs(model.KindGateway) {
+	for _, c := range sc.w.Configs(model.KindGateway) {
 		gw, ok := c.Object.(*networkingv1.Gateway)
 		if !ok || len(gw.Spec.GetSelector()) == 0 || !matchLabels(gw.Spec.GetSelector(), sc.Proxy.Labels()) {
 			continue
@@ -150,9 +152,9 @@ func (sc *Scope) gatewaySources(withVS bool) []*model.Config {
 // inboundSources are the AuthorizationPolicies and PeerAuthentications that
 // may shape p's virtualInbound listener: those of p's namespace and the root
 // namespace whose selector matches p (or that have none).
-func inboundSources(w *model.World, p *model.Proxy) []*model.Config {
+func inboundSources(w *view, p *model.Proxy) []*model.Config {
 	var out []*model.Config
-	root := RootNamespace(w)
+	root := rootNamespace(w)
 	for _, c := range w.Configs(model.KindAuthorizationPolicy) {
 		ap, ok := c.Object.(*securityv1.AuthorizationPolicy)
 		if ok && (c.Key.Namespace == p.Namespace || c.Key.Namespace == root) &&

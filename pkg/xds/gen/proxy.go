@@ -17,6 +17,33 @@ type ProxyConfig struct {
 	Own map[string]*Set
 	// InboundPorts are the pod ports the proxy receives traffic on.
 	InboundPorts []InboundPort
+	// own are what Own was built from (reads.go).
+	own *Reads
+}
+
+// OwnReads returns what the proxy's own configuration was built from.
+func (c *ProxyConfig) OwnReads() *Reads { return c.own }
+
+// Touched reports which parts of c a change of k, which made the World
+// cur, can alter: its class's configuration, its own, both or neither.
+// The change is judged against c's class's World: every change since was
+// judged to touch neither part (or the part was rebuilt), so what they
+// read is as it was there.
+func (c *ProxyConfig) Touched(k model.Key, cur *model.World) (class, own bool) {
+	old := c.Class.scope.w.w
+	return c.Class.reads.Touches(k, old, cur), c.own.Touches(k, old, cur)
+}
+
+// Touches reports whether a change of k can alter c (Touched).
+func (c *ProxyConfig) Touches(k model.Key, cur *model.World) bool {
+	class, own := c.Touched(k, cur)
+	return class || own
+}
+
+// WithClass returns c's own configuration with the class configuration
+// cls: the push of a change that touched the class alone.
+func (c *ProxyConfig) WithClass(cls *ClassConfig) *ProxyConfig {
+	return &ProxyConfig{Class: cls, Own: c.Own, InboundPorts: c.InboundPorts, own: c.own}
 }
 
 // Get returns the resource of typeURL named name, or nil.
@@ -58,13 +85,16 @@ func (c *ProxyConfig) Len(typeURL string) int {
 // each of its inbound ports: the ingress listeners of its Sidecar if that
 // has any (listener_inbound.go), else the ports of the services that select
 // its labels.
-func (g *Generator) Proxy(w *model.World, p *model.Proxy, cls *ClassConfig) (out *ProxyConfig) {
-	pc := &ProxyConfig{Class: cls, Own: map[string]*Set{}}
+func (g *Generator) Proxy(mw *model.World, p *model.Proxy, cls *ClassConfig) (out *ProxyConfig) {
+	reads := newReads()
+	w := newView(mw, reads)
+	pc := &ProxyConfig{Class: cls, Own: map[string]*Set{}, own: reads}
 	defer func() {
 		if r := recover(); r != nil {
 			g.log.Error("inbound configuration generation failed; sending outbound only", "proxy", p.ID, "panic", r)
-			out = &ProxyConfig{Class: cls, Own: map[string]*Set{}}
+			out = &ProxyConfig{Class: cls, Own: map[string]*Set{}, own: readsAll}
 		}
+		reads.seal()
 	}()
 	if p.IsGRPC() {
 		return g.grpcServer(w, p, pc)
@@ -112,7 +142,7 @@ func (g *Generator) Proxy(w *model.World, p *model.Proxy, cls *ClassConfig) (out
 // inboundServices maps each target port of p's pod to the services of p's
 // namespace that select it there (the istio metadata of its inbound
 // cluster, which istio.stats reads for destination_service on inbound).
-func inboundServices(w *model.World, p *model.Proxy) map[int32][]*model.Service {
+func inboundServices(w *view, p *model.Proxy) map[int32][]*model.Service {
 	if len(p.Labels()) == 0 {
 		return nil
 	}
@@ -138,7 +168,7 @@ func inboundServices(w *model.World, p *model.Proxy) map[int32][]*model.Service 
 // inboundPorts are the target ports of the services in p's namespace that
 // select p's labels; a named targetPort is looked up in the pod's
 // container ports.
-func inboundPorts(w *model.World, p *model.Proxy) []InboundPort {
+func inboundPorts(w *view, p *model.Proxy) []InboundPort {
 	if len(p.Labels()) == 0 {
 		return nil
 	}

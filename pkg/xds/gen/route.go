@@ -49,7 +49,7 @@ func (g *Generator) virtualHost(sc *Scope, svc *model.Service, port model.Port, 
 		vh.Routes = g.vsRoutes(sc, vss, svc.Hostname, port.Port, gateway, false)
 	}
 	if len(vh.Routes) == 0 {
-		r := defaultRoute(ClusterName(port.Port, "", svc.Hostname), retryPolicy(meshRetry(sc.World), false))
+		r := defaultRoute(ClusterName(port.Port, "", svc.Hostname), retryPolicy(meshRetry(sc.w), false))
 		// The DestinationRule's consistent hash, as istiod puts it on the
 		// default route (its retries still go to other hosts).
 		r.GetRoute().HashPolicy = hashPolicy(sc.clusterPolicy(svc.Hostname, "", port.Port))

@@ -23,12 +23,12 @@ func routeDeps(sc *Scope, vss []*model.Config) string {
 		if d == nil {
 			return
 		}
-		h := ResolveHost(d.GetHost(), ns, sc.World.DomainSuffix)
+		h := ResolveHost(d.GetHost(), ns, sc.w.DomainSuffix)
 		if seen[h] {
 			return
 		}
 		seen[h] = true
-		fmt.Fprintf(&b, "%s=%p/%p;", h, sc.World.ServiceByHost(h), sc.destinationRuleConfig(h))
+		fmt.Fprintf(&b, "%s=%p/%p;", h, sc.w.ServiceByHost(h), sc.destinationRuleConfig(h))
 	}
 	var walk func(c *model.Config, depth int)
 	walk = func(c *model.Config, depth int) {
@@ -51,7 +51,7 @@ func routeDeps(sc *Scope, vss []*model.Config) string {
 				if dns == "" {
 					dns = ns
 				}
-				if dc := sc.World.Config(model.KindVirtualService, dns, d.GetName()); dc != nil {
+				if dc := sc.w.Config(model.KindVirtualService, dns, d.GetName()); dc != nil {
 					walk(dc, depth+1)
 				} else {
 					fmt.Fprintf(&b, "missing:%s/%s;", dns, d.GetName())

@@ -93,7 +93,7 @@ func parseRetryOn(retryOn string) (string, []uint32) {
 
 // meshRetry is the retry policy of w's MeshConfig for routes that set
 // none (nil: Istio's default).
-func meshRetry(w *model.World) *networking.HTTPRetry {
+func meshRetry(w *view) *networking.HTTPRetry {
 	return w.Mesh().Proto().GetDefaultHttpRetryPolicy()
 }
 

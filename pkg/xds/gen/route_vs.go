@@ -190,7 +190,7 @@ func (g *Generator) routeAction(sc *Scope, ns string, hr *networking.HTTPRoute, 
 	a.HashPolicy = hashPolicy(first)
 	rp := hr.GetRetries()
 	if rp == nil {
-		rp = meshRetry(sc.World)
+		rp = meshRetry(sc.w)
 	}
 	a.RetryPolicy = retryPolicy(rp, len(hr.GetRoute()) == 1 && a.HashPolicy != nil)
 	g.rewrite(a, hr)
@@ -203,11 +203,11 @@ func (g *Generator) routeAction(sc *Scope, ns string, hr *networking.HTTPRoute, 
 // port (a sidecar's listener port; a gateway server's port, which need not
 // be one of the service's).
 func destination(sc *Scope, ns string, dst *networking.Destination, host string, port int32) (string, int32) {
-	dhost := ResolveHost(dst.GetHost(), ns, sc.World.DomainSuffix)
+	dhost := ResolveHost(dst.GetHost(), ns, sc.w.DomainSuffix)
 	dport := int32(dst.GetPort().GetNumber())
 	if dport == 0 {
 		dport = port
-		if s := sc.World.ServiceByHost(dhost); s != nil && len(s.Ports) == 1 {
+		if s := sc.w.ServiceByHost(dhost); s != nil && len(s.Ports) == 1 {
 			dport = s.Ports[0].Port
 		}
 	}

@@ -63,7 +63,7 @@ func isRoot(vs *networkingv1.VirtualService) bool {
 }
 
 // resolveDelegation merges the delegates of the root VirtualService c.
-func resolveDelegation(w *model.World, c *model.Config) *delegation {
+func resolveDelegation(w *view, c *model.Config) *delegation {
 	vs := c.Object.(*networkingv1.VirtualService)
 	d := &delegation{}
 	for i, hr := range vs.Spec.GetHttp() {
@@ -79,7 +79,7 @@ func resolveDelegation(w *model.World, c *model.Config) *delegation {
 
 // delegate appends the routes of the delegate named by the root's route
 // i, or reports why there are none.
-func (d *delegation) delegate(w *model.World, root *model.Config, i int, hr *networking.HTTPRoute) {
+func (d *delegation) delegate(w *view, root *model.Config, i int, hr *networking.HTTPRoute) {
 	rootVS := root.Object.(*networkingv1.VirtualService)
 	ns := hr.GetDelegate().GetNamespace()
 	if ns == "" {
@@ -371,27 +371,4 @@ func stringMatchConflict(root, leaf *networking.StringMatch) bool {
 		}
 	}
 	return true
-}
-
-// DelegatedTo reports whether a VirtualService with hosts that proxies of
-// namespace ns see delegates to the VirtualService k: a change to a
-// delegate matters to the proxies of its roots, whatever its own exportTo
-// (which is about the roots' namespaces).
-func DelegatedTo(w *model.World, k model.Key, ns string) bool {
-	for _, c := range w.Configs(model.KindVirtualService) {
-		vs, ok := c.Object.(*networkingv1.VirtualService)
-		if !ok || len(vs.Spec.GetHosts()) == 0 || !exportedTo(vsExportTo(w, &vs.Spec), c.Key.Namespace, ns) {
-			continue
-		}
-		for _, hr := range vs.Spec.GetHttp() {
-			d := hr.GetDelegate()
-			if d == nil || d.GetName() != k.Name {
-				continue
-			}
-			if dns := d.GetNamespace(); dns == k.Namespace || (dns == "" && c.Key.Namespace == k.Namespace) {
-				return true
-			}
-		}
-	}
-	return false
 }

@@ -242,7 +242,7 @@ func TestDelegation(t *testing.T) {
 	}
 	var logs bytes.Buffer
 	g := newForTest(slog.New(slog.NewTextHandler(&logs, nil)))
-	sc := NewScope(store.World(), sidecar(t, "ns-1"))
+	sc := scopeOf(store.World(), sidecar(t, "ns-1"))
 	routes := g.vsRoutes(sc, sc.VirtualServices("svc-0.ns-0.svc.cluster.local", "mesh"), "svc-0.ns-0.svc.cluster.local", 80, "mesh", false)
 	var got []string
 	for _, r := range routes {
@@ -277,11 +277,12 @@ func TestDelegation(t *testing.T) {
 	})
 
 	t.Run("a delegate change matters where its root is seen, whatever its exportTo", func(t *testing.T) {
-		k := model.Key{Kind: model.KindVirtualService, Namespace: "ns-1", Name: "d"}
-		if !DelegatedTo(store.World(), k, "ns-1") {
-			t.Error("not delegated to for ns-1, which sees the root")
+		w := store.World()
+		pc := generate(t, w, sidecar(t, "ns-1"))
+		if k := (model.Key{Kind: model.KindVirtualService, Namespace: "ns-1", Name: "d"}); !pc.Touches(k, w) {
+			t.Error("a change of the delegate does not touch a proxy of ns-1, which sees the root")
 		}
-		if DelegatedTo(store.World(), model.Key{Kind: model.KindVirtualService, Namespace: "ns-0", Name: "d"}, "ns-1") {
+		if pc.Touches(model.Key{Kind: model.KindVirtualService, Namespace: "ns-0", Name: "d"}, w) {
 			t.Error("a VirtualService of the same name in another namespace counts as the delegate")
 		}
 	})

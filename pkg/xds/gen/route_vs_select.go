@@ -72,7 +72,7 @@ func (g *Generator) vsHTTPRoutes(sc *Scope, c *model.Config, host string, port i
 		d := sc.delegations[c]
 		if d == nil {
 			// A gateway may bind a root its namespace does not see.
-			d = resolveDelegation(sc.World, c)
+			d = resolveDelegation(sc.w, c)
 		}
 		g.reportDelegation(d)
 		for _, r := range d.routes {

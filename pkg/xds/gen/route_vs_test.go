@@ -119,7 +119,7 @@ func TestGatewayJoinsVirtualServices(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := newForTest(quietLog())
-	sc := NewScope(store.World(), sidecar(t, "ns-0"))
+	sc := scopeOf(store.World(), sidecar(t, "ns-0"))
 	var got []string
 	for _, r := range g.vsRoutes(sc, sc.VirtualServices(host, "ns-0/edge"), host, 80, "ns-0/edge", false) {
 		got = append(got, r.GetMatch().GetPrefix())

@@ -13,7 +13,7 @@ import (
 // the Istio configuration that applies to them. It is built once per class
 // and generation and only read after.
 type Scope struct {
-	World *model.World
+	w     *view
 	Proxy *model.Proxy
 	// Services are the visible services, sorted by namespace and name.
 	// Services of type ExternalName are not among them: aliases holds
@@ -72,17 +72,31 @@ func (sc *Scope) inTel() *listenerTelemetry {
 	return sc.tel.of(classInbound)
 }
 
-// NewScope computes what proxies of p's class see of w.
-func NewScope(w *model.World, p *model.Proxy) *Scope {
-	sc := &Scope{World: w, Proxy: p, visible: map[model.NamespacedName]bool{}, namespaces: map[string]bool{}, vs: map[string][]*model.Config{}, topo: topologyOf(w, p)}
+// recording returns sc reading through a view that records into r.
+func (sc *Scope) recording(r *Reads) *Scope {
+	c := *sc
+	c.w = sc.w.into(r)
+	return &c
+}
+
+// in returns sc reading w, recording nothing.
+func (sc *Scope) in(w *model.World) *Scope {
+	c := *sc
+	c.w = newView(w, nil)
+	return &c
+}
+
+// newScope computes what proxies of p's class see of w.
+func newScope(w *view, p *model.Proxy) *Scope {
+	sc := &Scope{w: w, Proxy: p, visible: map[model.NamespacedName]bool{}, namespaces: map[string]bool{}, vs: map[string][]*model.Config{}, topo: topologyOf(w, p)}
 	egress := sidecarScope(w, p)
 	sc.sidecar = egress
-	var seen []*model.Service
-	for _, s := range w.Services() {
-		if exportedTo(serviceExportTo(w, s), s.Namespace, p.Namespace) && egress.allows(s) {
-			seen = append(seen, s)
-		}
-	}
+	// Every service exported to the class's namespace and allowed by
+	// its Sidecar's egress is a read: adding, changing or removing one
+	// changes what the class sees (ownHosts may then hide another).
+	seen := w.ServicesWhere(func(u *view, s *model.Service) bool {
+		return exportedTo(serviceExportTo(u, s), s.Namespace, p.Namespace) && egress.allows(s)
+	})
 	for _, s := range ownHosts(seen, p.Namespace) {
 		if s.ExternalName != "" {
 			// An alias: its names go to the host it names (aliasNames).
@@ -97,7 +111,7 @@ func NewScope(w *model.World, p *model.Proxy) *Scope {
 		sc.namespaces[s.Namespace] = true
 	}
 	sc.indexVirtualServices()
-	sc.dr, sc.drShadowed = indexFor(w).rules.forScope(sc)
+	sc.dr, sc.drShadowed = w.destinationRulesFor(sc)
 	return sc
 }
 
@@ -129,6 +143,11 @@ func (sc *Scope) DestinationRule(host string) *networkingv1.DestinationRule {
 }
 
 func (sc *Scope) destinationRuleConfig(host string) *model.Config { return sc.dr[host] }
+
+// boundTo is the rule of the VirtualServices that apply to gateway.
+func boundTo(gateway string) func(*view, *model.Config) bool {
+	return func(_ *view, c *model.Config) bool { return appliesTo(c, gateway) }
+}
 
 func appliesTo(c *model.Config, gateway string) bool {
 	vs := c.Object.(*networkingv1.VirtualService)

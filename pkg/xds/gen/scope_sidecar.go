@@ -38,8 +38,8 @@ type egressHost struct {
 // class_key.go for the rule) and turns its egress listeners into a host
 // filter; nil when none applies (every exported service is visible) and
 // for gateways, to which Sidecars never apply.
-func sidecarScope(w *model.World, p *model.Proxy) *egressScope {
-	c, shadowed := indexFor(w).choose(p)
+func sidecarScope(w *view, p *model.Proxy) *egressScope {
+	c, shadowed := w.sidecarFor(p)
 	if c == nil {
 		return nil
 	}

@@ -94,17 +94,15 @@ func sortVirtualServices(vss []*model.Config, ns string, dflt []string) {
 // sc.delegations from the VirtualServices visible to the proxy's
 // namespace. It runs after sc.Services is known.
 func (sc *Scope) indexVirtualServices() {
-	w, ns := sc.World, sc.Proxy.Namespace
-	var vss []*model.Config
-	for _, c := range w.Configs(model.KindVirtualService) {
+	w, ns := sc.w, sc.Proxy.Namespace
+	vss := w.ConfigsWhere(model.KindVirtualService, func(u *view, c *model.Config) bool {
 		vs, ok := c.Object.(*networkingv1.VirtualService)
-		// A delegate (no hosts) routes nothing by itself. A sidecar's
-		// Sidecar imports VirtualServices by their namespace (scope_sidecar.go).
-		if ok && len(vs.Spec.GetHosts()) > 0 && exportedTo(vsExportTo(w, &vs.Spec), c.Key.Namespace, ns) &&
-			sc.sidecar.importsVirtualService(c, vs.Spec.GetHosts(), w.DomainSuffix) {
-			vss = append(vss, c)
-		}
-	}
+		// A delegate (no hosts) routes nothing by itself: it is read
+		// where a root names it (resolveDelegation). A sidecar's Sidecar
+		// imports VirtualServices by their namespace (scope_sidecar.go).
+		return ok && len(vs.Spec.GetHosts()) > 0 && exportedTo(vsExportTo(u, &vs.Spec), c.Key.Namespace, ns) &&
+			sc.sidecar.importsVirtualService(c, vs.Spec.GetHosts(), u.DomainSuffix)
+	})
 	sortVirtualServices(vss, ns, w.Mesh().VirtualServiceExportTo())
 	sc.vsRank = make(map[*model.Config]int, len(vss))
 	wild := map[string]bool{}

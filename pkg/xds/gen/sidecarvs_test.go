@@ -103,7 +103,7 @@ func TestSidecarEgressImportsVirtualServicesByNamespace(t *testing.T) {
 					strings.Join(tc.hosts, `", "`))
 			}
 			w := loadWorld(t, y).World()
-			sc := NewScope(w, labelled(t, "sidecar", "default", nil))
+			sc := scopeOf(w, labelled(t, "sidecar", "default", nil))
 			for host, want := range map[string]string{reviews: tc.reviews, details: tc.details} {
 				var got []string
 				for _, c := range sc.VirtualServices(host, "mesh") {

@@ -58,13 +58,11 @@ var telemetryFields = newFieldSet(append([]string{
 // applicableTelemetries lists the Telemetry resources that apply to p, in
 // Istio's order (root, namespace, then selecting ones), and a key naming
 // them with their versions.
-func applicableTelemetries(w *model.World, p *model.Proxy) ([]*model.Config, string) {
-	root := RootNamespace(w)
+func applicableTelemetries(w *view, p *model.Proxy) ([]*model.Config, string) {
+	root := rootNamespace(w)
 	byNS := map[string][]*model.Config{}
-	for _, c := range w.Configs(model.KindTelemetry) {
-		if c.Key.Namespace == root || c.Key.Namespace == p.Namespace {
-			byNS[c.Key.Namespace] = append(byNS[c.Key.Namespace], c)
-		}
+	for _, c := range w.ConfigsIn(model.KindTelemetry, root, p.Namespace) {
+		byNS[c.Key.Namespace] = append(byNS[c.Key.Namespace], c)
 	}
 	for _, cs := range byNS {
 		sortByCreation(cs)

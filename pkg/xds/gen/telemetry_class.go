@@ -16,7 +16,7 @@ import (
 // traffic classes of a sidecar (outbound, inbound) or of a gateway. It
 // reports, once per Telemetry version, the providers it cannot configure.
 // Proxyless gRPC gets none (nil).
-func (g *Generator) classTelemetry(w *model.World, p *model.Proxy) *classTelemetry {
+func (g *Generator) classTelemetry(w *view, p *model.Proxy) *classTelemetry {
 	if p.IsGRPC() {
 		return nil
 	}
@@ -55,7 +55,7 @@ func (g *Generator) classTelemetry(w *model.World, p *model.Proxy) *classTelemet
 // reportTracing warns, once per Telemetry version (or MeshConfig when no
 // Telemetry configures tracing), that a tracing provider could not be
 // configured, and proxies do not trace, as istiod warns.
-func (g *Generator) reportTracing(cfgs []*model.Config, w *model.World, err error) {
+func (g *Generator) reportTracing(cfgs []*model.Config, w *view, err error) {
 	const msg = "tracing is not configured: the provider cannot be, as istiod cannot"
 	for i := len(cfgs) - 1; i >= 0; i-- {
 		if t := cfgs[i].Object.(*telemetryv1.Telemetry); len(t.Spec.GetTracing()) > 0 {
@@ -130,7 +130,7 @@ func providerType(p *meshv1alpha1.MeshConfig_ExtensionProvider) string {
 
 // selectingTelemetries indexes, per namespace, the Telemetry resources
 // with a selector or targetRefs (worldIndex), sorted by name.
-func selectingTelemetries(w *model.World) map[string][]*model.Config {
+func selectingTelemetries(w *view) map[string][]*model.Config {
 	out := map[string][]*model.Config{}
 	for _, c := range w.Configs(model.KindTelemetry) {
 		if t, ok := c.Object.(*telemetryv1.Telemetry); ok && !namespaceWide(&t.Spec) {

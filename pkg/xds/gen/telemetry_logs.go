@@ -57,7 +57,7 @@ var reqWithoutQuery = &corev3.TypedExtensionConfig{Name: "envoy.formatter.req_wi
 
 // meshLookup is what the access log providers need of a World.
 type meshLookup struct {
-	w    *model.World
+	w    *view
 	mesh *meshv1alpha1.MeshConfig
 }
 
@@ -72,17 +72,13 @@ func (m meshLookup) cluster(service string, port uint32) (host, cluster string, 
 	if !named {
 		h, ns = service, ""
 	}
-	var found *model.Service
-	n := 0
-	for _, s := range m.w.Services() {
-		if s.Hostname == h && (ns == "" || s.Namespace == ns) {
-			found = s
-			n++
-		}
-	}
-	if n != 1 {
+	named1 := m.w.ServicesWhere(func(_ *view, s *model.Service) bool {
+		return s.Hostname == h && (ns == "" || s.Namespace == ns)
+	})
+	if len(named1) != 1 {
 		return "", "", false
 	}
+	found := named1[0]
 	return found.Hostname, ClusterName(int32(port), "", found.Hostname), true
 }
 

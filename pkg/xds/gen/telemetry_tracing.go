@@ -131,7 +131,7 @@ func decideTracing(mc *meshv1alpha1.MeshConfig, lookup func(string) *meshv1alpha
 // tracingMayApply reports whether any proxy of w may trace: the
 // MeshConfig enables legacy tracing or names a default tracing provider,
 // or some Telemetry has a tracing block.
-func tracingMayApply(w *model.World) bool {
+func tracingMayApply(w *view) bool {
 	mc := w.Mesh().Proto()
 	if mc.GetEnableTracing() || len(mc.GetDefaultProviders().GetTracing()) > 0 {
 		return true
@@ -172,7 +172,7 @@ func traceIdentity(p *model.Proxy, nodeCluster bool) string {
 // MeshConfig names spans after the proxy's node cluster (datadog,
 // opentelemetry: providerTracing): only then does the node cluster
 // separate classes.
-func tracingReadsNodeCluster(w *model.World) bool {
+func tracingReadsNodeCluster(w *view) bool {
 	for _, p := range w.Mesh().Proto().GetExtensionProviders() {
 		switch p.GetProvider().(type) {
 		case *meshv1alpha1.MeshConfig_ExtensionProvider_Datadog, *meshv1alpha1.MeshConfig_ExtensionProvider_Opentelemetry:

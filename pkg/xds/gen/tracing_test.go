@@ -135,7 +135,7 @@ spec:
 		"1.29.0": "cluster= endpoint= host= service=true ctx=USE_B3_WITH_W3C_PROPAGATION 128=false",
 	} {
 		p := &model.Proxy{Metadata: model.ProxyMetadata{IstioVersion: version}}
-		a, err := zipkinConfig(tracingInput{look: meshLookup{w: w, mesh: w.Mesh().Proto()}, proxy: p}, z)
+		a, err := zipkinConfig(tracingInput{look: meshLookup{w: newView(w, nil), mesh: w.Mesh().Proto()}, proxy: p}, z)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,8 +5,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-
-	"github.com/meshplane/discovery/pkg/model"
 )
 
 // DefaultTrustDomain is the SPIFFE trust domain of workload identities
@@ -71,7 +69,7 @@ func (g *Generator) TrustDomain() string {
 // those of w's MeshConfig (trustDomainAliases, which may change while the
 // server runs; the trust domain itself is decided at start-up, with the
 // CA's).
-func (g *Generator) trustIn(w *model.World) trustDomains {
+func (g *Generator) trustIn(w *view) trustDomains {
 	t := trustDomains{domain: g.TrustDomain(), aliases: g.trust.aliases}
 	if w == nil {
 		return t

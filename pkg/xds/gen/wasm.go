@@ -131,7 +131,7 @@ type wasmIndex struct {
 	compiled map[*model.Config]*wasmPlugin
 }
 
-func newWasmIndex(w *model.World, prev *wasmIndex) *wasmIndex {
+func newWasmIndex(w *view, prev *wasmIndex) *wasmIndex {
 	ix := &wasmIndex{byNS: map[string][]*wasmPlugin{}, compiled: map[*model.Config]*wasmPlugin{}}
 	for _, c := range w.Configs(model.KindWasmPlugin) {
 		o, ok := c.Object.(*extensionsv1alpha1.WasmPlugin)
@@ -315,17 +315,15 @@ func (ix *worldIndex) wasmKey(p *model.Proxy) string {
 	return strings.Join(keys, ",")
 }
 
-// WasmPluginApplies reports whether the WasmPlugin k of w applies to p:
-// the push sends a changed plugin to the proxies it selected before or
-// selects now.
-func WasmPluginApplies(w *model.World, k model.Key, p *model.Proxy) bool {
-	c := w.Config(model.KindWasmPlugin, k.Namespace, k.Name)
-	if c == nil || p.IsGRPC() {
+// wasmPluginSelects reports whether the WasmPlugin c of w attaches to p
+// (wasmSelected's rule, for one plugin).
+func wasmPluginSelects(w *view, c *model.Config, p *model.Proxy) bool {
+	if p.IsGRPC() {
 		return false
 	}
-	ix := indexFor(w)
+	ix := w.index()
 	wp := ix.wasm.compiled[c]
-	if wp == nil || (k.Namespace != p.Namespace && k.Namespace != ix.root) {
+	if wp == nil || (c.Key.Namespace != p.Namespace && c.Key.Namespace != ix.root) {
 		return false
 	}
 	return wasmAttaches(wp, p)
@@ -409,8 +407,8 @@ var wasmFields = newFieldSet("selector", "targetRef", "targetRefs", "url", "sha2
 // warnWasm reports, once per plugin version, the unsupported fields of
 // the plugins that select p, why one is denied or left out, and that
 // proxyless gRPC proxies get none.
-func (g *Generator) warnWasm(w *model.World, p *model.Proxy) {
-	ix := indexFor(w)
+func (g *Generator) warnWasm(w *view, p *model.Proxy) {
+	ix := w.index()
 	if ix.wasm == nil {
 		return
 	}

@@ -20,11 +20,11 @@ const hcmName = "envoy.filters.network.http_connection_manager"
 // wasmExtensions adds the extensions of the WasmPlugins of sc's class to
 // its ECDS builder (nothing for proxyless gRPC, which is warned).
 func (g *Generator) wasmExtensions(sc *Scope, b *builder) {
-	g.warnWasm(sc.World, sc.Proxy)
+	g.warnWasm(sc.w, sc.Proxy)
 	if sc.Proxy.IsGRPC() {
 		return
 	}
-	for _, wp := range indexFor(sc.World).wasmSelected(sc.Proxy) {
+	for _, wp := range sc.w.wasmSelected(sc.Proxy) {
 		b.reuse(wp.ecds)
 	}
 }
@@ -32,18 +32,17 @@ func (g *Generator) wasmExtensions(sc *Scope, b *builder) {
 // wasmClass puts the filters of the WasmPlugins of p's class on the
 // class's listeners (copies; cc.raw keeps the listeners as built), and
 // names what changed since prev.
-func (g *Generator) wasmClass(w *model.World, p *model.Proxy, cc, prev *ClassConfig) {
+func (g *Generator) wasmClass(w *view, p *model.Proxy, cc, prev *ClassConfig) {
 	if p.IsGRPC() {
 		return
 	}
-	ix := indexFor(w)
-	wps := ix.wasmSelected(p)
+	wps := w.wasmSelected(p)
 	if len(wps) == 0 {
 		return
 	}
 	skip := func(name string) bool { return name == VirtualOutbound }
 	built := cc.Sets[ListenerType]
-	key := ix.wasmKey(p)
+	key := w.wasmKey(p)
 	var reuse func(name string, r *Resource) *Resource
 	if prev != nil && prev.wasm != nil && prev.wasmKey == key {
 		// The same plugins: a listener built as before gets the filters
@@ -81,8 +80,8 @@ func (g *Generator) wasmClass(w *model.World, p *model.Proxy, cc, prev *ClassCon
 
 // wasmOwn puts the filters of p's WasmPlugins on its own inbound
 // listener (traffic it serves: match mode SERVER).
-func (g *Generator) wasmOwn(w *model.World, p *model.Proxy, pc *ProxyConfig) {
-	wps := indexFor(w).wasmSelected(p)
+func (g *Generator) wasmOwn(w *view, p *model.Proxy, pc *ProxyConfig) {
+	wps := w.wasmSelected(p)
 	if len(wps) == 0 || pc.Own[ListenerType] == nil {
 		return
 	}

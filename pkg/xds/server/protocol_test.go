@@ -15,9 +15,25 @@ import (
 	"github.com/meshplane/discovery/pkg/model"
 	"github.com/meshplane/discovery/pkg/xds/gen"
 	"github.com/meshplane/discovery/pkg/xds/internal/worldtest"
+	"github.com/meshplane/discovery/pkg/xds/push"
 )
 
 const sidecarID = "sidecar~10.9.0.1~client.ns-0~ns-0.svc.cluster.local"
+
+// matters reports whether a change of k, which made w, can alter what p
+// is sent (push.ChangeMatters, with p's configuration generated from w).
+func matters(t *testing.T, k model.Key, p *model.Proxy, w *model.World) bool {
+	t.Helper()
+	g, err := gen.New(gen.DefaultOptions(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cls, err := g.Class(w, p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return push.ChangeMatters(k, w, g.Proxy(w, p, cls))
+}
 
 func meshStore(t testing.TB, services int) *model.Store {
 	t.Helper()

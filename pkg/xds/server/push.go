@@ -133,7 +133,7 @@ func (s *Server) work(_ context.Context, c *conn, item *pushItem) {
 		}
 		var pc *gen.ProxyConfig
 		if item.keepOwn && prev != nil {
-			pc = &gen.ProxyConfig{Class: cls, Own: prev.Own, InboundPorts: prev.InboundPorts}
+			pc = prev.WithClass(cls)
 		} else {
 			pc = s.gen.Proxy(item.world, p, cls)
 		}
@@ -148,7 +148,7 @@ func (s *Server) work(_ context.Context, c *conn, item *pushItem) {
 		for _, nn := range svcs {
 			names = append(names, cls.EndpointsOf[nn]...)
 		}
-		pc := &gen.ProxyConfig{Class: cls, Own: prev.Own, InboundPorts: prev.InboundPorts}
+		pc := prev.WithClass(cls)
 		c.setConfig(pc, map[string][]string{gen.EndpointType: names}, item.first)
 	}
 	s.m.pushTime.WithLabelValues(kind).Observe(time.Since(start).Seconds())

@@ -8,9 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/meshplane/discovery/pkg/model"
-	"github.com/meshplane/discovery/pkg/xds/gen"
 	"github.com/meshplane/discovery/pkg/xds/internal/worldtest"
-	"github.com/meshplane/discovery/pkg/xds/push"
 )
 
 // A delegate VirtualService (no hosts) is exported to its root's
@@ -39,7 +37,7 @@ func TestDelegateChangeMattersWhereItsRootIsSeen(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := push.ChangeMatters(k, p, w, gen.NewScope(w, p)); got != want {
+		if got := matters(t, k, p, w); got != want {
 			t.Errorf("a delegate change matters to %s: %v, want %v", ns, got, want)
 		}
 	}

@@ -6,7 +6,6 @@ import (
 	"github.com/meshplane/discovery/pkg/model"
 	"github.com/meshplane/discovery/pkg/xds/gen"
 	"github.com/meshplane/discovery/pkg/xds/internal/worldtest"
-	"github.com/meshplane/discovery/pkg/xds/push"
 )
 
 // A DestinationRule with a workloadSelector applies in its own namespace
@@ -35,7 +34,7 @@ spec:
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := push.ChangeMatters(k, p, w, gen.NewScope(w, p)); got != want {
+		if got := matters(t, k, p, w); got != want {
 			t.Errorf("a change to a selecting rule of ns-0 matters to a proxy of %s: %v, want %v", ns, got, want)
 		}
 	}

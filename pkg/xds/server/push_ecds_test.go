@@ -13,7 +13,6 @@ import (
 	"github.com/meshplane/discovery/pkg/model"
 	"github.com/meshplane/discovery/pkg/xds/gen"
 	"github.com/meshplane/discovery/pkg/xds/internal/worldtest"
-	"github.com/meshplane/discovery/pkg/xds/push"
 )
 
 func wasmEvents(t *testing.T, ns, name, rv, selector, url string) []model.Event {
@@ -53,7 +52,7 @@ func TestWasmPluginChangeMattersToTheProxiesItSelects(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := push.ChangeMatters(k, p, w, gen.NewScope(w, p)); got != tc.want {
+		if got := matters(t, k, p, w); got != tc.want {
 			t.Errorf("proxy app=%s in %s: ChangeMatters = %v, want %v", tc.app, tc.ns, got, tc.want)
 		}
 	}

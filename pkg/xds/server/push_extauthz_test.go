@@ -9,13 +9,15 @@ import (
 	"github.com/meshplane/discovery/pkg/model"
 	"github.com/meshplane/discovery/pkg/xds/gen"
 	"github.com/meshplane/discovery/pkg/xds/internal/worldtest"
-	"github.com/meshplane/discovery/pkg/xds/push"
 )
 
 // The Service an ext_authz provider names decides whether CUSTOM policies
 // are sent to it or denied: its change matters to every proxy, even where
 // it is not exported; another unexported Service's does not.
-func TestExtAuthzServiceChangeMattersEverywhere(t *testing.T) {
+// A change of a Service an ext_authz provider names matters to the proxies
+// whose CUSTOM policies use the provider, even where the Service is not
+// exported to them, and to no other proxy.
+func TestExtAuthzServiceChangeMattersWhereAPolicyUsesIt(t *testing.T) {
 	store := meshStore(t, 2)
 	evs, err := worldtest.Decode([]byte(`
 apiVersion: v1
@@ -31,6 +33,15 @@ metadata: {name: private, namespace: authz, annotations: {networking.istio.io/ex
 spec:
   clusterIP: 10.96.9.3
   ports: [{name: grpc, port: 9000}]
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: ext, namespace: ns-0}
+spec:
+  selector: {matchLabels: {app: a}}
+  action: CUSTOM
+  provider: {name: authz}
+  rules: [{}]
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -41,15 +52,16 @@ spec:
 	}
 	apply(t, store, append(evs, mesh)...)
 	w := store.World()
-	p, err := model.ParseProxy("sidecar~10.0.0.1~x.ns-0~ns-0.svc.cluster.local", map[string]any{"LABELS": map[string]any{"app": "a"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc := gen.NewScope(w, p)
-	for name, want := range map[string]bool{"ext-authz": true, "private": false} {
-		k := model.Key{Kind: model.KindService, Namespace: "authz", Name: name}
-		if got := push.ChangeMatters(k, p, w, sc); got != want {
-			t.Errorf("a change to authz/%s matters to a proxy of ns-0: %v, want %v", name, got, want)
+	for app, uses := range map[string]bool{"a": true, "b": false} {
+		p, err := model.ParseProxy("sidecar~10.0.0.1~x.ns-0~ns-0.svc.cluster.local", map[string]any{"LABELS": map[string]any{"app": app}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, want := range map[string]bool{"ext-authz": uses, "private": false} {
+			k := model.Key{Kind: model.KindService, Namespace: "authz", Name: name}
+			if got := matters(t, k, p, w); got != want {
+				t.Errorf("a change to authz/%s matters to the proxy app=%s of ns-0: %v, want %v", name, app, got, want)
+			}
 		}
 	}
 }

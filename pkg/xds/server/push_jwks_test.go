@@ -4,9 +4,7 @@ import (
 	"testing"
 
 	"github.com/meshplane/discovery/pkg/model"
-	"github.com/meshplane/discovery/pkg/xds/gen"
 	"github.com/meshplane/discovery/pkg/xds/internal/worldtest"
-	"github.com/meshplane/discovery/pkg/xds/push"
 )
 
 // A fetched key set (pkg/jwks) matters to the proxies whose
@@ -49,7 +47,7 @@ spec:
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := push.ChangeMatters(k, p, w, gen.NewScope(w, p)); got != tc.want {
+			if got := matters(t, k, p, w); got != tc.want {
 				t.Errorf("matters %v, want %v", got, tc.want)
 			}
 		})
