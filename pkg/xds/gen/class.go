@@ -302,24 +302,21 @@ func (c *ClassConfig) port(p int32) *portUnit {
 // endpoints are reused and its routes alone rebuilt, so an edit costs the
 // edited hosts, not the class (BenchmarkClassAfterEditWith100VirtualServices).
 func (g *Generator) serviceUnit(csc *Scope, svc *model.Service, prev *ClassConfig) *unit {
-	reads := newReads()
-	sc := csc.recording(reads)
-	eps := sc.w.Endpoints(svc.Namespace, svc.Name)
-	drc := sc.destinationRuleConfig(svc.Hostname)
-	// Everything depends on these objects only, and the World replaces an
-	// object when it changes.
-	key := partKeyOf(sc.w, svc, eps, drc) + sniClustersKey(sc, svc)
-	routeKey := fmt.Sprintf("%p|%p%s", svc, drc, sc.aliasKey(svc))
-	if vss := sc.vs[svc.Hostname]; len(vss) > 0 {
-		routeKey += "|" + routeDeps(sc, vss)
-	}
 	var old *unit
 	if prev != nil {
 		old = prev.units[svc.Key()]
 	}
-	if old != nil && old.key == key && old.routeKey == routeKey {
-		return old
+	// A unit reused whole keeps its reads: its keys say its inputs are
+	// the same objects, so it read the same. Only a unit built anew
+	// records (its keys' reads too).
+	if old != nil {
+		if _, _, key, routeKey := unitKeys(csc.unrecorded(), svc); old.key == key && old.routeKey == routeKey {
+			return old
+		}
 	}
+	reads := newReads()
+	sc := csc.recording(reads)
+	eps, drc, key, routeKey := unitKeys(sc, svc)
 	grpc := sc.Proxy.IsGRPC()
 	if drc != nil {
 		dr := sc.DestinationRule(svc.Hostname)
@@ -355,6 +352,21 @@ func (g *Generator) serviceUnit(csc *Scope, svc *model.Service, prev *ClassConfi
 		}
 	}
 	return u
+}
+
+// unitKeys reads what a service's unit is built from: its endpoints and
+// DestinationRule, and the keys naming the inputs of its clusters and
+// endpoints (key) and of its routes (routeKey). Everything depends on
+// those objects only, and the World replaces an object when it changes.
+func unitKeys(sc *Scope, svc *model.Service) (eps *model.ServiceEndpoints, drc *model.Config, key, routeKey string) {
+	eps = sc.w.Endpoints(svc.Namespace, svc.Name)
+	drc = sc.destinationRuleConfig(svc.Hostname)
+	key = partKeyOf(sc.w, svc, eps, drc) + sniClustersKey(sc, svc)
+	routeKey = fmt.Sprintf("%p|%p%s", svc, drc, sc.aliasKey(svc))
+	if vss := sc.vs[svc.Hostname]; len(vss) > 0 {
+		routeKey += "|" + routeDeps(sc, vss)
+	}
+	return eps, drc, key, routeKey
 }
 
 func sameResources(a, b []*Resource) bool {

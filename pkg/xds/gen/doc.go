@@ -47,12 +47,34 @@
 // reused only for the same telemetry key, so an unrelated change does not
 // rebuild them; a MeshConfig change rebuilds every class.
 //
+// # What generation reads
+//
+// Generation code never holds a *model.World: it reads through a view
+// (reads.go) that records each read in a Reads, on the unit being built
+// (a service's clusters and endpoints, its routes, a port's listener, a
+// shared part, the class, a proxy's own configuration). A unit reused
+// from the previous generation brings its Reads along. The push planner
+// (pkg/xds/push) asks ProxyConfig.Touched whether a change can alter a
+// configuration; nothing else knows which kinds matter to whom, so a new
+// Istio kind is read with a view method (Config, ConfigsWhere, ConfigsIn,
+// or a new one beside the index lookups in reads.go) and is pushed to
+// exactly the proxies that read it. TestGenerationReadsOnlyThroughViews
+// fails on a function that reaches the World past the views;
+// TestPushPlanCoversEveryChangedProxy (pkg/xds/push) fails on a read that
+// is not recorded, or lost in reuse.
+//
+// Reuse keys (unit keys, routeDeps, the port keys) and provenance
+// (provenance.go) still name their inputs by hand: they are checked by
+// TestReuseEqualsFromScratch and the provenance tests, not derived from
+// the Reads.
+//
 // # File map
 //
 // A file's prefix says what it produces or decides; its _test.go files
 // share the name.
 //
 //   - Generation and reuse: generator.go (Generator, Options, New),
+//     reads.go (the recording views and Reads),
 //     class.go (Class),
 //     class_key.go (which proxies share a class; the World's index),
 //     class_parts.go (clusters and endpoints shared between classes),

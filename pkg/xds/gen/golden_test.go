@@ -80,7 +80,25 @@ func generate(t *testing.T, w *model.World, p *model.Proxy) *ProxyConfig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return g.Proxy(w, p, cc)
+	pc := g.Proxy(w, p, cc)
+	readsOnlyActedOnKinds(t, pc)
+	return pc
+}
+
+// readsOnlyActedOnKinds fails when generation read an Istio kind that
+// ReadsKind (the unsupported-field table, which status and the webhook
+// report from) says discovery does not act on: the two must agree.
+func readsOnlyActedOnKinds(t testing.TB, pc *ProxyConfig) {
+	t.Helper()
+	kinds := pc.Class.Reads().Kinds()
+	for k := range pc.OwnReads().Kinds() {
+		kinds[k] = true
+	}
+	for k := range kinds {
+		if k.IsIstio() && !ReadsKind(k) {
+			t.Errorf("generation read %s, which ReadsKind says discovery does not act on", k)
+		}
+	}
 }
 
 // render turns every resource of typeURL into indented JSON, by name.

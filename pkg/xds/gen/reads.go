@@ -1,6 +1,8 @@
 package gen
 
 import (
+	"sync"
+
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 
 	"github.com/meshplane/discovery/pkg/mesh"
@@ -18,12 +20,17 @@ import (
 // dependencies are not declared beside the code that reads, they are what
 // it read).
 //
+// Recording appends to short slices (a unit reads a handful of objects,
+// often the same one several times); the first Touches merges them, and
+// the reads of the parts the configuration is made of, into sets.
+//
 // A Reads is written by one generation and only read after.
 type Reads struct {
-	keys  map[model.Key]struct{}
-	hosts map[string]struct{}
-	inNS  map[kindNS]struct{}
-	kinds map[model.Kind]struct{}
+	mesh  bool
+	keys  []model.Key
+	hosts []string
+	inNS  []kindNS
+	kinds []model.Kind
 	// lists are reads of the members of a kind chosen by a rule: a change
 	// of an object of that kind touches the reads when the rule chooses
 	// it, before or after the change.
@@ -34,6 +41,21 @@ type Reads struct {
 	// all is set for a configuration whose generation failed part way:
 	// what it read is not known, so every change touches it.
 	all bool
+	// parts are the reads of the units this one is made of (a reused
+	// unit's are shared, not copied); flat merges them on first need.
+	parts []*Reads
+	once  sync.Once
+	flat  *readSet
+}
+
+// readSet is a Reads merged into sets, for lookups.
+type readSet struct {
+	keys  map[model.Key]struct{}
+	hosts map[string]struct{}
+	inNS  map[kindNS]struct{}
+	kinds map[model.Kind]struct{}
+	lists []listRead
+	all   bool
 }
 
 // readsAll touches every change (Reads.all).
@@ -62,74 +84,100 @@ func (r *Reads) seal() {
 	}
 }
 
+func (r *Reads) recording() bool { return r != nil && !r.sealed }
+
+// appendNew appends v unless one of the last few elements is v already.
+func appendNew[T comparable](l []T, v T) []T {
+	for i := len(l) - 1; i >= 0 && i >= len(l)-4; i-- {
+		if l[i] == v {
+			return l
+		}
+	}
+	return append(l, v)
+}
+
 func (r *Reads) key(k model.Key) {
-	if r == nil || r.sealed {
+	if !r.recording() {
 		return
 	}
-	if r.keys == nil {
-		r.keys = map[model.Key]struct{}{}
+	if k == model.MeshKey {
+		r.mesh = true
+		return
 	}
-	r.keys[k] = struct{}{}
+	r.keys = appendNew(r.keys, k)
 }
 
 func (r *Reads) host(h string) {
-	if r == nil || r.sealed {
-		return
+	if r.recording() {
+		r.hosts = appendNew(r.hosts, h)
 	}
-	if r.hosts == nil {
-		r.hosts = map[string]struct{}{}
-	}
-	r.hosts[h] = struct{}{}
 }
 
 func (r *Reads) namespace(kind model.Kind, ns string) {
-	if r == nil || r.sealed {
-		return
+	if r.recording() {
+		r.inNS = appendNew(r.inNS, kindNS{kind, ns})
 	}
-	if r.inNS == nil {
-		r.inNS = map[kindNS]struct{}{}
-	}
-	r.inNS[kindNS{kind, ns}] = struct{}{}
 }
 
 func (r *Reads) kind(kind model.Kind) {
-	if r == nil || r.sealed {
-		return
+	if r.recording() {
+		r.kinds = appendNew(r.kinds, kind)
 	}
-	if r.kinds == nil {
-		r.kinds = map[model.Kind]struct{}{}
-	}
-	r.kinds[kind] = struct{}{}
 }
 
 func (r *Reads) list(l listRead) {
-	if r != nil && !r.sealed {
+	if r.recording() {
 		r.lists = append(r.lists, l)
 	}
 }
 
 // add records everything o read as read by r too: a unit reused from a
-// previous generation brings its reads along.
+// previous generation brings its reads along. o is shared, not copied: a
+// VirtualService edit rebuilds a few units of a thousand, and copying the
+// others' reads into the class's cost more than the edit itself.
 func (r *Reads) add(o *Reads) {
-	if r == nil || r.sealed || o == nil || r == o {
-		return
+	if r.recording() && o != nil && o != r {
+		r.parts = append(r.parts, o)
 	}
-	for k := range o.keys {
-		r.key(k)
-	}
-	for h := range o.hosts {
-		r.host(h)
-	}
-	for k := range o.inNS {
-		r.namespace(k.kind, k.ns)
-	}
-	for k := range o.kinds {
-		r.kind(k)
-	}
-	if o.all {
-		r.all = true
-	}
-	r.lists = append(r.lists, o.lists...)
+}
+
+// set is r with its parts merged into sets, made once (r must be sealed,
+// or no longer written).
+func (r *Reads) set() *readSet {
+	r.once.Do(func() {
+		f := &readSet{keys: map[model.Key]struct{}{}, hosts: map[string]struct{}{}, inNS: map[kindNS]struct{}{}, kinds: map[model.Kind]struct{}{}}
+		seen := map[*Reads]bool{}
+		var merge func(o *Reads)
+		merge = func(o *Reads) {
+			if o == nil || seen[o] {
+				return
+			}
+			seen[o] = true
+			if o.mesh {
+				f.keys[model.MeshKey] = struct{}{}
+			}
+			for _, k := range o.keys {
+				f.keys[k] = struct{}{}
+			}
+			for _, h := range o.hosts {
+				f.hosts[h] = struct{}{}
+			}
+			for _, k := range o.inNS {
+				f.inNS[k] = struct{}{}
+			}
+			for _, k := range o.kinds {
+				f.kinds[k] = struct{}{}
+			}
+			f.all = f.all || o.all
+			f.lists = append(f.lists, o.lists...)
+			for _, p := range o.parts {
+				merge(p)
+			}
+		}
+		merge(r)
+		r.flat = f
+	})
+	return r.flat
 }
 
 // Touches reports whether a change of k, which made cur out of old (the
@@ -139,16 +187,17 @@ func (r *Reads) Touches(k model.Key, old, cur *model.World) bool {
 	if r == nil {
 		return false
 	}
-	if r.all {
+	f := r.set()
+	if f.all {
 		return true
 	}
-	if _, ok := r.keys[k]; ok {
+	if _, ok := f.keys[k]; ok {
 		return true
 	}
-	if _, ok := r.kinds[k.Kind]; ok {
+	if _, ok := f.kinds[k.Kind]; ok {
 		return true
 	}
-	if _, ok := r.inNS[kindNS{k.Kind, k.Namespace}]; ok {
+	if _, ok := f.inNS[kindNS{k.Kind, k.Namespace}]; ok {
 		return true
 	}
 	if k.Kind == model.KindService {
@@ -157,11 +206,11 @@ func (r *Reads) Touches(k model.Key, old, cur *model.World) bool {
 			if s == nil {
 				continue
 			}
-			if _, ok := r.hosts[s.Hostname]; ok {
+			if _, ok := f.hosts[s.Hostname]; ok {
 				return true
 			}
 			v := newView(w, nil)
-			for _, l := range r.lists {
+			for _, l := range f.lists {
 				if l.kind == model.KindService && l.service(v, s) {
 					return true
 				}
@@ -175,7 +224,7 @@ func (r *Reads) Touches(k model.Key, old, cur *model.World) bool {
 		if c == nil {
 			continue
 		}
-		for _, l := range r.lists {
+		for _, l := range f.lists {
 			if l.kind != k.Kind || l.config == nil {
 				continue
 			}
@@ -197,30 +246,33 @@ func (r *Reads) Kinds() map[model.Kind]bool {
 	if r == nil {
 		return out
 	}
-	for k := range r.keys {
+	f := r.set()
+	for k := range f.keys {
 		out[k.Kind] = true
 	}
-	if len(r.hosts) > 0 {
+	if len(f.hosts) > 0 {
 		out[model.KindService] = true
 	}
-	for k := range r.inNS {
+	for k := range f.inNS {
 		out[k.kind] = true
 	}
-	for k := range r.kinds {
+	for k := range f.kinds {
 		out[k] = true
 	}
-	for _, l := range r.lists {
+	for _, l := range f.lists {
 		out[l.kind] = true
 	}
 	return out
 }
 
-// Len is the number of recorded reads, for tests and memory accounting.
+// Len is the number of distinct recorded reads, for tests and memory
+// accounting.
 func (r *Reads) Len() int {
 	if r == nil {
 		return 0
 	}
-	return len(r.keys) + len(r.hosts) + len(r.inNS) + len(r.kinds) + len(r.lists)
+	f := r.set()
+	return len(f.keys) + len(f.hosts) + len(f.inNS) + len(f.kinds) + len(f.lists)
 }
 
 // view is the World as generation code sees it: every read goes through

@@ -46,6 +46,8 @@ type Scope struct {
 	// topo is the class's proxy's locality and labels as locality load
 	// balancing reads them (endpoint_locality.go).
 	topo proxyTopology
+	// quiet is this scope reading unrecorded (unrecorded).
+	quiet *Scope
 }
 
 // topology is what locality load balancing reads of the class's proxies:
@@ -75,14 +77,25 @@ func (sc *Scope) inTel() *listenerTelemetry {
 // recording returns sc reading through a view that records into r.
 func (sc *Scope) recording(r *Reads) *Scope {
 	c := *sc
-	c.w = sc.w.into(r)
+	c.w, c.quiet = sc.w.into(r), nil
 	return &c
+}
+
+// unrecorded returns sc reading without recording (made once).
+func (sc *Scope) unrecorded() *Scope {
+	if sc.w.r == nil {
+		return sc
+	}
+	if sc.quiet == nil {
+		sc.quiet = sc.recording(nil)
+	}
+	return sc.quiet
 }
 
 // in returns sc reading w, recording nothing.
 func (sc *Scope) in(w *model.World) *Scope {
 	c := *sc
-	c.w = newView(w, nil)
+	c.w, c.quiet = newView(w, nil), nil
 	return &c
 }
 

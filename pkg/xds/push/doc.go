@@ -12,8 +12,10 @@
 //
 // Between them, planning: Split sorts a Request's changes, and
 // Changes.For decides what they mean for one proxy (nothing, new
-// endpoints of the services it sees, or a full push) from the proxy's
-// last configuration and the generator's selection rules (ChangeMatters);
+// endpoints of the services it sees, or a full push) from what the
+// proxy's last configuration read (gen.Reads: a change touches it when
+// generation read the object, or listed its kind by a rule that chooses
+// it before or after; no rule per kind is written here);
 // Classes holds each proxy class's newest configuration, generated once
 // per World for all its proxies, and ChangedSince names what a proxy's
 // new configuration changed. The server (pkg/xds/server) holds the
