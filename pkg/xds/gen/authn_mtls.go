@@ -73,7 +73,22 @@ func (g *Generator) peerAuthentication(w *view, p *model.Proxy) inboundMTLS {
 		}
 	}
 	root := rootNamespace(w)
-	return workloadMTLS(w.ConfigsIn(model.KindPeerAuthentication, p.Namespace, root), root, p.Namespace, p.Labels())
+	return workloadMTLS(w.ConfigsWhere(model.KindPeerAuthentication, peerAuthnShapes(p.Namespace, p.Labels())), root, p.Namespace, p.Labels())
+}
+
+// peerAuthnShapes is the rule of the PeerAuthentications workloadMTLS
+// reads for a workload of namespace ns with labels: its namespace's and
+// the root namespace's without a selector, its namespace's whose selector
+// selects it.
+func peerAuthnShapes(ns string, labels map[string]string) func(*view, *model.Config) bool {
+	return func(u *view, c *model.Config) bool {
+		pa, ok := c.Object.(*securityv1.PeerAuthentication)
+		if !ok || (c.Key.Namespace != ns && c.Key.Namespace != rootNamespace(u)) {
+			return false
+		}
+		sel := pa.Spec.GetSelector().GetMatchLabels()
+		return len(sel) == 0 || (c.Key.Namespace == ns && labelsMatch(sel, labels))
+	}
 }
 
 // workloadMTLS resolves the mTLS modes of a workload of namespace ns with
@@ -135,6 +150,8 @@ func workloadMTLS(pas []*model.Config, root, ns string, labels map[string]string
 func namespaceMTLS(w *view, ns string) MTLSMode {
 	var namespace, mesh []*model.Config
 	root := rootNamespace(w)
+	// Read per cluster: by namespace, not by a rule (a rule per cluster
+	// would be a closure per cluster for the planner to call).
 	for _, c := range w.ConfigsIn(model.KindPeerAuthentication, ns, root) {
 		pa, ok := c.Object.(*securityv1.PeerAuthentication)
 		if !ok || len(pa.Spec.GetSelector().GetMatchLabels()) > 0 {

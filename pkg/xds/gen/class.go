@@ -28,8 +28,11 @@ type ClassConfig struct {
 	// EndpointsOf lists the EDS resource names of each visible service.
 	EndpointsOf map[model.NamespacedName][]string
 	scope       *Scope
-	// reads are what the configuration was built from (reads.go).
-	reads *Reads
+	// reads are what the configuration was built from (reads.go), own
+	// what its resources of no unit were; prov finds the reads of a
+	// resource (provenance.go).
+	reads, own *Reads
+	prov       *provIndex
 	units map[model.NamespacedName]*unit
 	ports map[int32]*portUnit
 	// raw holds, for the types WasmPlugins or EnvoyFilters patched, the
@@ -90,8 +93,12 @@ var ErrInconsistent = errors.New("inconsistent configuration")
 // configuration) and the error.
 func (g *Generator) Class(mw *model.World, p *model.Proxy, prev *ClassConfig) (out *ClassConfig, err error) {
 	key := ClassKey(mw, p)
-	reads := newReads()
-	w := newView(mw, reads)
+	// reads are everything the class read: what its scope read, what its
+	// own resources (those of no unit) read, and its units'.
+	reads, scopeReads, own := newReads(), newReads(), newReads()
+	reads.add(scopeReads)
+	reads.add(own)
+	w := newView(mw, scopeReads)
 	defer func() {
 		// Building protos cannot fail for valid input; should it, the
 		// last good configuration stays and the server keeps serving.
@@ -109,9 +116,15 @@ func (g *Generator) Class(mw *model.World, p *model.Proxy, prev *ClassConfig) (o
 	}()
 	sc := newScope(w, p)
 	sc.tel = g.classTelemetry(w, p)
+	sc.w = sc.w.into(own)
 	// Once generated, the class's scope is read by provenance lookups
 	// and the planner: it records nothing more.
-	defer func() { sc.w = sc.w.into(nil); reads.seal() }()
+	defer func() {
+		sc.w = sc.w.into(nil)
+		for _, r := range []*Reads{reads, scopeReads, own} {
+			r.seal()
+		}
+	}()
 	// A class's resources are reused only from a configuration made for
 	// the same MeshConfig: nearly everything reads it, and it changes
 	// rarely (meshconfig.go). prev is still the last good configuration.
@@ -120,7 +133,7 @@ func (g *Generator) Class(mw *model.World, p *model.Proxy, prev *ClassConfig) (o
 		reuse = nil
 	}
 	cc := &ClassConfig{
-		Class: key, WorldVersion: w.Version, scope: sc, reads: reads,
+		Class: key, WorldVersion: w.Version, scope: sc, reads: reads, own: own, prov: &provIndex{},
 		EndpointsOf: map[model.NamespacedName][]string{}, units: map[model.NamespacedName]*unit{},
 	}
 	bs := map[string]*builder{}
@@ -270,7 +283,7 @@ func (g *Generator) sidecarOutbound(sc *Scope, bs map[string]*builder, cc, prev 
 			}
 			pu = &portUnit{key: key, listener: r, portRefs: prefs, reads: lr}
 		}
-		sc.w.r.add(pu.reads)
+		cc.reads.add(pu.reads)
 		cc.ports[port] = pu
 		bs[ListenerType].reuse(pu.listener)
 		refs = append(refs, pu.refs...)
@@ -336,6 +349,7 @@ func (g *Generator) serviceUnit(csc *Scope, svc *model.Service, prev *ClassConfi
 		u.clusters, u.endpoints, u.edsRefs = slices.Clip(p.clusters), slices.Clip(p.endpoints), slices.Clip(p.edsRefs)
 		// A gateway's AUTO_PASSTHROUGH clusters are its class's own.
 		g.sniClusters(ksc, svc, eps, u)
+		u.clusterReads = u.clusterReads.alone()
 	}
 	for _, port := range svc.Ports {
 		if port.Protocol == model.ProtocolUDP || (grpc && skipsGRPC(svc)) {
@@ -361,6 +375,11 @@ func (g *Generator) serviceUnit(csc *Scope, svc *model.Service, prev *ClassConfi
 func unitKeys(sc *Scope, svc *model.Service) (eps *model.ServiceEndpoints, drc *model.Config, key, routeKey string) {
 	eps = sc.w.Endpoints(svc.Namespace, svc.Name)
 	drc = sc.destinationRuleConfig(svc.Hostname)
+	if svc.Entry != nil {
+		// The ServiceEntry the host came from (provenance: the Store
+		// derives the service, its change arrives as the Service's).
+		sc.w.Config(model.KindServiceEntry, svc.Namespace, svc.Entry.Name)
+	}
 	key = partKeyOf(sc.w, svc, eps, drc) + sniClustersKey(sc, svc)
 	routeKey = fmt.Sprintf("%p|%p%s", svc, drc, sc.aliasKey(svc))
 	if vss := sc.vs[svc.Hostname]; len(vss) > 0 {
@@ -430,6 +449,7 @@ func (g *Generator) UpdateEndpoints(prev *ClassConfig, mw *model.World, services
 		next[n] = r
 	}
 	cc := *prev
+	cc.prov = &provIndex{}
 	cc.WorldVersion = w.Version
 	cc.ID, cc.Base = g.ids.Add(1), prev.ID
 	cc.units = make(map[model.NamespacedName]*unit, len(prev.units))

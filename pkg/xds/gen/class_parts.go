@@ -76,7 +76,7 @@ type partOf struct {
 // use; w is the newest World, against which the cache is swept when it
 // outgrows it. Concurrent callers for the same part wait for one build.
 func (pc *partCache) get(g *Generator, sc *Scope, svc *model.Service, eps *model.ServiceEndpoints, drc *model.Config) partOf {
-	w := sc.w
+	w := sc.w.unrecorded() // the part records its key's reads (below)
 	td := w.TrafficDistribution(svc)
 	k := partKey{svc: svc.Key(), mesh: w.Mesh(), grpc: sc.Proxy.IsGRPC(), origDst: originalDst(sc.Proxy, svc), downstream: sniffsAny(sc.Proxy, svc), drc: drc, td: td, pa: w.paKey(svc.Namespace)}
 	deps := w.localityDeps(drc, td)
@@ -94,8 +94,14 @@ func (pc *partCache) get(g *Generator, sc *Scope, svc *model.Service, eps *model
 	}
 	pc.mu.Unlock()
 	p.once.Do(func() {
+		// The part's key is what its resources read beside them: every
+		// class sharing the part read the same, so the part holds it.
+		psc := sc.recording(p.reads)
+		psc.w.TrafficDistribution(svc)
+		psc.w.paKey(svc.Namespace)
+		psc.w.localityDeps(drc, td)
 		u := unit{localEndpoints: p.local}
-		g.outboundClusters(sc.recording(p.reads), svc, eps, &u)
+		g.outboundClusters(psc, svc, eps, &u)
 		p.clusters, p.endpoints, p.edsRefs = u.clusters, u.endpoints, u.edsRefs
 		p.reads.seal()
 	})

@@ -80,11 +80,8 @@ func (g *Generator) gatewayServers(sc *Scope) ([]uint32, map[uint32]*portServers
 	byPort := map[uint32]*portServers{}
 	var ports []uint32
 	listenPort := gatewayPortTranslation(sc.w, sc.Proxy)
-	for _, c := range sc.w.Configs(model.KindGateway) {
-		gw, ok := c.Object.(*networkingv1.Gateway)
-		if !ok || len(gw.Spec.GetSelector()) == 0 || !matchLabels(gw.Spec.GetSelector(), sc.Proxy.Labels()) {
-			continue
-		}
+	for _, c := range sc.w.ConfigsWhere(model.KindGateway, selectsGateway(sc.Proxy)) {
+		gw := c.Object.(*networkingv1.Gateway)
 		g.warnGateway(c)
 		for i, s := range gw.Spec.GetServers() {
 			kind, why := classifyServer(s)
@@ -101,6 +98,7 @@ func (g *Generator) gatewayServers(sc *Scope) ([]uint32, map[uint32]*portServers
 			}
 			var ts *tlsServer
 			if kind == serverHTTPS || kind == serverTLSTCP {
+				var ok bool
 				if ts, ok = gatewayTLSServer(c, i, s, g.credentials); !ok {
 					g.log.Warn("gateway TLS server has no usable certificate; left out", "gateway", c.Key.String(), "port", s.GetPort().GetNumber())
 					continue
@@ -138,6 +136,15 @@ const disablePortTranslation = "experimental.istio.io/disable-gateway-port-trans
 // sends its traffic to; the number itself when no Service has it. A named
 // targetPort is looked up in the container ports of the class's proxy's
 // pod (the pods of one gateway deployment have the same).
+// selectsGateway is the rule of the Gateways whose selector selects the
+// router p.
+func selectsGateway(p *model.Proxy) func(*view, *model.Config) bool {
+	return func(_ *view, c *model.Config) bool {
+		gw, ok := c.Object.(*networkingv1.Gateway)
+		return ok && len(gw.Spec.GetSelector()) > 0 && matchLabels(gw.Spec.GetSelector(), p.Labels())
+	}
+}
+
 func gatewayPortTranslation(w *view, p *model.Proxy) func(uint32) uint32 {
 	if p == nil || len(p.Labels()) == 0 {
 		return func(n uint32) uint32 { return n }

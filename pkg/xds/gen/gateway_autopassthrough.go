@@ -110,11 +110,8 @@ func autoPassthroughPatterns(sc *Scope) []string {
 		return nil
 	}
 	var out []string
-	for _, c := range sc.w.Configs(model.KindGateway) {
-		gw, ok := c.Object.(*networkingv1.Gateway)
-		if !ok || len(gw.Spec.GetSelector()) == 0 || !matchLabels(gw.Spec.GetSelector(), sc.Proxy.Labels()) {
-			continue
-		}
+	for _, c := range sc.w.ConfigsWhere(model.KindGateway, selectsGateway(sc.Proxy)) {
+		gw := c.Object.(*networkingv1.Gateway)
 		for _, s := range gw.Spec.GetServers() {
 			if k, _ := classifyServer(s); k == serverAutoPassthrough {
 				out = append(out, sniPatterns(s.GetHosts())...)

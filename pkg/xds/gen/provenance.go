@@ -3,9 +3,8 @@ package gen
 import (
 	"sort"
 	"strings"
+	"sync"
 
-	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
-	securityv1 "istio.io/client-go/pkg/apis/security/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 
 	"github.com/meshplane/discovery/pkg/model"
@@ -19,157 +18,76 @@ type ConfigRef struct {
 	ResourceVersion string
 }
 
-// Sources returns the Istio configs the resource typeURL/name of c was built
-// from: VirtualServices for routes, DestinationRules and ServiceEntries for
-// clusters and endpoints, Gateways (and their VirtualServices) for a
-// gateway's listeners and routes, the Sidecar for outbound listeners and
-// routes, AuthorizationPolicies and PeerAuthentications for virtualInbound,
-// and the EnvoyFilters whose patches may have changed the resource.
-// Resources built from Kubernetes objects alone have none.
+// Sources returns the Istio configs the resource typeURL/name of c was
+// built from: the configs generation took while it built the resource
+// (Reads.used: looked up by name, chosen from the class's scope, or
+// chosen by a rule), and the EnvoyFilters whose patches may have changed
+// it. Resources built from Kubernetes objects alone have none.
 //
-// Provenance is not stored per resource: it follows from the resource's name
-// and the class's Scope, the immutable input the resource was built from,
-// so building configuration costs nothing more and a lookup (made only for
-// a rejected or acknowledged resource) reads the same objects the generator
-// read.
+// Provenance is not stored per resource: a resource belongs to the unit
+// that built it (a service's clusters and endpoints, its routes, a port's
+// listener, the class's or the proxy's own), whose reads it shares; the
+// map from names to units is built on the first lookup (made only for a
+// rejected resource, or an acknowledged one while a rejection is
+// outstanding).
 func (c *ProxyConfig) Sources(typeURL, name string) []ConfigRef {
 	if c == nil || c.Class == nil || c.Class.scope == nil {
 		return nil
 	}
-	return c.Class.scope.sources(typeURL, name)
-}
-
-// sources is Sources for a resource of sc's class. Provenance shapes no
-// resource: it reads unrecorded.
-func (sc *Scope) sources(typeURL, name string) []ConfigRef {
-	sc = sc.recording(nil)
 	var cfgs []*model.Config
-	switch typeURL {
-	case ClusterType, EndpointType:
-		cfgs = sc.clusterSources(name)
-	case RouteType:
-		cfgs = sc.routeSources(name)
-	case ListenerType:
-		cfgs = sc.listenerSources(name)
-	}
-	cfgs = append(cfgs, sc.envoyFilterSources(typeURL, name)...) // envoyfilter.go
-	return refs(cfgs)
-}
-
-func (sc *Scope) clusterSources(name string) []*model.Config {
-	parts := strings.SplitN(name, "|", 4)
-	if len(parts) != 4 || parts[0] != "outbound" {
-		return nil
-	}
-	host := parts[3]
-	var out []*model.Config
-	if dr := sc.dr[host]; dr != nil {
-		out = append(out, dr)
-	}
-	return append(out, sc.serviceEntry(host)...)
-}
-
-// serviceEntry returns the ServiceEntry that declares host, if any.
-func (sc *Scope) serviceEntry(host string) []*model.Config {
-	svc := sc.w.ServiceByHost(host)
-	if svc == nil || svc.Entry == nil {
-		return nil
-	}
-	for _, c := range sc.w.Configs(model.KindServiceEntry) {
-		if c.Key.Namespace == svc.Namespace && c.Key.Name == svc.Entry.Name {
-			return []*model.Config{c}
-		}
-	}
-	return nil
-}
-
-func (sc *Scope) routeSources(name string) []*model.Config {
-	if sc.Proxy.Type == model.ProxyRouter {
-		return sc.withDelegates(sc.gatewaySources(true))
-	}
-	var out []*model.Config
-	if host, _, ok := cutLast(name, ":"); ok {
-		out = append(out, sc.VirtualServices(host, "mesh")...)
-	} else {
-		// A port's route for hosts without an address: every such host's
-		// VirtualServices may contribute.
-		for _, svc := range sc.Services {
-			if len(svc.Addresses) == 0 {
-				out = append(out, sc.VirtualServices(svc.Hostname, "mesh")...)
-			}
-		}
-	}
-	return append(sc.withDelegates(out), sc.sidecarConfig()...)
-}
-
-func (sc *Scope) listenerSources(name string) []*model.Config {
 	switch {
-	case sc.Proxy.Type == model.ProxyRouter:
-		return sc.gatewaySources(false)
-	case name == VirtualInbound:
-		return inboundSources(sc.w, sc.Proxy)
+	case c.Own[typeURL].Get(name) != nil:
+		cfgs = c.own.usedConfigs()
+	case c.Class.Sets[typeURL].Get(name) != nil:
+		cfgs = c.Class.readsOf(typeURL, name).usedConfigs()
 	}
-	return sc.sidecarConfig()
+	sc := c.Class.scope.recording(nil)
+	return refs(append(cfgs, sc.envoyFilterSources(typeURL, name)...)) // envoyfilter.go
 }
 
-func (sc *Scope) sidecarConfig() []*model.Config {
-	if sc.sidecar == nil || sc.sidecar.cfg == nil {
-		return nil
-	}
-	return []*model.Config{sc.sidecar.cfg}
+// sources are the configs of a resource being built in sc's class: what
+// sc's reads took so far (a refusal is reported while the resource is
+// built).
+func (sc *Scope) sources(typeURL, name string) []ConfigRef {
+	cfgs := sc.w.r.usedConfigs()
+	sc = sc.recording(nil)
+	return refs(append(cfgs, sc.envoyFilterSources(typeURL, name)...))
 }
 
-// gatewaySources are the Gateways that select the router and, with routes,
-// the VirtualServices bound to them.
-func (sc *Scope) gatewaySources(withVS bool) []*model.Config {
-	var out []*model.Config
-	var names []string
-	for _, c := range sc.w.Configs(model.KindGateway) {
-		gw, ok := c.Object.(*networkingv1.Gateway)
-		if !ok || len(gw.Spec.GetSelector()) == 0 || !matchLabels(gw.Spec.GetSelector(), sc.Proxy.Labels()) {
-			continue
-		}
-		out = append(out, c)
-		names = append(names, c.Key.Namespace+"/"+c.Key.Name)
-	}
-	if !withVS {
-		return out
-	}
-	seen := map[model.Key]bool{}
-	for _, vss := range sc.vs {
-		for _, v := range vss {
-			for _, gw := range names {
-				if !seen[v.Key] && appliesTo(v, gw) {
-					seen[v.Key] = true
-					out = append(out, v)
-				}
+// provIndex maps a class's resources to the reads of the unit that built
+// them, made on first use.
+type provIndex struct {
+	once sync.Once
+	m    map[provKey]*Reads
+}
+
+type provKey struct{ typeURL, name string }
+
+// readsOf returns the reads of the unit that built the resource: a
+// service's, a port listener's, or the class's own.
+func (c *ClassConfig) readsOf(typeURL, name string) *Reads {
+	c.prov.once.Do(func() {
+		m := map[provKey]*Reads{}
+		put := func(t string, rs []*Resource, r *Reads) {
+			for _, res := range rs {
+				m[provKey{t, res.Name}] = r
 			}
 		}
-	}
-	return out
-}
-
-// inboundSources are the AuthorizationPolicies and PeerAuthentications that
-// may shape p's virtualInbound listener: those of p's namespace and the root
-// namespace whose selector matches p (or that have none).
-func inboundSources(w *view, p *model.Proxy) []*model.Config {
-	var out []*model.Config
-	root := rootNamespace(w)
-	for _, c := range w.Configs(model.KindAuthorizationPolicy) {
-		ap, ok := c.Object.(*securityv1.AuthorizationPolicy)
-		if ok && (c.Key.Namespace == p.Namespace || c.Key.Namespace == root) &&
-			labelsMatch(ap.Spec.GetSelector().GetMatchLabels(), p.Labels()) {
-			out = append(out, c)
+		for _, u := range c.units {
+			put(ClusterType, u.clusters, u.clusterReads)
+			put(EndpointType, u.endpoints, u.clusterReads)
+			put(ListenerType, u.listeners, u.reads)
+			put(RouteType, u.routes, u.reads)
 		}
-	}
-	for _, c := range w.Configs(model.KindPeerAuthentication) {
-		pa, ok := c.Object.(*securityv1.PeerAuthentication)
-		if ok && (c.Key.Namespace == p.Namespace || c.Key.Namespace == root) &&
-			labelsMatch(pa.Spec.GetSelector().GetMatchLabels(), p.Labels()) {
-			out = append(out, c)
+		for _, pu := range c.ports {
+			put(ListenerType, []*Resource{pu.listener}, pu.reads)
 		}
+		c.prov.m = m
+	})
+	if r, ok := c.prov.m[provKey{typeURL, name}]; ok {
+		return r
 	}
-	return out
+	return c.own
 }
 
 // refs turns configs into ConfigRefs, without duplicates, sorted by key.

@@ -61,8 +61,14 @@ func TestSources(t *testing.T) {
 		"a DestinationRule's cluster carries that DestinationRule": {
 			ClusterType, drCluster, []ConfigRef{{Key: drKey, Generation: 2, ResourceVersion: "7"}},
 		},
+		"a DestinationRule's host route carries the rule (routes read it: hash policy, subsets)": {
+			RouteType, find(RouteType, func(n string) bool { return strings.HasPrefix(n, host2+":") }),
+			[]ConfigRef{{Key: drKey, Generation: 2, ResourceVersion: "7"}},
+		},
 		"another host's route carries nothing": {
-			RouteType, find(RouteType, func(n string) bool { return strings.HasPrefix(n, host2+":") }), nil,
+			RouteType, find(RouteType, func(n string) bool {
+				return strings.Contains(n, ".svc.cluster.local:") && !strings.HasPrefix(n, host2+":") && !strings.HasPrefix(n, host3+":")
+			}), nil,
 		},
 		"a cluster of a host without DestinationRule carries nothing": {ClusterType, otherCluster, nil},
 		"virtualInbound without policies carries nothing":             {ListenerType, VirtualInbound, nil},

@@ -30,8 +30,19 @@ func (c *ProxyConfig) OwnReads() *Reads { return c.own }
 // judged to touch neither part (or the part was rebuilt), so what they
 // read is as it was there.
 func (c *ProxyConfig) Touched(k model.Key, cur *model.World) (class, own bool) {
-	old := c.Class.scope.w.w
-	return c.Class.reads.Touches(k, old, cur), c.own.Touches(k, old, cur)
+	return c.Class.Touches(k, cur), c.OwnTouches(k, cur)
+}
+
+// OwnTouches reports whether a change of k can alter c's own
+// configuration (Touched).
+func (c *ProxyConfig) OwnTouches(k model.Key, cur *model.World) bool {
+	return c.own.Touches(k, c.Class.scope.w.w, cur)
+}
+
+// Touches reports whether a change of k, which made the World cur, can
+// alter c (judged against c's World, as ProxyConfig.Touched).
+func (c *ClassConfig) Touches(k model.Key, cur *model.World) bool {
+	return c.reads.Touches(k, c.scope.w.w, cur)
 }
 
 // Touches reports whether a change of k can alter c (Touched).
@@ -130,7 +141,7 @@ func (g *Generator) Proxy(mw *model.World, p *model.Proxy, cls *ClassConfig) (ou
 	sniffingTimeouts(in, w)
 	listeners.add(VirtualInbound, in)
 	for _, err := range append(clusters.errs, listeners.errs...) {
-		g.report(cls.Scope(), p.ID, err)
+		g.report(cls.Scope().recording(reads), p.ID, err)
 	}
 	pc.Own[ClusterType] = clusters.set()
 	pc.Own[ListenerType] = listeners.set()

@@ -1,7 +1,7 @@
 package gen
 
 import (
-	"sync"
+	"slices"
 
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 
@@ -21,8 +21,9 @@ import (
 // it read).
 //
 // Recording appends to short slices (a unit reads a handful of objects,
-// often the same one several times); the first Touches merges them, and
-// the reads of the parts the configuration is made of, into sets.
+// often the same one several times); a class's Reads is a tree of its
+// units' (shared with the previous generation where a unit is reused),
+// which Touches scans.
 //
 // A Reads is written by one generation and only read after.
 type Reads struct {
@@ -31,6 +32,9 @@ type Reads struct {
 	hosts []string
 	inNS  []kindNS
 	kinds []model.Kind
+	// used are the Istio configs generation took (looked up, or chosen by
+	// a rule): provenance, the configs a rejected resource came from.
+	used []*model.Config
 	// lists are reads of the members of a kind chosen by a rule: a change
 	// of an object of that kind touches the reads when the rule chooses
 	// it, before or after the change.
@@ -42,20 +46,8 @@ type Reads struct {
 	// what it read is not known, so every change touches it.
 	all bool
 	// parts are the reads of the units this one is made of (a reused
-	// unit's are shared, not copied); flat merges them on first need.
+	// unit's are shared, not copied).
 	parts []*Reads
-	once  sync.Once
-	flat  *readSet
-}
-
-// readSet is a Reads merged into sets, for lookups.
-type readSet struct {
-	keys  map[model.Key]struct{}
-	hosts map[string]struct{}
-	inNS  map[kindNS]struct{}
-	kinds map[model.Kind]struct{}
-	lists []listRead
-	all   bool
 }
 
 // readsAll touches every change (Reads.all).
@@ -125,6 +117,40 @@ func (r *Reads) kind(kind model.Kind) {
 	}
 }
 
+func (r *Reads) use(c *model.Config) {
+	if r.recording() && c != nil {
+		r.used = appendNew(r.used, c)
+	}
+}
+
+// usedConfigs are the configs r and its parts took, each once, in the
+// order taken. It walks the parts every time: provenance is asked for
+// rejected resources only, and during generation (a refusal), before r
+// is sealed.
+func (r *Reads) usedConfigs() []*model.Config {
+	var out []*model.Config
+	seen := map[*model.Config]bool{}
+	walked := map[*Reads]bool{}
+	var walk func(o *Reads)
+	walk = func(o *Reads) {
+		if o == nil || walked[o] {
+			return
+		}
+		walked[o] = true
+		for _, c := range o.used {
+			if !seen[c] {
+				seen[c] = true
+				out = append(out, c)
+			}
+		}
+		for _, p := range o.parts {
+			walk(p)
+		}
+	}
+	walk(r)
+	return out
+}
+
 func (r *Reads) list(l listRead) {
 	if r.recording() {
 		r.lists = append(r.lists, l)
@@ -141,138 +167,132 @@ func (r *Reads) add(o *Reads) {
 	}
 }
 
-// set is r with its parts merged into sets, made once (r must be sealed,
-// or no longer written).
-func (r *Reads) set() *readSet {
-	r.once.Do(func() {
-		f := &readSet{keys: map[model.Key]struct{}{}, hosts: map[string]struct{}{}, inNS: map[kindNS]struct{}{}, kinds: map[model.Kind]struct{}{}}
-		seen := map[*Reads]bool{}
-		var merge func(o *Reads)
-		merge = func(o *Reads) {
-			if o == nil || seen[o] {
-				return
-			}
-			seen[o] = true
-			if o.mesh {
-				f.keys[model.MeshKey] = struct{}{}
-			}
-			for _, k := range o.keys {
-				f.keys[k] = struct{}{}
-			}
-			for _, h := range o.hosts {
-				f.hosts[h] = struct{}{}
-			}
-			for _, k := range o.inNS {
-				f.inNS[k] = struct{}{}
-			}
-			for _, k := range o.kinds {
-				f.kinds[k] = struct{}{}
-			}
-			f.all = f.all || o.all
-			f.lists = append(f.lists, o.lists...)
-			for _, p := range o.parts {
-				merge(p)
-			}
+// alone returns r's only part when r read nothing itself (a unit whose
+// clusters are a shared part's): one Reads less per unit and class.
+func (r *Reads) alone() *Reads {
+	if len(r.parts) == 1 && !r.mesh && !r.all && len(r.keys)+len(r.hosts)+len(r.inNS)+len(r.kinds)+len(r.lists)+len(r.used) == 0 {
+		return r.parts[0]
+	}
+	return r
+}
+
+// walk calls f on r and its parts, depth first, until f returns true;
+// it reports whether f did.
+func (r *Reads) walk(f func(*Reads) bool) bool {
+	if r == nil {
+		return false
+	}
+	if f(r) {
+		return true
+	}
+	for _, p := range r.parts {
+		if p.walk(f) {
+			return true
 		}
-		merge(r)
-		r.flat = f
-	})
-	return r.flat
+	}
+	return false
 }
 
 // Touches reports whether a change of k, which made cur out of old (the
 // World the reads were made in, or one where every change since was
 // judged not to touch them), can alter what was generated from the reads.
+// It scans the recorded reads (a class's are a few thousand, in a tree of
+// units); the planner asks once per class and change (push.Changes).
 func (r *Reads) Touches(k model.Key, old, cur *model.World) bool {
 	if r == nil {
 		return false
 	}
-	f := r.set()
-	if f.all {
-		return true
-	}
-	if _, ok := f.keys[k]; ok {
-		return true
-	}
-	if _, ok := f.kinds[k.Kind]; ok {
-		return true
-	}
-	if _, ok := f.inNS[kindNS{k.Kind, k.Namespace}]; ok {
-		return true
-	}
-	if k.Kind == model.KindService {
-		for _, w := range []*model.World{old, cur} {
-			s := w.Service(k.Namespace, k.Name)
-			if s == nil {
-				continue
+	var objs [2]*model.Service
+	var cfgs [2]*model.Config
+	var views [2]*view
+	looked := false
+	lookup := func() {
+		if looked {
+			return
+		}
+		looked = true
+		for i, w := range []*model.World{old, cur} {
+			if k.Kind == model.KindService {
+				objs[i] = w.Service(k.Namespace, k.Name)
+			} else {
+				cfgs[i] = w.Config(k.Kind, k.Namespace, k.Name)
 			}
-			if _, ok := f.hosts[s.Hostname]; ok {
-				return true
+			if objs[i] != nil || cfgs[i] != nil {
+				views[i] = newView(w, nil)
 			}
-			v := newView(w, nil)
-			for _, l := range f.lists {
-				if l.kind == model.KindService && l.service(v, s) {
+		}
+	}
+	return r.walk(func(o *Reads) bool {
+		if o.all || (o.mesh && k == model.MeshKey) {
+			return true
+		}
+		if slices.Contains(o.keys, k) || slices.Contains(o.kinds, k.Kind) || slices.Contains(o.inNS, kindNS{k.Kind, k.Namespace}) {
+			return true
+		}
+		if len(o.hosts) == 0 && len(o.lists) == 0 {
+			return false
+		}
+		lookup()
+		for i := range objs {
+			if s := objs[i]; s != nil {
+				if slices.Contains(o.hosts, s.Hostname) {
 					return true
+				}
+				for _, l := range o.lists {
+					if l.kind == model.KindService && l.service(views[i], s) {
+						return true
+					}
+				}
+			}
+			if c := cfgs[i]; c != nil {
+				for _, l := range o.lists {
+					if l.kind == k.Kind && l.config != nil && l.config(views[i], c) {
+						return true
+					}
 				}
 			}
 		}
 		return false
-	}
-	for _, w := range []*model.World{old, cur} {
-		var v *view
-		c := w.Config(k.Kind, k.Namespace, k.Name)
-		if c == nil {
-			continue
-		}
-		for _, l := range f.lists {
-			if l.kind != k.Kind || l.config == nil {
-				continue
-			}
-			if v == nil {
-				v = newView(w, nil)
-			}
-			if l.config(v, c) {
-				return true
-			}
-		}
-	}
-	return false
+	})
 }
 
 // Kinds lists the kinds r read in any way, for the debug endpoints and
 // tests.
 func (r *Reads) Kinds() map[model.Kind]bool {
 	out := map[model.Kind]bool{}
-	if r == nil {
-		return out
-	}
-	f := r.set()
-	for k := range f.keys {
-		out[k.Kind] = true
-	}
-	if len(f.hosts) > 0 {
-		out[model.KindService] = true
-	}
-	for k := range f.inNS {
-		out[k.kind] = true
-	}
-	for k := range f.kinds {
-		out[k] = true
-	}
-	for _, l := range f.lists {
-		out[l.kind] = true
-	}
+	r.walk(func(o *Reads) bool {
+		if o.mesh {
+			out[model.KindMeshConfig] = true
+		}
+		for _, k := range o.keys {
+			out[k.Kind] = true
+		}
+		if len(o.hosts) > 0 {
+			out[model.KindService] = true
+		}
+		for _, k := range o.inNS {
+			out[k.kind] = true
+		}
+		for _, k := range o.kinds {
+			out[k] = true
+		}
+		for _, l := range o.lists {
+			out[l.kind] = true
+		}
+		return false
+	})
 	return out
 }
 
-// Len is the number of distinct recorded reads, for tests and memory
-// accounting.
+// Len is the number of recorded reads, with repeats, for tests and
+// memory accounting.
 func (r *Reads) Len() int {
-	if r == nil {
-		return 0
-	}
-	f := r.set()
-	return len(f.keys) + len(f.hosts) + len(f.inNS) + len(f.kinds) + len(f.lists)
+	n := 0
+	r.walk(func(o *Reads) bool {
+		n += len(o.keys) + len(o.hosts) + len(o.inNS) + len(o.kinds) + len(o.lists)
+		return false
+	})
+	return n
 }
 
 // view is the World as generation code sees it: every read goes through
@@ -303,7 +323,9 @@ func (v *view) Mesh() *mesh.Config {
 // Config returns the config kind ns/name, or nil.
 func (v *view) Config(kind model.Kind, ns, name string) *model.Config {
 	v.r.key(model.Key{Kind: kind, Namespace: ns, Name: name})
-	return v.w.Config(kind, ns, name)
+	c := v.w.Config(kind, ns, name)
+	v.r.use(c)
+	return c
 }
 
 // Configs returns every config of kind: any change of the kind touches
@@ -325,6 +347,7 @@ func (v *view) ConfigsWhere(kind model.Kind, match func(*view, *model.Config) bo
 	for _, c := range v.w.Configs(kind) {
 		if match(u, c) {
 			out = append(out, c)
+			v.r.use(c)
 		}
 	}
 	return out
@@ -344,6 +367,7 @@ func (v *view) ConfigsIn(kind model.Kind, nss ...string) []*model.Config {
 		for _, ns := range nss {
 			if c.Key.Namespace == ns {
 				out = append(out, c)
+				v.r.use(c)
 				break
 			}
 		}
@@ -481,7 +505,9 @@ func (v *view) localityDeps(drc *model.Config, td model.TrafficDistribution) *lb
 func (v *view) sidecarFor(p *model.Proxy) (*model.Config, []*model.Config) {
 	v.r.namespace(model.KindSidecar, p.Namespace)
 	v.r.namespace(model.KindSidecar, rootNamespace(v))
-	return v.index().choose(p)
+	c, shadowed := v.index().choose(p)
+	v.r.use(c)
+	return c, shadowed
 }
 
 // destinationRulesFor is ruleIndex.forScope: a read of the

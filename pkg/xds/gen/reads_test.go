@@ -26,7 +26,8 @@ var worldAllowed = map[string]bool{
 	// The index and the class key.
 	"ClassKey": true, "indexFor": true, "storeIndex": true, "evictIndexes": true, "newWorldIndex": true,
 	// Questions the planner asks about a configuration.
-	"ProxyConfig.Touched": true, "ProxyConfig.Touches": true, "IdentitiesChanged": true,
+	"ProxyConfig.Touched": true, "ProxyConfig.Touches": true, "ProxyConfig.OwnTouches": true,
+	"ClassConfig.Touches": true, "IdentitiesChanged": true,
 	// Scopes that read another World, or nothing.
 	"Scope.in": true,
 	// Reads that shape no resource.
@@ -35,6 +36,9 @@ var worldAllowed = map[string]bool{
 	// Unit reuse: the keys are read unrecorded to decide whether the
 	// unit's recorded reads still stand.
 	"Generator.serviceUnit": true,
+	// A shared part's key is read unrecorded by the class asking; the
+	// part records those reads once, as its own.
+	"partCache.get": true,
 	// A refusal's log line names the class.
 	"Generator.addTo": true,
 }

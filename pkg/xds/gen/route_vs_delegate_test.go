@@ -268,7 +268,7 @@ func TestDelegation(t *testing.T) {
 
 	t.Run("a rejected route is traced to the root and its delegate", func(t *testing.T) {
 		var keys []string
-		for _, c := range sc.routeSources(RouteName("svc-0.ns-0.svc.cluster.local", 80)) {
+		for _, c := range generate(t, store.World(), sidecar(t, "ns-1")).Sources(RouteType, RouteName("svc-0.ns-0.svc.cluster.local", 80)) {
 			keys = append(keys, c.Key.Namespace+"/"+c.Key.Name)
 		}
 		if strings.Join(keys, " ") != "ns-0/root ns-1/d" {

@@ -75,6 +75,7 @@ func (g *Generator) vsHTTPRoutes(sc *Scope, c *model.Config, host string, port i
 			d = resolveDelegation(sc.w, c)
 		}
 		g.reportDelegation(d)
+		sc.use(d.delegates...)
 		for _, r := range d.routes {
 			out = append(out, g.httpRoutes(sc, r, host, port, gateway, tls)...)
 		}

@@ -144,18 +144,32 @@ func (sc *Scope) VirtualServices(host, gateway string) []*model.Config {
 			out = append(out, c)
 		}
 	}
+	sc.use(out...)
 	return out
+}
+
+// use notes that what is being built takes the configs cs, chosen from
+// the class's scope (provenance.go).
+func (sc *Scope) use(cs ...*model.Config) {
+	for _, c := range cs {
+		sc.w.r.use(c)
+	}
 }
 
 // DestinationRule returns the DestinationRule for host, or nil.
 func (sc *Scope) DestinationRule(host string) *networkingv1.DestinationRule {
 	if c := sc.dr[host]; c != nil {
+		sc.use(c)
 		return c.Object.(*networkingv1.DestinationRule)
 	}
 	return nil
 }
 
-func (sc *Scope) destinationRuleConfig(host string) *model.Config { return sc.dr[host] }
+func (sc *Scope) destinationRuleConfig(host string) *model.Config {
+	c := sc.dr[host]
+	sc.use(c)
+	return c
+}
 
 // boundTo is the rule of the VirtualServices that apply to gateway.
 func boundTo(gateway string) func(*view, *model.Config) bool {

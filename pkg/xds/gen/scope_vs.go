@@ -200,6 +200,7 @@ func (sc *Scope) l4VirtualServices(host string) []*model.Config {
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool { return sc.vsRank[out[i]] < sc.vsRank[out[j]] })
+	sc.use(out...)
 	return out
 }
 
@@ -237,17 +238,7 @@ func (sc *Scope) gatewayVirtualServices(gateway string) []*model.Config {
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return sc.vsRank[out[i]] < sc.vsRank[out[j]] })
+	sc.use(out...)
 	return out
 }
 
-// withDelegates is vss followed by the delegates merged into them: a
-// route a proxy rejects may come from either.
-func (sc *Scope) withDelegates(vss []*model.Config) []*model.Config {
-	out := vss
-	for _, c := range vss {
-		if d := sc.delegations[c]; d != nil {
-			out = append(out, d.delegates...)
-		}
-	}
-	return out
-}

@@ -1,6 +1,9 @@
 package push
 
 import (
+	"slices"
+	"sync"
+
 	"github.com/meshplane/discovery/pkg/model"
 	"github.com/meshplane/discovery/pkg/xds/gen"
 )
@@ -25,12 +28,40 @@ type Plan struct {
 type Changes struct {
 	Endpoints map[model.NamespacedName]bool
 	Others    []model.Key
+	// classes remembers, per class configuration, whether Others touch
+	// it: the proxies of a class share the answer.
+	classes *classMemo
+}
+
+type classMemo struct {
+	mu sync.Mutex
+	m  map[*gen.ClassConfig]bool
+}
+
+// classTouched reports whether any of ch.Others touches cls, asking cls
+// once for all its proxies.
+func (ch Changes) classTouched(cls *gen.ClassConfig, w *model.World) bool {
+	if ch.classes != nil {
+		ch.classes.mu.Lock()
+		touched, ok := ch.classes.m[cls]
+		ch.classes.mu.Unlock()
+		if ok {
+			return touched
+		}
+	}
+	touched := slices.ContainsFunc(ch.Others, func(k model.Key) bool { return cls.Touches(k, w) })
+	if ch.classes != nil {
+		ch.classes.mu.Lock()
+		ch.classes.m[cls] = touched
+		ch.classes.mu.Unlock()
+	}
+	return touched
 }
 
 // Split sorts changes for planning. EndpointSlice changes are left out:
 // their effect arrives as KindEndpoints changes.
 func Split(changes map[model.Key]model.Op) Changes {
-	ch := Changes{Endpoints: map[model.NamespacedName]bool{}}
+	ch := Changes{Endpoints: map[model.NamespacedName]bool{}, classes: &classMemo{m: map[*gen.ClassConfig]bool{}}}
 	for k := range changes {
 		switch k.Kind {
 		case model.KindEndpoints:
@@ -59,16 +90,8 @@ func (ch Changes) For(w *model.World, p *model.Proxy, cfg *gen.ProxyConfig) (pla
 	if cfg == nil || cfg.Class.Class != key {
 		return &Plan{Full: true, Class: key}, key
 	}
-	var full, own bool
-	for _, k := range ch.Others {
-		c, o := cfg.Touched(k, w)
-		full = full || c || o
-		own = own || o
-		if own {
-			break
-		}
-	}
-	if full {
+	own := slices.ContainsFunc(ch.Others, func(k model.Key) bool { return cfg.OwnTouches(k, w) })
+	if own || ch.classTouched(cfg.Class, w) {
 		return &Plan{Full: true, KeepOwn: !own, Class: key}, key
 	}
 	scope := cfg.Class.Scope()
