@@ -33,8 +33,8 @@ type ClassConfig struct {
 	// resource (provenance.go).
 	reads, own *Reads
 	prov       *provIndex
-	units map[model.NamespacedName]*unit
-	ports map[int32]*portUnit
+	units      map[model.NamespacedName]*unit
+	ports      map[int32]*portUnit
 	// raw holds, for the types WasmPlugins or EnvoyFilters patched, the
 	// sets as built (wasm_apply.go, envoyfilter.go); nil when none did.
 	raw map[string]*Set

@@ -241,4 +241,3 @@ func (sc *Scope) gatewayVirtualServices(gateway string) []*model.Config {
 	sc.use(out...)
 	return out
 }
-
