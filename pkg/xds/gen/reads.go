@@ -129,25 +129,14 @@ func (r *Reads) use(c *model.Config) {
 // is sealed.
 func (r *Reads) usedConfigs() []*model.Config {
 	var out []*model.Config
-	seen := map[*model.Config]bool{}
-	walked := map[*Reads]bool{}
-	var walk func(o *Reads)
-	walk = func(o *Reads) {
-		if o == nil || walked[o] {
-			return
-		}
-		walked[o] = true
+	r.walk(func(o *Reads) bool {
 		for _, c := range o.used {
-			if !seen[c] {
-				seen[c] = true
+			if !slices.Contains(out, c) {
 				out = append(out, c)
 			}
 		}
-		for _, p := range o.parts {
-			walk(p)
-		}
-	}
-	walk(r)
+		return false
+	})
 	return out
 }
 
