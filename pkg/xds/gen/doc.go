@@ -50,7 +50,7 @@
 // # What generation reads
 //
 // Generation code never holds a *model.World: it reads through a view
-// (reads.go) that records each read in a Reads, on the unit being built
+// (reads_view.go) that records each read in a Reads, on the unit being built
 // (a service's clusters and endpoints, its routes, a port's listener, a
 // shared part, the class, a proxy's own configuration). A unit reused
 // from the previous generation brings its Reads along. The push planner
@@ -74,8 +74,9 @@
 // share the name.
 //
 //   - Generation and reuse: generator.go (Generator, Options, New),
-//     reads.go (the recording views and Reads),
-//     class.go (Class),
+//     reads.go (Reads: what a configuration read, Touches),
+//     reads_view.go (the recording views generation reads through),
+//     class.go (Class), class_endpoints.go (UpdateEndpoints),
 //     class_key.go (which proxies share a class; the World's index),
 //     class_parts.go (clusters and endpoints shared between classes),
 //     proxy.go (one proxy's configuration), resource.go (Resource, Set),

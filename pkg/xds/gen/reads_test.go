@@ -44,7 +44,7 @@ var worldAllowed = map[string]bool{
 }
 
 // TestGenerationReadsOnlyThroughViews: generation code cannot read the
-// World without recording the read. Outside reads.go no function of the
+// World without recording the read. Outside reads.go and reads_view.go no function of the
 // package may mention *model.World, build a view or step past one
 // (view.w, unrecorded) unless worldAllowed names it, with the reason it
 // records nothing. A new read of the World must then go through a view
@@ -58,7 +58,7 @@ func TestGenerationReadsOnlyThroughViews(t *testing.T) {
 	used := map[string]bool{}
 	for _, e := range entries {
 		name := e.Name()
-		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") || name == "reads.go" {
+		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") || name == "reads.go" || name == "reads_view.go" {
 			continue
 		}
 		f, err := parser.ParseFile(fset, name, nil, 0)
