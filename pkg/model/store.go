@@ -65,6 +65,7 @@ func NewStore(opts StoreOptions) *Store {
 		namespaces:   map[string]*Namespace{},
 		nodes:        map[string]*Node{},
 		configs:      map[Kind]map[NamespacedName]*Config{},
+		log:          &changeLog{},
 	})
 	return s
 }
@@ -111,6 +112,7 @@ func (s *Store) publish(b *builder) *Update {
 		return nil
 	}
 	b.w.Version++
+	b.w.log.add(b.w.Version, b.changes)
 	u := &Update{World: b.w, Changes: b.changes}
 	s.world.Store(b.w)
 	for _, h := range s.handlers {

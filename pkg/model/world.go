@@ -36,6 +36,9 @@ type World struct {
 	// for BackendTLSPolicy (KindCAConfigMap); a ConfigMap without them
 	// is held with no data.
 	caConfigMaps map[NamespacedName]map[string]string
+	// log is the change log shared by the Worlds of one Store
+	// (changelog.go).
+	log *changeLog
 }
 
 // Protocol is a service port's application protocol, as Istio reads it from

@@ -32,9 +32,15 @@ type ClassConfig struct {
 	// what its resources of no unit were; prov finds the reads of a
 	// resource (provenance.go).
 	reads, own *Reads
-	prov       *provIndex
-	units      map[model.NamespacedName]*unit
-	ports      map[int32]*portUnit
+	// at is the World from which the changes are judged when the next
+	// generation asks which units and port listeners stand (Reads.stands):
+	// the World of the last full generation, or a later one when nothing
+	// reused read what changed since (UpdateEndpoints). It reads
+	// nothing: changesSince alone looks into it.
+	at    *view
+	prov  *provIndex
+	units map[model.NamespacedName]*unit
+	ports map[int32]*portUnit
 	// raw holds, for the types WasmPlugins or EnvoyFilters patched, the
 	// sets as built (wasm_apply.go, envoyfilter.go); nil when none did.
 	raw map[string]*Set
@@ -46,9 +52,8 @@ type ClassConfig struct {
 }
 
 // portUnit is the outbound listener of one port, reused by the next
-// generation when the port's services are the same objects.
+// generation when what it read stands.
 type portUnit struct {
-	key      string
 	listener *Resource
 	portRefs
 	// reads are what the listener was built from.
@@ -61,21 +66,21 @@ func (c *ClassConfig) Reads() *Reads { return c.reads }
 // Scope returns what the class sees of its World.
 func (c *ClassConfig) Scope() *Scope { return c.scope }
 
-// unit is everything generated for one service; it is reused by the next
-// generation of the class when none of its inputs changed.
+// unit is everything generated for one service; the next generation of
+// the class reuses its clusters and endpoints when clusterReads stand,
+// its listeners and routes when reads stand (Reads.stands): a
+// VirtualService edit rebuilds the routes of the hosts it names, an
+// endpoint change the endpoints of one service.
 type unit struct {
-	// key names the inputs of the clusters and endpoints (the service, its
-	// endpoints and its DestinationRule); routeKey adds those of the routes
-	// (the VirtualServices of the host and what they route to). Empty
-	// means "always rebuild".
-	key, routeKey                          string
 	clusters, endpoints, listeners, routes []*Resource
-	// reads are what the keys, listeners and routes were built from,
-	// clusterReads what the clusters and endpoints were: a unit whose
-	// routes alone are rebuilt keeps its clusterReads.
+	// reads are what the listeners and routes were built from,
+	// clusterReads what the clusters and endpoints were.
 	reads, clusterReads *Reads
-	edsRefs, routeRefs  []string
-	svc                 *model.Service
+	// stale marks clusters that UpdateEndpoints kept although the new
+	// endpoints change them: the next generation rebuilds them.
+	stale              bool
+	edsRefs, routeRefs []string
+	svc                *model.Service
 	// localEndpoints makes outboundClusters leave the endpoints out: they
 	// depend on the class's proxies (class_parts.go builds them per view).
 	localEndpoints bool
@@ -95,9 +100,10 @@ func (g *Generator) Class(mw *model.World, p *model.Proxy, prev *ClassConfig) (o
 	key := ClassKey(mw, p)
 	// reads are everything the class read: what its scope read, what its
 	// own resources (those of no unit) read, and its units'.
-	reads, scopeReads, own := newReads(), newReads(), newReads()
+	reads, scopeReads, own, telReads := newReads(), newReads(), newReads(), newReads()
 	reads.add(scopeReads)
 	reads.add(own)
+	scopeReads.add(telReads)
 	w := newView(mw, scopeReads)
 	defer func() {
 		// Building protos cannot fail for valid input; should it, the
@@ -115,25 +121,30 @@ func (g *Generator) Class(mw *model.World, p *model.Proxy, prev *ClassConfig) (o
 		}
 	}()
 	sc := newScope(w, p)
-	sc.tel = g.classTelemetry(w, p)
+	sc.tel = g.classTelemetry(w.into(telReads), p)
 	sc.w = sc.w.into(own)
 	// Once generated, the class's scope is read by provenance lookups
 	// and the planner: it records nothing more.
 	defer func() {
 		sc.w = sc.w.into(nil)
-		for _, r := range []*Reads{reads, scopeReads, own} {
+		for _, r := range []*Reads{reads, scopeReads, own, telReads} {
 			r.seal()
 		}
 	}()
-	// A class's resources are reused only from a configuration made for
-	// the same MeshConfig: nearly everything reads it, and it changes
-	// rarely (meshconfig.go). prev is still the last good configuration.
+	// What changed since prev decides which of its units stand. A
+	// MeshConfig change is read by nearly every unit and is rare
+	// (meshconfig.go): nothing is reused then, without asking each.
+	// prev is still the last good configuration.
 	reuse := prev
-	if prev != nil && prev.scope != nil && prev.scope.w.w.Mesh() != mw.Mesh() {
-		reuse = nil
+	var cs *changes
+	if prev != nil {
+		cs = changesSince(prev.at, mw)
+		if cs.unknown || cs.mesh {
+			reuse = nil
+		}
 	}
 	cc := &ClassConfig{
-		Class: key, WorldVersion: w.Version, scope: sc, reads: reads, own: own, prov: &provIndex{},
+		Class: key, WorldVersion: w.Version, at: w.unrecorded(), scope: sc, reads: reads, own: own, prov: &provIndex{},
 		EndpointsOf: map[model.NamespacedName][]string{}, units: map[model.NamespacedName]*unit{},
 	}
 	bs := map[string]*builder{}
@@ -147,7 +158,7 @@ func (g *Generator) Class(mw *model.World, p *model.Proxy, prev *ClassConfig) (o
 	}
 	var edsRefs, routeRefs []string
 	for _, svc := range sc.Services {
-		u := g.serviceUnit(sc, svc, reuse)
+		u := g.serviceUnit(sc, svc, reuse, cs)
 		cc.units[svc.Key()] = u
 		reads.add(u.reads)
 		reads.add(u.clusterReads)
@@ -169,7 +180,7 @@ func (g *Generator) Class(mw *model.World, p *model.Proxy, prev *ClassConfig) (o
 		routeRefs = append(routeRefs, g.gateway(sc, bs)...)
 		g.fixed(sc.w, bs)
 	default:
-		routeRefs = append(routeRefs, g.sidecarOutbound(sc, bs, cc, reuse)...)
+		routeRefs = append(routeRefs, g.sidecarOutbound(sc, bs, cc, reuse, cs)...)
 		g.fixed(sc.w, bs)
 	}
 	g.wasmExtensions(sc, bs[ExtensionConfigType])
@@ -245,43 +256,30 @@ func (g *Generator) fixed(w *view, bs map[string]*builder) {
 
 // sidecarOutbound adds the outbound listeners and the per-port routes for
 // hosts without an address; it returns the route names the listeners use.
-// A port's listener is reused from prev when its services are unchanged.
-func (g *Generator) sidecarOutbound(sc *Scope, bs map[string]*builder, cc, prev *ClassConfig) []string {
+// A port's listener is reused from prev when what it read stands after
+// the changes cs.
+func (g *Generator) sidecarOutbound(sc *Scope, bs map[string]*builder, cc, prev *ClassConfig, cs *changes) []string {
 	bs[ListenerType].add(VirtualOutbound, sc.applyOutboundPolicy(virtualOutbound(sc.outTel())))
 	g.warnSidecar(sc)
 	ports, byPort := servicesByPort(sc)
 	cc.ports = map[int32]*portUnit{}
 	var refs []string
 	for _, port := range ports {
-		var kb strings.Builder
-		// The listener's telemetry: its key names the Telemetry resources
-		// (and versions) it was built from.
-		fmt.Fprintf(&kb, "%v|%s|", sc.RegistryOnly(), sc.tel.keyOf())
-		for _, svc := range byPort[port] {
-			fmt.Fprintf(&kb, "%p%s,", svc, sc.aliasKey(svc))
-			if EndpointsShapeListeners(svc) {
-				// A chain per endpoint address (listener_headless.go).
-				fmt.Fprintf(&kb, "%p,", sc.w.Endpoints(svc.Namespace, svc.Name))
-			}
-		}
-		key := kb.String()
-		if hasL4Routes(sc, byPort[port]) {
-			// tcp and tls routes may name any service: always rebuilt.
-			key = ""
-		}
 		pu := prev.port(port)
-		if pu == nil || pu.key != key || key == "" {
+		if pu == nil || !pu.reads.stands(sc, cs) {
 			// The listener is reused with what it read.
 			lr := newReads()
 			lsc := sc.recording(lr)
+			lr.scope(scopeRead{q: qPortServices, port: port, svcs: byPort[port]})
 			l, prefs := g.outboundListener(lsc, port, byPort[port])
 			lsc.applyOutboundPolicy(l)
+			lr.seal()
 			r, err := buildResource(l.Name, ListenerType, l)
 			if err != nil {
 				bs[ListenerType].errs = append(bs[ListenerType].errs, err)
 				continue
 			}
-			pu = &portUnit{key: key, listener: r, portRefs: prefs, reads: lr}
+			pu = &portUnit{listener: r, portRefs: prefs, reads: lr}
 		}
 		cc.reads.add(pu.reads)
 		cc.ports[port] = pu
@@ -311,46 +309,71 @@ func (c *ClassConfig) port(p int32) *portUnit {
 }
 
 // serviceUnit generates, or reuses from prev, the resources of one service.
-// A VirtualService edit changes only routeKey: the service's clusters and
-// endpoints are reused and its routes alone rebuilt, so an edit costs the
-// edited hosts, not the class (BenchmarkClassAfterEditWith100VirtualServices).
-func (g *Generator) serviceUnit(csc *Scope, svc *model.Service, prev *ClassConfig) *unit {
+// A VirtualService edit leaves the clusters' reads standing: the service's
+// clusters and endpoints are reused and its routes alone rebuilt, so an
+// edit costs the edited hosts, not the class
+// (BenchmarkClassAfterEditWith100VirtualServices).
+func (g *Generator) serviceUnit(csc *Scope, svc *model.Service, prev *ClassConfig, cs *changes) *unit {
 	var old *unit
 	if prev != nil {
 		old = prev.units[svc.Key()]
 	}
-	// A unit reused whole keeps its reads: its keys say its inputs are
-	// the same objects, so it read the same. Only a unit built anew
-	// records (its keys' reads too).
-	if old != nil {
-		if _, _, key, routeKey := unitKeys(csc.unrecorded(), svc); old.key == key && old.routeKey == routeKey {
-			return old
-		}
+	// A reused part keeps its reads: they stand, so it read the same.
+	routesStand := old != nil && old.reads.stands(csc, cs)
+	clustersStand := old != nil && !old.stale && old.clusterReads.stands(csc, cs)
+	if routesStand && clustersStand {
+		return old
 	}
-	reads := newReads()
-	sc := csc.recording(reads)
-	eps, drc, key, routeKey := unitKeys(sc, svc)
-	grpc := sc.Proxy.IsGRPC()
+	u := &unit{svc: svc}
+	if clustersStand {
+		u.clusters, u.endpoints, u.edsRefs, u.clusterReads = old.clusters, old.endpoints, old.edsRefs, old.clusterReads
+	} else {
+		g.unitClusters(csc, svc, u)
+	}
+	if routesStand {
+		u.listeners, u.routes, u.routeRefs, u.reads = old.listeners, old.routes, old.routeRefs, old.reads
+	} else {
+		g.unitRoutes(csc, svc, u)
+	}
+	return u
+}
+
+// unitClusters builds svc's clusters and endpoints into u, recording
+// what they read in u.clusterReads.
+func (g *Generator) unitClusters(csc *Scope, svc *model.Service, u *unit) {
+	u.clusterReads = newReads()
+	defer u.clusterReads.seal()
+	sc := csc.recording(u.clusterReads)
+	// The unit is svc's: a change of the Service rebuilds it.
+	sc.w.Service(svc.Namespace, svc.Name)
+	if svc.Entry != nil {
+		// The ServiceEntry the host came from (provenance: the Store
+		// derives the service, its change arrives as the Service's).
+		sc.w.Config(model.KindServiceEntry, svc.Namespace, svc.Entry.Name)
+	}
+	eps := sc.w.Endpoints(svc.Namespace, svc.Name)
+	drc := sc.destinationRuleConfig(svc.Hostname)
 	if drc != nil {
 		dr := sc.DestinationRule(svc.Hostname)
 		g.warn(drc, dr.ResourceVersion, &dr.Spec, drFields)
 	}
 	g.warnEntry(sc.w, svc, eps)
-	u := &unit{key: key, routeKey: routeKey, svc: svc, reads: reads}
-	if old != nil && old.key == key {
-		// Only the routes' inputs changed.
-		u.clusters, u.endpoints, u.edsRefs, u.clusterReads = old.clusters, old.endpoints, old.edsRefs, old.clusterReads
-	} else {
-		u.clusterReads = newReads()
-		ksc := csc.recording(u.clusterReads)
-		// Clipped: what is appended to a class's unit must not land in
-		// the shared part's spare capacity.
-		p := g.parts.get(g, ksc, svc, eps, drc)
-		u.clusters, u.endpoints, u.edsRefs = slices.Clip(p.clusters), slices.Clip(p.endpoints), slices.Clip(p.edsRefs)
-		// A gateway's AUTO_PASSTHROUGH clusters are its class's own.
-		g.sniClusters(ksc, svc, eps, u)
-		u.clusterReads = u.clusterReads.alone()
-	}
+	// Clipped: what is appended to a class's unit must not land in the
+	// shared part's spare capacity.
+	p := g.parts.get(g, sc, svc, eps, drc)
+	u.clusters, u.endpoints, u.edsRefs = slices.Clip(p.clusters), slices.Clip(p.endpoints), slices.Clip(p.edsRefs)
+	// A gateway's AUTO_PASSTHROUGH clusters are its class's own.
+	g.sniClusters(sc, svc, eps, u)
+}
+
+// unitRoutes builds svc's listeners (proxyless gRPC) and routes into u,
+// recording what they read in u.reads.
+func (g *Generator) unitRoutes(csc *Scope, svc *model.Service, u *unit) {
+	u.reads = newReads()
+	defer u.reads.seal()
+	sc := csc.recording(u.reads)
+	sc.w.Service(svc.Namespace, svc.Name)
+	grpc := sc.Proxy.IsGRPC()
 	for _, port := range svc.Ports {
 		if port.Protocol == model.ProtocolUDP || (grpc && skipsGRPC(svc)) {
 			continue
@@ -365,27 +388,6 @@ func (g *Generator) serviceUnit(csc *Scope, svc *model.Service, prev *ClassConfi
 			g.addTo(sc, &u.routes, rc.Name, RouteType, rc)
 		}
 	}
-	return u
-}
-
-// unitKeys reads what a service's unit is built from: its endpoints and
-// DestinationRule, and the keys naming the inputs of its clusters and
-// endpoints (key) and of its routes (routeKey). Everything depends on
-// those objects only, and the World replaces an object when it changes.
-func unitKeys(sc *Scope, svc *model.Service) (eps *model.ServiceEndpoints, drc *model.Config, key, routeKey string) {
-	eps = sc.w.Endpoints(svc.Namespace, svc.Name)
-	drc = sc.destinationRuleConfig(svc.Hostname)
-	if svc.Entry != nil {
-		// The ServiceEntry the host came from (provenance: the Store
-		// derives the service, its change arrives as the Service's).
-		sc.w.Config(model.KindServiceEntry, svc.Namespace, svc.Entry.Name)
-	}
-	key = partKeyOf(sc.w, svc, eps, drc) + sniClustersKey(sc, svc)
-	routeKey = fmt.Sprintf("%p|%p%s", svc, drc, sc.aliasKey(svc))
-	if vss := sc.vs[svc.Hostname]; len(vss) > 0 {
-		routeKey += "|" + routeDeps(sc, vss)
-	}
-	return eps, drc, key, routeKey
 }
 
 func sameResources(a, b []*Resource) bool {
@@ -398,13 +400,6 @@ func sameResources(a, b []*Resource) bool {
 		}
 	}
 	return true
-}
-
-// partKeyOf identifies what a service's clusters and endpoints are built
-// from: the objects, the traffic distribution in force and the
-// PeerAuthentications auto mTLS reads (paIndex.key).
-func partKeyOf(w *view, svc *model.Service, eps *model.ServiceEndpoints, drc *model.Config) string {
-	return fmt.Sprintf("%p|%p|%p|%s|%s", svc, eps, drc, w.TrafficDistribution(svc), w.paKey(svc.Namespace))
 }
 
 // addTo builds a resource of sc's class into dst (contain.go: a resource

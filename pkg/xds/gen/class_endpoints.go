@@ -30,6 +30,7 @@ func (g *Generator) UpdateEndpoints(prev *ClassConfig, mw *model.World, services
 	}
 	var changed []string
 	added := false
+	updated := map[model.NamespacedName]bool{}
 	for _, nn := range services {
 		u := prev.units[nn]
 		if u == nil || !usesEDS(u.svc) {
@@ -42,13 +43,13 @@ func (g *Generator) UpdateEndpoints(prev *ClassConfig, mw *model.World, services
 		pt := g.parts.get(g, sc, svc, eps, drc)
 		nu.endpoints = slices.Clip(pt.endpoints)
 		g.sniEndpoints(sc, svc, eps, &nu.endpoints)
-		// The unit keeps its clusters. When they are what the new endpoints
-		// give (EDS clusters do not depend on endpoints, except the server
-		// identities of gRPC clusters), its key can say so and the next
-		// full generation reuses it; otherwise it is rebuilt then.
-		nu.key = ""
-		if sameResources(pt.clusters, u.clusters) {
-			nu.key = partKeyOf(w, svc, eps, drc) + sniClustersKey(prev.scope, svc)
+		// The unit keeps its clusters. When they are not what the new
+		// endpoints give (EDS clusters do not depend on endpoints, except
+		// the server identities of gRPC clusters), the next full
+		// generation rebuilds them.
+		nu.stale = u.stale || !sameResources(pt.clusters, u.clusters)
+		if !nu.stale {
+			updated[nn] = true
 		}
 		for _, r := range nu.endpoints {
 			if old := next[r.Name]; old == nil || old.Hash != r.Hash {
@@ -71,10 +72,53 @@ func (g *Generator) UpdateEndpoints(prev *ClassConfig, mw *model.World, services
 		sets[EndpointType] = newSetSorted(EndpointType, next, eds.Names, eds.replaced(next, changed))
 	}
 	cc.Sets = sets
+	if cc.standsAfterEndpoints(changesSince(prev.at, mw), updated) {
+		cc.at = w
+	}
 	sort.Strings(changed)
 	cc.Changed = map[string][]string{}
 	if len(changed) > 0 {
 		cc.Changed[EndpointType] = changed
 	}
 	return &cc, changed
+}
+
+// standsAfterEndpoints reports whether every unit and port listener the
+// next generation may reuse stands after cs, the units of updated having
+// taken their new endpoints: then the next generation may judge changes
+// from the new World (ClassConfig.at). Otherwise it judges them from the
+// old one, and more changes pass for touching: never fewer.
+func (c *ClassConfig) standsAfterEndpoints(cs *changes, updated map[model.NamespacedName]bool) bool {
+	if cs.unknown {
+		return false
+	}
+	for _, pu := range c.ports {
+		if pu.reads.walk(cs.touches) {
+			return false
+		}
+	}
+	for nn, u := range c.units {
+		if u.reads.walk(cs.touches) {
+			return false
+		}
+		if !updated[nn] {
+			if u.clusterReads.walk(cs.touches) {
+				return false
+			}
+			continue
+		}
+		// Its own endpoints are in its clusters now; anything else
+		// that changed must not touch them.
+		own := model.Key{Kind: model.KindEndpoints, Namespace: nn.Namespace, Name: nn.Name}
+		rest := make([]model.Key, 0, len(cs.keys))
+		for _, k := range cs.keys {
+			if k != own {
+				rest = append(rest, k)
+			}
+		}
+		if len(rest) > 0 && u.clusterReads.walk(changesOf(cs.old, cs.cur, rest).touches) {
+			return false
+		}
+	}
+	return true
 }

@@ -2,8 +2,8 @@ package gen
 
 import (
 	"sync"
+	"sync/atomic"
 
-	"github.com/meshplane/discovery/pkg/mesh"
 	"github.com/meshplane/discovery/pkg/model"
 )
 
@@ -27,26 +27,28 @@ type partCache struct {
 	m  map[partKey]*part
 }
 
+// partKey is what a class chooses of a service's part: the classes that
+// agree on it share the part. Everything else the part depends on it
+// read from the World, and records (part.reads): a part is taken only
+// where those reads stand (standsBetween).
 type partKey struct {
 	svc        model.NamespacedName
-	mesh       *mesh.Config
 	grpc       bool
 	origDst    bool
 	downstream bool
-	drc        *model.Config
-	// td is the service's traffic distribution in force, which its
-	// namespace can change without changing the Service.
-	td model.TrafficDistribution
-	// pa identifies the PeerAuthentications auto mTLS reads for the
-	// service's clusters and endpoints (paIndex.key).
-	pa string
+	// drc is the DestinationRule the class chose for the service (classes
+	// of different namespaces may choose different rules).
+	drc *model.Config
 }
 
-// part is one service's clusters and endpoints for one partKey, built once.
+// part is one service's clusters and endpoints for one partKey, built
+// once in one World.
 type part struct {
-	once                sync.Once
-	svc                 *model.Service
-	eps                 *model.ServiceEndpoints
+	once sync.Once
+	// built is set once the fields below are (others read them after).
+	built atomic.Bool
+	// at is the World the part was built in.
+	at                  *view
 	clusters, endpoints []*Resource
 	edsRefs             []string
 	// local is set when the endpoints depend on the class's proxies:
@@ -61,6 +63,8 @@ type part struct {
 // viewPart is a service's endpoints for one view of the proxies.
 type viewPart struct {
 	once      sync.Once
+	built     atomic.Bool
+	at        *view
 	endpoints []*Resource
 	reads     *Reads
 }
@@ -73,77 +77,119 @@ type partOf struct {
 }
 
 // get returns the part of svc for the class of sc, building it on first
-// use; w is the newest World, against which the cache is swept when it
-// outgrows it. Concurrent callers for the same part wait for one build.
+// use, or again when what it read does not stand in sc's World; the cache
+// keeps the part of the newest World. Concurrent callers for the same
+// part wait for one build.
 func (pc *partCache) get(g *Generator, sc *Scope, svc *model.Service, eps *model.ServiceEndpoints, drc *model.Config) partOf {
-	w := sc.w.unrecorded() // the part records its key's reads (below)
+	w := sc.w.unrecorded() // the part records its reads (build)
 	td := w.TrafficDistribution(svc)
-	k := partKey{svc: svc.Key(), mesh: w.Mesh(), grpc: sc.Proxy.IsGRPC(), origDst: originalDst(sc.Proxy, svc), downstream: sniffsAny(sc.Proxy, svc), drc: drc, td: td, pa: w.paKey(svc.Namespace)}
+	k := partKey{svc: svc.Key(), grpc: sc.Proxy.IsGRPC(), origDst: originalDst(sc.Proxy, svc), downstream: sniffsAny(sc.Proxy, svc), drc: drc}
 	deps := w.localityDeps(drc, td)
+	build := func(p *part) {
+		p.once.Do(func() {
+			// Every class sharing the part reads the same: the part
+			// holds what its resources read.
+			p.at, p.local, p.reads = w, !deps.empty(), newReads()
+			psc := sc.recording(p.reads)
+			psc.w.Service(svc.Namespace, svc.Name)
+			psc.w.Endpoints(svc.Namespace, svc.Name)
+			psc.w.TrafficDistribution(svc)
+			psc.w.peerAuthentications(svc.Namespace)
+			psc.w.localityDeps(drc, td)
+			u := unit{localEndpoints: p.local}
+			g.outboundClusters(psc, svc, eps, &u)
+			p.clusters, p.endpoints, p.edsRefs = u.clusters, u.endpoints, u.edsRefs
+			p.reads.seal()
+			p.built.Store(true)
+		})
+	}
 	pc.mu.Lock()
 	if pc.m == nil {
 		pc.m = map[partKey]*part{}
 	}
 	p := pc.m[k]
-	if p == nil || p.svc != svc || p.eps != eps {
-		p = &part{svc: svc, eps: eps, local: !deps.empty(), reads: newReads()}
+	if p == nil {
+		p = &part{}
 		pc.m[k] = p
 	}
 	if n := w.ServiceCount(); len(pc.m) > 2*n+64 {
 		pc.sweepLocked(w.w)
 	}
 	pc.mu.Unlock()
-	p.once.Do(func() {
-		// The part's key is what its resources read beside them: every
-		// class sharing the part read the same, so the part holds it.
-		psc := sc.recording(p.reads)
-		psc.w.TrafficDistribution(svc)
-		psc.w.paKey(svc.Namespace)
-		psc.w.localityDeps(drc, td)
-		u := unit{localEndpoints: p.local}
-		g.outboundClusters(psc, svc, eps, &u)
-		p.clusters, p.endpoints, p.edsRefs = u.clusters, u.endpoints, u.edsRefs
-		p.reads.seal()
-	})
+	build(p)
+	if !standsBetween(p.reads, p.at, w) {
+		np := &part{}
+		build(np)
+		pc.mu.Lock()
+		if cur := pc.m[k]; cur == p || cur == nil || !cur.built.Load() || cur.at.Version <= np.at.Version {
+			pc.m[k] = np
+		}
+		pc.mu.Unlock()
+		p = np
+	}
 	// What the part read, the class read.
 	sc.w.r.add(p.reads)
 	if !p.local {
 		return partOf{p.clusters, p.endpoints, p.edsRefs}
 	}
 	t := sc.topology()
-	view := deps.view(&t)
-	p.mu.Lock()
-	if p.views == nil {
-		p.views = map[string]*viewPart{}
+	vp := p.view(deps.view(&t), nil)
+	buildView := func(vp *viewPart) {
+		vp.once.Do(func() {
+			vp.at, vp.reads = w, newReads()
+			vp.endpoints = g.outboundEndpoints(sc.recording(vp.reads), svc, eps, p.edsRefs)
+			vp.reads.seal()
+			vp.built.Store(true)
+		})
 	}
-	vp := p.views[view]
-	if vp == nil {
-		vp = &viewPart{}
-		p.views[view] = vp
+	buildView(vp)
+	if !standsBetween(vp.reads, vp.at, w) {
+		nvp := &viewPart{}
+		buildView(nvp)
+		vp = p.view(deps.view(&t), nvp)
 	}
-	p.mu.Unlock()
-	vp.once.Do(func() {
-		vp.reads = newReads()
-		vp.endpoints = g.outboundEndpoints(sc.recording(vp.reads), svc, eps, p.edsRefs)
-		vp.reads.seal()
-	})
 	sc.w.r.add(vp.reads)
 	return partOf{p.clusters, vp.endpoints, p.edsRefs}
 }
 
-// sweepLocked drops the parts of objects w no longer holds as they were.
+// view returns p's endpoints for the view name, making them if none; a
+// replacement, if given, takes the place of those held unless they are
+// of a newer World.
+func (p *part) view(name string, replacement *viewPart) *viewPart {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.views == nil {
+		p.views = map[string]*viewPart{}
+	}
+	vp := p.views[name]
+	switch {
+	case vp == nil && replacement == nil:
+		vp = &viewPart{}
+		p.views[name] = vp
+	case replacement != nil:
+		if vp == nil || !vp.built.Load() || vp.at.Version <= replacement.at.Version {
+			p.views[name] = replacement
+		}
+		vp = replacement
+	}
+	return vp
+}
+
+// sweepLocked drops the parts whose reads do not stand in w.
 func (pc *partCache) sweepLocked(w *model.World) {
+	v := newView(w, nil)
 	for k, p := range pc.m {
-		if k.mesh != w.Mesh() || w.Service(k.svc.Namespace, k.svc.Name) != p.svc || w.Endpoints(k.svc.Namespace, k.svc.Name) != p.eps ||
-			(k.drc != nil && w.Config(k.drc.Key.Kind, k.drc.Key.Namespace, k.drc.Key.Name) != k.drc) ||
-			k.td != w.TrafficDistribution(p.svc) || k.pa != indexFor(w).pa.key(k.svc.Namespace) {
+		if !p.built.Load() {
+			continue // being built
+		}
+		if !standsBetween(p.reads, p.at, v) {
 			delete(pc.m, k)
 		}
 	}
 }
 
-// Sweep forgets shared resources of objects that w no longer holds as they
-// were. Generation calls it when the cache outgrows the World; the server
+// Sweep forgets shared resources whose reads do not stand in w.
+// Generation calls it when the cache outgrows the World; the server
 // may call it after a push to free them sooner.
 func (g *Generator) Sweep(w *model.World) {
 	g.parts.mu.Lock()

@@ -63,10 +63,17 @@
 // TestPushPlanCoversEveryChangedProxy (pkg/xds/push) fails on a read that
 // is not recorded, or lost in reuse.
 //
-// Reuse keys (unit keys, routeDeps, the port keys) and provenance
-// (provenance.go) still name their inputs by hand: they are checked by
-// TestReuseEqualsFromScratch and the provenance tests, not derived from
-// the Reads.
+// Reuse follows from the same Reads: a unit (a service's clusters and
+// endpoints, its routes), a port's outbound listener and a part shared
+// between classes are reused when no change since the World they were
+// judged in touches what they read (the World's change log says what
+// changed: model.World.ChangesSince), and when every selection they took
+// from the class's scope (a host's VirtualServices and DestinationRule,
+// its aliases, a port's services: reads_scope.go) gets the same answer
+// from the new scope. No reuse key names inputs by hand.
+// TestReuseRebuildsWhatAChangeTouches checks that a change rebuilds what
+// read it and nothing else; TestScopeSelectionsAreRecorded that no
+// scope selection is taken unrecorded.
 //
 // # File map
 //
@@ -74,14 +81,16 @@
 // share the name.
 //
 //   - Generation and reuse: generator.go (Generator, Options, New),
-//     reads.go (Reads: what a configuration read, Touches),
+//     reads.go (Reads: what a configuration read, Touches, stands),
 //     reads_view.go (the recording views generation reads through),
+//     reads_scope.go (selections taken from the class's scope, with
+//     their answers), reads_changes.go (what changed between two
+//     Worlds, as reads are asked about it),
 //     class.go (Class), class_endpoints.go (UpdateEndpoints),
 //     class_key.go (which proxies share a class; the World's index),
 //     class_parts.go (clusters and endpoints shared between classes),
 //     proxy.go (one proxy's configuration), resource.go (Resource, Set),
-//     route_deps.go (what a host's routes are built from), contain.go
-//     (what one bad config may cost), provenance.go (the configs a
+//     contain.go (what one bad config may cost), provenance.go (the configs a
 //     rejected resource came from), warn.go and kinds.go (what is not
 //     supported, and reported), envoy_refusals.go (what Envoy would
 //     reject, refused before it is sent).

@@ -1,9 +1,6 @@
 package gen
 
 import (
-	"fmt"
-	"strings"
-
 	security "istio.io/api/security/v1beta1"
 	securityv1 "istio.io/client-go/pkg/apis/security/v1"
 
@@ -28,8 +25,6 @@ type paIndex struct {
 	// port's): only then do clients' clusters and endpoints depend on
 	// PeerAuthentication at all.
 	disables bool
-	// keys caches key per namespace.
-	keys map[string]string
 }
 
 func newPAIndex(w *view) *paIndex {
@@ -49,38 +44,7 @@ func newPAIndex(w *view) *paIndex {
 			}
 		}
 	}
-	x.keys = make(map[string]string, len(x.byNS))
-	for ns := range x.byNS {
-		x.keys[ns] = x.fingerprint(ns)
-	}
 	return x
-}
-
-// key identifies the policies the clusters and endpoints of namespace
-// ns's services depend on: none ("") unless some policy disables mTLS,
-// else the policy objects of ns and of the root namespace.
-func (x *paIndex) key(ns string) string {
-	if !x.disables {
-		return ""
-	}
-	if k, ok := x.keys[ns]; ok {
-		return k
-	}
-	return x.fingerprint(ns)
-}
-
-func (x *paIndex) fingerprint(ns string) string {
-	var b strings.Builder
-	for _, c := range x.byNS[x.root] {
-		fmt.Fprintf(&b, "%p;", c)
-	}
-	b.WriteByte('|')
-	if ns != x.root {
-		for _, c := range x.byNS[ns] {
-			fmt.Fprintf(&b, "%p;", c)
-		}
-	}
-	return b.String()
 }
 
 // mtlsOff returns whether an endpoint of namespace ns serving port has

@@ -109,7 +109,7 @@ func TestEndpointMTLSFollowsWorkloadPolicy(t *testing.T) {
 	if _, err := empty.Apply(worldtest.Mesh(2, 2, 1)...); err != nil {
 		t.Fatal(err)
 	}
-	if indexFor(empty.World()).pa.mtlsOff("ns-1") != nil || indexFor(empty.World()).pa.key("ns-1") != "" {
+	if indexFor(empty.World()).pa.mtlsOff("ns-1") != nil {
 		t.Error("without a DISABLE anywhere, endpoints must not depend on PeerAuthentication")
 	}
 }

@@ -127,16 +127,6 @@ func wantsSNIClusters(sc *Scope, svc *model.Service) bool {
 	return autoReachable(svc) && matchesAny(autoPassthroughPatterns(sc), svc.Hostname)
 }
 
-// sniClustersKey is part of the key of a service's unit: it changes when
-// the class starts or stops needing the service's AUTO_PASSTHROUGH
-// clusters (a Gateway edit), so that the unit is rebuilt.
-func sniClustersKey(sc *Scope, svc *model.Service) string {
-	if wantsSNIClusters(sc, svc) {
-		return "|sni"
-	}
-	return ""
-}
-
 // sniClusters adds to u the AUTO_PASSTHROUGH clusters of svc and their
 // endpoints, when the class needs them. u's slices may be shared with
 // other classes (class_parts.go): they are copied, never appended to in place.

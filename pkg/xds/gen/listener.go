@@ -1,7 +1,8 @@
 package gen
 
 import (
-	"sort"
+	"slices"
+	"sync"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
@@ -128,22 +129,39 @@ func virtualOutbound(t *listenerTelemetry) *listenerv3.Listener {
 }
 
 // servicesByPort groups the visible services by port number (UDP ports
-// have no listener), ports ascending.
+// have no listener), ports ascending. A port's listener that takes its
+// services from here records the answer (qPortServices).
 func servicesByPort(sc *Scope) ([]int32, map[int32][]*model.Service) {
-	byPort := map[int32][]*model.Service{}
-	for _, svc := range sc.Services {
-		for _, p := range svc.Ports {
-			if p.Protocol != model.ProtocolUDP {
-				byPort[p.Port] = append(byPort[p.Port], svc)
+	m := sc.portServices()
+	return sc.byPort.ports, m
+}
+
+// portIndex is servicesByPort's answer, computed once per scope.
+type portIndex struct {
+	once  sync.Once
+	ports []int32
+	m     map[int32][]*model.Service
+}
+
+// portServices maps each port number to the visible services with it.
+func (sc *Scope) portServices() map[int32][]*model.Service {
+	x := sc.byPort
+	x.once.Do(func() {
+		x.m = map[int32][]*model.Service{}
+		for _, svc := range sc.Services {
+			for _, p := range svc.Ports {
+				if p.Protocol != model.ProtocolUDP {
+					x.m[p.Port] = append(x.m[p.Port], svc)
+				}
 			}
 		}
-	}
-	ports := make([]int32, 0, len(byPort))
-	for p := range byPort {
-		ports = append(ports, p)
-	}
-	sort.Slice(ports, func(i, j int) bool { return ports[i] < ports[j] })
-	return ports, byPort
+		x.ports = make([]int32, 0, len(x.m))
+		for p := range x.m {
+			x.ports = append(x.ports, p)
+		}
+		slices.Sort(x.ports)
+	})
+	return x.m
 }
 
 // portRefs is what a port's outbound listener refers to, or leaves out,

@@ -31,10 +31,17 @@ var sidecarFields = newFieldSet("workloadSelector", "egress.hosts", "outboundTra
 // RegistryOnly reports whether the class's outbound traffic policy is
 // REGISTRY_ONLY: its Sidecar's, else the MeshConfig's.
 func (sc *Scope) RegistryOnly() bool {
+	yes := sc.registryOnlyIn(sc.w)
+	sc.w.r.scope(scopeRead{q: qRegistryOnly, ok: yes})
+	return yes
+}
+
+// registryOnlyIn is RegistryOnly, reading the MeshConfig through w.
+func (sc *Scope) registryOnlyIn(w *view) bool {
 	if sc.sidecar != nil {
 		return sc.sidecar.registryOnly
 	}
-	return sc.Proxy.Type == model.ProxySidecar && sc.w.Mesh().RegistryOnly()
+	return sc.Proxy.Type == model.ProxySidecar && w.Mesh().RegistryOnly()
 }
 
 // warnSidecar logs the unsupported fields of the Sidecar that applies to

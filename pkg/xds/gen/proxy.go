@@ -115,7 +115,7 @@ func (g *Generator) Proxy(mw *model.World, p *model.Proxy, cls *ClassConfig) (ou
 	}
 	sec := inboundSecurity{
 		authz: g.authorization(w, p), mtls: g.peerAuthentication(w, p),
-		serverTLS: newMeshServerTLS(g.trustIn(w)), tel: cls.Scope().inTel(),
+		serverTLS: newMeshServerTLS(g.trustIn(w)), tel: cls.Scope().recording(reads).inTel(),
 	}
 	ports := g.inbound(w, p, sec.mtls)
 	clusters, listeners := newBuilder(ClusterType), newBuilder(ListenerType)

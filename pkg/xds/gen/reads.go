@@ -35,6 +35,9 @@ type Reads struct {
 	// of an object of that kind touches the reads when the rule chooses
 	// it, before or after the change.
 	lists []listRead
+	// scoped are the selections taken from the class's scope, with their
+	// answers (reads_scope.go): reuse asks them again of the new scope.
+	scoped []scopeRead
 	// sealed is set when generation is done: rules the planner calls
 	// afterwards read through the generation's views, and record nothing.
 	sealed bool
@@ -155,7 +158,7 @@ func (r *Reads) add(o *Reads) {
 // alone returns r's only part when r read nothing itself (a unit whose
 // clusters are a shared part's): one Reads less per unit and class.
 func (r *Reads) alone() *Reads {
-	if len(r.parts) == 1 && !r.mesh && !r.all && len(r.keys)+len(r.hosts)+len(r.inNS)+len(r.kinds)+len(r.lists)+len(r.used) == 0 {
+	if len(r.parts) == 1 && !r.mesh && !r.all && len(r.keys)+len(r.hosts)+len(r.inNS)+len(r.kinds)+len(r.lists)+len(r.used)+len(r.scoped) == 0 {
 		return r.parts[0]
 	}
 	return r
@@ -187,57 +190,21 @@ func (r *Reads) Touches(k model.Key, old, cur *model.World) bool {
 	if r == nil {
 		return false
 	}
-	var objs [2]*model.Service
-	var cfgs [2]*model.Config
-	var views [2]*view
-	looked := false
-	lookup := func() {
-		if looked {
-			return
-		}
-		looked = true
-		for i, w := range []*model.World{old, cur} {
-			if k.Kind == model.KindService {
-				objs[i] = w.Service(k.Namespace, k.Name)
-			} else {
-				cfgs[i] = w.Config(k.Kind, k.Namespace, k.Name)
-			}
-			if objs[i] != nil || cfgs[i] != nil {
-				views[i] = newView(w, nil)
-			}
-		}
+	cs := changesOf(old, cur, []model.Key{k})
+	return r.walk(cs.touches)
+}
+
+// stands reports whether what was generated from r may be reused in
+// sc's generation: no change of cs touches r, and every selection r
+// took from its class's scope is what sc answers (scopeRead). It is
+// the planner's rule (Touches) applied to a unit: reuse and push
+// targeting are one truth.
+func (r *Reads) stands(sc *Scope, cs *changes) bool {
+	if r == nil {
+		return true
 	}
-	return r.walk(func(o *Reads) bool {
-		if o.all || (o.mesh && k == model.MeshKey) {
-			return true
-		}
-		if slices.Contains(o.keys, k) || slices.Contains(o.kinds, k.Kind) || slices.Contains(o.inNS, kindNS{k.Kind, k.Namespace}) {
-			return true
-		}
-		if len(o.hosts) == 0 && len(o.lists) == 0 {
-			return false
-		}
-		lookup()
-		for i := range objs {
-			if s := objs[i]; s != nil {
-				if slices.Contains(o.hosts, s.Hostname) {
-					return true
-				}
-				for _, l := range o.lists {
-					if l.kind == model.KindService && l.service(views[i], s) {
-						return true
-					}
-				}
-			}
-			if c := cfgs[i]; c != nil {
-				for _, l := range o.lists {
-					if l.kind == k.Kind && l.config != nil && l.config(views[i], c) {
-						return true
-					}
-				}
-			}
-		}
-		return false
+	return !r.walk(func(o *Reads) bool {
+		return cs.touches(o) || !o.scopeHolds(sc)
 	})
 }
 
@@ -274,7 +241,7 @@ func (r *Reads) Kinds() map[model.Kind]bool {
 func (r *Reads) Len() int {
 	n := 0
 	r.walk(func(o *Reads) bool {
-		n += len(o.keys) + len(o.hosts) + len(o.inNS) + len(o.kinds) + len(o.lists)
+		n += len(o.keys) + len(o.hosts) + len(o.inNS) + len(o.kinds) + len(o.lists) + len(o.scoped)
 		return false
 	})
 	return n

@@ -174,7 +174,7 @@ func (v *view) TrafficDistribution(s *model.Service) model.TrafficDistribution {
 
 // index is the World's index (class_key.go). It is a memo of the whole
 // World: what a lookup in it reads is recorded by the view method that
-// makes the lookup (paKey, drsFor, ...), never by the caller.
+// makes the lookup (paMTLSOff, sidecarFor, ...), never by the caller.
 func (v *view) index() *worldIndex { return indexFor(v.w) }
 
 // TrafficDistributionsInUse reports which preferences some service has
@@ -186,14 +186,6 @@ func (v *view) TrafficDistributionsInUse() (sameZone, sameNode bool) {
 }
 
 // Lookups in the World's index, each recording what it reads.
-
-// paKey identifies the PeerAuthentications the clusters and endpoints of
-// namespace ns's services read (paIndex.key): ns's and the root
-// namespace's.
-func (v *view) paKey(ns string) string {
-	v.peerAuthentications(ns)
-	return v.index().pa.key(ns)
-}
 
 // paMTLSOff is paIndex.mtlsOff, read for namespace ns.
 func (v *view) paMTLSOff(ns string) func(*model.Endpoint, int32) bool {

@@ -70,6 +70,11 @@ func (g *Generator) vsHTTPRoutes(sc *Scope, c *model.Config, host string, port i
 	var out []*routev3.Route
 	if isRoot(vs) {
 		d := sc.delegations[c]
+		if d != nil {
+			sc.w.r.scope(scopeRead{q: qDelegation, cfg: c, ok: true, cfgs: d.delegates})
+		} else {
+			sc.w.r.scope(scopeRead{q: qDelegation, cfg: c})
+		}
 		if d == nil {
 			// A gateway may bind a root its namespace does not see.
 			d = resolveDelegation(sc.w, c)

@@ -1,7 +1,6 @@
 package gen
 
 import (
-	"fmt"
 	"strings"
 
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
@@ -48,6 +47,8 @@ type Scope struct {
 	topo proxyTopology
 	// quiet is this scope reading unrecorded (unrecorded).
 	quiet *Scope
+	// byPort groups Services by port (servicesByPort).
+	byPort *portIndex
 }
 
 // topology is what locality load balancing reads of the class's proxies:
@@ -60,10 +61,19 @@ func (sc *Scope) outTel() *listenerTelemetry {
 	if sc == nil {
 		return nil
 	}
+	sc.readTelemetry()
 	if sc.Proxy.Type == model.ProxyRouter {
 		return sc.tel.of(classGateway)
 	}
 	return sc.tel.of(classOutbound)
+}
+
+// readTelemetry records that what is being built uses the class's
+// telemetry: what it was decided from.
+func (sc *Scope) readTelemetry() {
+	if sc.tel != nil {
+		sc.w.r.add(sc.tel.reads)
+	}
 }
 
 // inTel is the telemetry of a sidecar's inbound listener.
@@ -71,6 +81,7 @@ func (sc *Scope) inTel() *listenerTelemetry {
 	if sc == nil {
 		return nil
 	}
+	sc.readTelemetry()
 	return sc.tel.of(classInbound)
 }
 
@@ -101,7 +112,7 @@ func (sc *Scope) in(w *model.World) *Scope {
 
 // newScope computes what proxies of p's class see of w.
 func newScope(w *view, p *model.Proxy) *Scope {
-	sc := &Scope{w: w, Proxy: p, visible: map[model.NamespacedName]bool{}, namespaces: map[string]bool{}, vs: map[string][]*model.Config{}, topo: topologyOf(w, p)}
+	sc := &Scope{w: w, Proxy: p, visible: map[model.NamespacedName]bool{}, namespaces: map[string]bool{}, vs: map[string][]*model.Config{}, topo: topologyOf(w, p), byPort: &portIndex{}}
 	egress := sidecarScope(w, p)
 	sc.sidecar = egress
 	// Every service exported to the class's namespace and allowed by
@@ -138,8 +149,10 @@ func (sc *Scope) SeesNamespace(ns string) bool { return sc.namespaces[ns] }
 // gateway or, for "mesh", to sidecars, in precedence order. For "mesh", a
 // host without one of its own gets the wildcard one that covers it.
 func (sc *Scope) VirtualServices(host, gateway string) []*model.Config {
+	all := sc.vs[host]
+	sc.w.r.scope(scopeRead{q: qVirtualServices, host: host, cfgs: all})
 	var out []*model.Config
-	for _, c := range sc.vs[host] {
+	for _, c := range all {
 		if appliesTo(c, gateway) {
 			out = append(out, c)
 		}
@@ -158,8 +171,7 @@ func (sc *Scope) use(cs ...*model.Config) {
 
 // DestinationRule returns the DestinationRule for host, or nil.
 func (sc *Scope) DestinationRule(host string) *networkingv1.DestinationRule {
-	if c := sc.dr[host]; c != nil {
-		sc.use(c)
+	if c := sc.destinationRuleConfig(host); c != nil {
 		return c.Object.(*networkingv1.DestinationRule)
 	}
 	return nil
@@ -167,6 +179,7 @@ func (sc *Scope) DestinationRule(host string) *networkingv1.DestinationRule {
 
 func (sc *Scope) destinationRuleConfig(host string) *model.Config {
 	c := sc.dr[host]
+	sc.w.r.scope(scopeRead{q: qDestinationRule, host: host, cfg: c})
 	sc.use(c)
 	return c
 }
@@ -288,19 +301,11 @@ func ownHosts(svcs []*model.Service, ns string) []*model.Service {
 // virtual host; an alias of a host not in the mesh has no route, so its
 // traffic goes where the application's DNS sends it).
 func (sc *Scope) aliasNames(svc *model.Service, port int32) []string {
+	as := sc.aliases[svc.Hostname]
+	sc.w.r.scope(scopeRead{q: qAliases, host: svc.Hostname, svcs: as})
 	var out []string
-	for _, a := range sc.aliases[svc.Hostname] {
+	for _, a := range as {
 		out = append(out, hostNames(a, port, sc.Proxy.Namespace)...)
 	}
 	return out
-}
-
-// aliasKey identifies the aliases of svc's host (aliasNames) for reuse
-// keys: their virtual hosts carry the aliases' names.
-func (sc *Scope) aliasKey(svc *model.Service) string {
-	var b strings.Builder
-	for _, a := range sc.aliases[svc.Hostname] {
-		fmt.Fprintf(&b, "|alias %p", a)
-	}
-	return b.String()
 }

@@ -183,6 +183,14 @@ func wildcardCovers(pattern, host string) bool {
 // sidecar goes through for host: those naming it or a wildcard covering
 // it, in precedence order.
 func (sc *Scope) l4VirtualServices(host string) []*model.Config {
+	out := sc.l4VirtualServicesOf(host)
+	sc.w.r.scope(scopeRead{q: qL4VirtualServices, host: host, cfgs: out})
+	sc.use(out...)
+	return out
+}
+
+// l4VirtualServicesOf is l4VirtualServices, unrecorded.
+func (sc *Scope) l4VirtualServicesOf(host string) []*model.Config {
 	var out []*model.Config
 	seen := map[*model.Config]bool{}
 	add := func(vss []*model.Config) {
@@ -200,7 +208,6 @@ func (sc *Scope) l4VirtualServices(host string) []*model.Config {
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool { return sc.vsRank[out[i]] < sc.vsRank[out[j]] })
-	sc.use(out...)
 	return out
 }
 
@@ -231,6 +238,14 @@ func resolveGatewayName(g, ns string) string {
 // joins the routes of those naming the same host, in this order
 // (vsRoutes).
 func (sc *Scope) gatewayVirtualServices(gateway string) []*model.Config {
+	out := sc.gatewayVirtualServicesOf(gateway)
+	sc.w.r.scope(scopeRead{q: qGatewayVirtualServices, host: gateway, cfgs: out})
+	sc.use(out...)
+	return out
+}
+
+// gatewayVirtualServicesOf is gatewayVirtualServices, unrecorded.
+func (sc *Scope) gatewayVirtualServicesOf(gateway string) []*model.Config {
 	out := make([]*model.Config, 0, len(sc.vsRank))
 	for c := range sc.vsRank {
 		if appliesTo(c, gateway) {
@@ -238,6 +253,5 @@ func (sc *Scope) gatewayVirtualServices(gateway string) []*model.Config {
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return sc.vsRank[out[i]] < sc.vsRank[out[j]] })
-	sc.use(out...)
 	return out
 }

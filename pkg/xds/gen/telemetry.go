@@ -2,7 +2,6 @@ package gen
 
 import (
 	"sort"
-	"strings"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -56,9 +55,8 @@ var telemetryFields = newFieldSet(append([]string{
 	tracingFields...)...)
 
 // applicableTelemetries lists the Telemetry resources that apply to p, in
-// Istio's order (root, namespace, then selecting ones), and a key naming
-// them with their versions.
-func applicableTelemetries(w *view, p *model.Proxy) ([]*model.Config, string) {
+// Istio's order (root, namespace, then selecting ones).
+func applicableTelemetries(w *view, p *model.Proxy) []*model.Config {
 	root := rootNamespace(w)
 	byNS := map[string][]*model.Config{}
 	for _, c := range w.ConfigsIn(model.KindTelemetry, root, p.Namespace) {
@@ -68,12 +66,7 @@ func applicableTelemetries(w *view, p *model.Proxy) ([]*model.Config, string) {
 		sortByCreation(cs)
 	}
 	var out []*model.Config
-	var key strings.Builder
-	add := func(c *model.Config) {
-		t := c.Object.(*telemetryv1.Telemetry)
-		out = append(out, c)
-		key.WriteString(c.Key.Namespace + "/" + c.Key.Name + "@" + t.ResourceVersion + ";")
-	}
+	add := func(c *model.Config) { out = append(out, c) }
 	wide := func(ns string) {
 		for _, c := range byNS[ns] {
 			if spec := &c.Object.(*telemetryv1.Telemetry).Spec; namespaceWide(spec) {
@@ -92,7 +85,7 @@ func applicableTelemetries(w *view, p *model.Proxy) ([]*model.Config, string) {
 			add(c)
 		}
 	}
-	return out, key.String()
+	return out
 }
 
 func namespaceWide(t *tpb.Telemetry) bool {

@@ -15,12 +15,13 @@ import (
 // classTelemetry decides and builds the telemetry of p's class in w: the
 // traffic classes of a sidecar (outbound, inbound) or of a gateway. It
 // reports, once per Telemetry version, the providers it cannot configure.
-// Proxyless gRPC gets none (nil).
+// Proxyless gRPC gets none (nil). w records into a Reads of the
+// telemetry's own, which every listener built with it adds (Scope.outTel).
 func (g *Generator) classTelemetry(w *view, p *model.Proxy) *classTelemetry {
 	if p.IsGRPC() {
 		return nil
 	}
-	cfgs, key := applicableTelemetries(w, p)
+	cfgs := applicableTelemetries(w, p)
 	specs := make([]*tpb.Telemetry, 0, len(cfgs))
 	for _, c := range cfgs {
 		t := c.Object.(*telemetryv1.Telemetry)
@@ -32,7 +33,7 @@ func (g *Generator) classTelemetry(w *view, p *model.Proxy) *classTelemetry {
 	g.reportProviders(cfgs, mc)
 	look := meshLookup{w: w, mesh: mc}
 	tin := tracingInput{look: look, d: decideTracing(mc, look.provider, specs), proxy: p, pc: proxyTracing(mc, p), sampling: g.defaultSampling()}
-	ct := &classTelemetry{key: w.Mesh().Hash() + "|" + key}
+	ct := &classTelemetry{reads: w.r}
 	classes := []trafficClass{classOutbound, classInbound}
 	if p.Type == model.ProxyRouter {
 		classes = []trafficClass{classGateway}
@@ -42,9 +43,8 @@ func (g *Generator) classTelemetry(w *view, p *model.Proxy) *classTelemetry {
 		var err error
 		lt.tracing, lt.requestID, err = buildTracing(tin, c)
 		if err != nil {
-			// The key carries the failure, so that the provider's service
+			// The provider's service was looked up (ct.reads): its
 			// appearing rebuilds the listeners.
-			ct.key += "|trace!" + err.Error()
 			g.reportTracing(cfgs, w, err)
 		}
 		ct.byClass[c] = lt

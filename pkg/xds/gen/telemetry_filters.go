@@ -145,19 +145,10 @@ type listenerTelemetry struct {
 
 // classTelemetry is the telemetry of one proxy class, per traffic class.
 type classTelemetry struct {
-	// key names its inputs (the MeshConfig and the Telemetry resources
-	// with their versions): listeners reused across generations must have
-	// been built for the same key.
-	key     string
+	// reads are what it was decided from (the MeshConfig and the
+	// Telemetry resources): a listener built with it read them too.
+	reads   *Reads
 	byClass [3]*listenerTelemetry
-}
-
-// keyOf is ct's key, "" for none.
-func (ct *classTelemetry) keyOf() string {
-	if ct == nil {
-		return ""
-	}
-	return ct.key
 }
 
 func (ct *classTelemetry) of(c trafficClass) *listenerTelemetry {

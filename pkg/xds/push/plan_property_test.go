@@ -309,7 +309,7 @@ func (pw *planWorld) config(rng *rand.Rand) (key, doc string) {
 	name := fmt.Sprintf("c-%d", rng.Intn(4))
 	exportTo := []string{"", `  exportTo: ["."]` + "\n", `  exportTo: ["*"]` + "\n"}[rng.Intn(3)]
 	a, b := pw.svc(rng), pw.svc(rng)
-	switch rng.Intn(12) {
+	switch rng.Intn(14) {
 	case 0, 1:
 		gw := ""
 		if rng.Intn(3) == 0 {
@@ -408,6 +408,27 @@ spec:
   metadata: {labels: {app: %s}}
   template: {serviceAccount: sa-%d}
 `, name, ns, a.name, rng.Intn(3))
+	case 12:
+		// tcp and tls routes: a port's listener reads them.
+		return "VirtualService " + ns + "/" + name, fmt.Sprintf(`apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: %s, namespace: %s}
+spec:
+  hosts: [%s]
+%s  tcp:
+  - match: [{port: 9000}]
+    route: [{destination: {host: %s, port: {number: 9000}}}]
+  tls:
+  - match: [{port: 9000, sniHosts: [%s]}]
+    route: [{destination: {host: %s, port: {number: %d}}}]
+`, name, ns, a.host(), exportTo, b.host(), a.host(), b.host(), []int{9000, 80}[rng.Intn(2)])
+	case 13:
+		// An alias: its names join the virtual hosts of the service it names.
+		return "Service " + ns + "/alias-" + name, fmt.Sprintf(`apiVersion: v1
+kind: Service
+metadata: {name: alias-%s, namespace: %s}
+spec: {type: ExternalName, externalName: %s}
+`, name, ns, a.host())
 	default:
 		return "ServiceEntry " + ns + "/" + name, fmt.Sprintf(`apiVersion: networking.istio.io/v1
 kind: ServiceEntry
@@ -448,6 +469,7 @@ spec:
   ports:
   - {name: http, port: 80, targetPort: 8080}
   - {name: grpc, port: 7070}
+  - {name: tcp, port: 9000}
 `, s.name, s.ns, s.ip, s.name)
 	}
 	for _, k := range slices.Sorted(func(yield func(string) bool) {
@@ -465,7 +487,7 @@ spec:
 func (pw *planWorld) slices() []model.Event {
 	var out []model.Event
 	for _, s := range pw.services {
-		out = append(out, worldtest.SliceWithPorts(s.ns, s.name, map[string]int32{"http": 8080, "grpc": 7070}, s.eps...))
+		out = append(out, worldtest.SliceWithPorts(s.ns, s.name, map[string]int32{"http": 8080, "grpc": 7070, "tcp": 9000}, s.eps...))
 	}
 	return out
 }
@@ -531,7 +553,7 @@ func (pw *planWorld) change(rng *rand.Rand) (string, []model.Event) {
 		if rng.Intn(2) == 0 && len(s.eps) > 1 {
 			eps = s.eps[1:]
 		}
-		return "endpoints of " + s.ns + "/" + s.name, []model.Event{worldtest.SliceWithPorts(s.ns, s.name, map[string]int32{"http": 8080, "grpc": 7070}, eps...)}
+		return "endpoints of " + s.ns + "/" + s.name, []model.Event{worldtest.SliceWithPorts(s.ns, s.name, map[string]int32{"http": 8080, "grpc": 7070, "tcp": 9000}, eps...)}
 	case r < 9:
 		s := pw.svc(rng)
 		return "ports of " + s.ns + "/" + s.name, decode(fmt.Sprintf(`apiVersion: v1

@@ -1,0 +1,192 @@
+package gen
+
+import (
+	"slices"
+
+	"github.com/meshplane/discovery/pkg/model"
+)
+
+// changes are the objects that differ between two Worlds, as recorded
+// reads are asked about them: by the planner (Reads.Touches, one change
+// at a time) and by reuse (Reads.stands, every change since the reused
+// configuration's World). Both ask the same question of the same reads.
+type changes struct {
+	old, cur *model.World
+	keys     []model.Key
+	mesh     bool
+	// unknown is set when what changed is not known (the change log no
+	// longer reaches back): every read is touched.
+	unknown bool
+	// set, kinds and inNS index keys when there are many.
+	set   map[model.Key]bool
+	kinds map[model.Kind]bool
+	inNS  map[kindNS]bool
+
+	// The changed objects in old ([0]) and cur ([1]), and the hostnames
+	// of the changed services, resolved on first need.
+	resolved bool
+	hosts    []string
+	svcs     [2][]*model.Service
+	cfgs     [2][]*model.Config
+	views    [2]*view
+}
+
+// indexAbove is the number of keys from which lookups use maps.
+const indexAbove = 8
+
+// changesOf is the set of changes keys that made cur out of old.
+func changesOf(old, cur *model.World, keys []model.Key) *changes {
+	cs := &changes{old: old, cur: cur, keys: keys}
+	cs.mesh = slices.Contains(keys, model.MeshKey)
+	if len(keys) > indexAbove {
+		cs.set = make(map[model.Key]bool, len(keys))
+		cs.kinds = map[model.Kind]bool{}
+		cs.inNS = map[kindNS]bool{}
+		for _, k := range keys {
+			cs.set[k] = true
+			cs.kinds[k.Kind] = true
+			cs.inNS[kindNS{k.Kind, k.Namespace}] = true
+		}
+	}
+	return cs
+}
+
+// changesSince is every change that made cur out of old's World, as the
+// World's change log knows it; when it does not, every read counts as
+// touched.
+func changesSince(old *view, cur *model.World) *changes {
+	keys, ok := cur.ChangesSince(old.w)
+	cs := changesOf(old.w, cur, keys)
+	cs.unknown = !ok
+	return cs
+}
+
+func (cs *changes) has(k model.Key) bool {
+	if cs.set != nil {
+		return cs.set[k]
+	}
+	return slices.Contains(cs.keys, k)
+}
+
+func (cs *changes) hasKind(kind model.Kind) bool {
+	if cs.kinds != nil {
+		return cs.kinds[kind]
+	}
+	for _, k := range cs.keys {
+		if k.Kind == kind {
+			return true
+		}
+	}
+	return false
+}
+
+func (cs *changes) hasIn(kn kindNS) bool {
+	if cs.inNS != nil {
+		return cs.inNS[kn]
+	}
+	for _, k := range cs.keys {
+		if k.Kind == kn.kind && k.Namespace == kn.ns {
+			return true
+		}
+	}
+	return false
+}
+
+// resolve finds the changed objects in both Worlds.
+func (cs *changes) resolve() {
+	if cs.resolved {
+		return
+	}
+	cs.resolved = true
+	for i, w := range []*model.World{cs.old, cs.cur} {
+		if w == nil {
+			continue
+		}
+		cs.views[i] = newView(w, nil)
+		for _, k := range cs.keys {
+			if k.Kind == model.KindService {
+				if s := w.Service(k.Namespace, k.Name); s != nil {
+					cs.svcs[i] = append(cs.svcs[i], s)
+					cs.hosts = append(cs.hosts, s.Hostname)
+				}
+			} else if c := w.Config(k.Kind, k.Namespace, k.Name); c != nil {
+				cs.cfgs[i] = append(cs.cfgs[i], c)
+			}
+		}
+	}
+}
+
+// touches reports whether the changes can alter what was generated from
+// o's own reads (not its parts'): a change of an object o read, of a kind
+// it read whole or in the namespace, of a service whose hostname it
+// looked up, or of an object a rule it listed by chooses before or after.
+func (cs *changes) touches(o *Reads) bool {
+	if o.all || cs.unknown {
+		return true
+	}
+	if o.mesh && cs.mesh {
+		return true
+	}
+	for _, k := range o.keys {
+		if cs.has(k) {
+			return true
+		}
+	}
+	for _, k := range o.kinds {
+		if cs.hasKind(k) {
+			return true
+		}
+	}
+	for _, kn := range o.inNS {
+		if cs.hasIn(kn) {
+			return true
+		}
+	}
+	if len(o.hosts) == 0 && len(o.lists) == 0 {
+		return false
+	}
+	cs.resolve()
+	for _, h := range o.hosts {
+		if slices.Contains(cs.hosts, h) {
+			return true
+		}
+	}
+	for _, l := range o.lists {
+		for i := range cs.views {
+			if l.kind == model.KindService {
+				for _, s := range cs.svcs[i] {
+					if l.service(cs.views[i], s) {
+						return true
+					}
+				}
+				continue
+			}
+			if l.config == nil {
+				continue
+			}
+			for _, c := range cs.cfgs[i] {
+				if c.Key.Kind == l.kind && l.config(cs.views[i], c) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// standsBetween reports whether what was generated from r in at's World
+// stands in w's: no change between the two, either way round, touches r.
+// Shared parts of the configuration (class_parts.go) are asked by
+// classes generating in older and newer Worlds alike.
+func standsBetween(r *Reads, at, w *view) bool {
+	if at.w == w.w {
+		return true
+	}
+	var cs *changes
+	if at.w.Version <= w.w.Version {
+		cs = changesSince(at, w.w)
+	} else {
+		cs = changesSince(w, at.w)
+	}
+	return !r.walk(cs.touches)
+}
