@@ -1,6 +1,9 @@
 package model
 
-import "sync"
+import (
+	"slices"
+	"sync"
+)
 
 // changeLog remembers which keys each recent World changed, so that a
 // reader holding something built from an older World can ask what
@@ -59,14 +62,28 @@ func (l *changeLog) between(from, to uint64) ([]Key, bool) {
 	if from+1 < l.first || to >= l.first+uint64(len(l.entries)) {
 		return nil, false
 	}
-	var out []Key
-	seen := map[Key]bool{}
-	for v := from + 1; v <= to; v++ {
-		for _, k := range l.entries[v-l.first] {
-			if !seen[k] {
+	span := l.entries[from+1-l.first : to+1-l.first]
+	n := 0
+	for _, keys := range span {
+		n += len(keys)
+	}
+	out := make([]Key, 0, n)
+	var seen map[Key]bool
+	if n > 16 {
+		seen = make(map[Key]bool, n)
+	}
+	for _, keys := range span {
+		for _, k := range keys {
+			switch {
+			case seen != nil:
+				if seen[k] {
+					continue
+				}
 				seen[k] = true
-				out = append(out, k)
+			case slices.Contains(out, k):
+				continue
 			}
+			out = append(out, k)
 		}
 	}
 	return out, true

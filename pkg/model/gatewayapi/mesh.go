@@ -25,6 +25,10 @@ import (
 // consumer route, or the producer's for clients of the Service's
 // namespace) comes before every VirtualService of that host; otherwise
 // routes and VirtualServices take their turn by age as VirtualServices do.
+// A consumer route (one in another namespace than its Service) applies to
+// clients of its own namespace only (GEP-1426: "consumer routes are
+// scoped only to the same namespace"; istiod's "consumer, then producer,
+// then nothing"): its VirtualService is exported to ".".
 // The VirtualServices carry AnnotationRouteSemantics so that the
 // generator can tell them apart.
 
@@ -40,7 +44,9 @@ const (
 type meshKey struct{ ns, host string }
 
 type meshBucket struct {
-	rules []*rule
+	// consumer: the routes are in another namespace than the Service.
+	consumer bool
+	rules    []*rule
 	from  []Ref
 	age   metav1.Time
 }
@@ -69,7 +75,7 @@ func (t *translator) attachToService(ri *routeInfo, p gw.ParentReference, ns str
 	}
 	b := t.mesh[k]
 	if b == nil {
-		b = &meshBucket{}
+		b = &meshBucket{consumer: ri.ref.Namespace != ns}
 		t.mesh[k] = b
 		t.meshIDs = append(t.meshIDs, k)
 	}
@@ -109,6 +115,10 @@ func (t *translator) meshVirtualServices() {
 	for _, k := range t.meshIDs {
 		b := t.mesh[k]
 		http := emitSorted(b.rules)
+		var exportTo []string
+		if b.consumer {
+			exportTo = []string{"."}
+		}
 		age := metav1.Time{}
 		if len(b.from) > 0 {
 			age = t.routeAge(b.from[0])
@@ -123,7 +133,7 @@ func (t *translator) meshVirtualServices() {
 					AnnotationRouteSemantics: RouteSemanticsGateway,
 				},
 			},
-			Spec: networking.VirtualService{Hosts: []string{k.host}, Gateways: []string{"mesh"}, Http: http},
+			Spec: networking.VirtualService{Hosts: []string{k.host}, Gateways: []string{"mesh"}, Http: http, ExportTo: exportTo},
 		})
 	}
 }

@@ -78,7 +78,10 @@ type unit struct {
 	reads, clusterReads *Reads
 	// stale marks clusters that UpdateEndpoints kept although the new
 	// endpoints change them: the next generation rebuilds them.
-	stale              bool
+	stale bool
+	// epsAt is the World UpdateEndpoints took the endpoints from, if it
+	// did (ClassConfig.standsAfterEndpoints).
+	epsAt              *view
 	edsRefs, routeRefs []string
 	svc                *model.Service
 	// localEndpoints makes outboundClusters leave the endpoints out: they

@@ -30,7 +30,6 @@ func (g *Generator) UpdateEndpoints(prev *ClassConfig, mw *model.World, services
 	}
 	var changed []string
 	added := false
-	updated := map[model.NamespacedName]bool{}
 	for _, nn := range services {
 		u := prev.units[nn]
 		if u == nil || !usesEDS(u.svc) {
@@ -48,9 +47,7 @@ func (g *Generator) UpdateEndpoints(prev *ClassConfig, mw *model.World, services
 		// the server identities of gRPC clusters), the next full
 		// generation rebuilds them.
 		nu.stale = u.stale || !sameResources(pt.clusters, u.clusters)
-		if !nu.stale {
-			updated[nn] = true
-		}
+		nu.epsAt = w
 		for _, r := range nu.endpoints {
 			if old := next[r.Name]; old == nil || old.Hash != r.Hash {
 				added = added || old == nil
@@ -72,7 +69,11 @@ func (g *Generator) UpdateEndpoints(prev *ClassConfig, mw *model.World, services
 		sets[EndpointType] = newSetSorted(EndpointType, next, eds.Names, eds.replaced(next, changed))
 	}
 	cc.Sets = sets
-	if cc.standsAfterEndpoints(changesSince(prev.at, mw), updated) {
+	// Judging whether the changes since at leave everything reused
+	// standing walks the class: it is done once they are many, not on
+	// every endpoint push (a full generation judges a few dozen changes
+	// as fast as one).
+	if mw.Version-prev.at.Version >= atLag && cc.standsAfterEndpoints(changesSince(prev.at, mw), w) {
 		cc.at = w
 	}
 	sort.Strings(changed)
@@ -83,12 +84,17 @@ func (g *Generator) UpdateEndpoints(prev *ClassConfig, mw *model.World, services
 	return &cc, changed
 }
 
+// atLag is how many Worlds a class's at may fall behind under endpoint
+// updates before UpdateEndpoints tries to move it on.
+const atLag = 64
+
 // standsAfterEndpoints reports whether every unit and port listener the
-// next generation may reuse stands after cs, the units of updated having
-// taken their new endpoints: then the next generation may judge changes
-// from the new World (ClassConfig.at). Otherwise it judges them from the
-// old one, and more changes pass for touching: never fewer.
-func (c *ClassConfig) standsAfterEndpoints(cs *changes, updated map[model.NamespacedName]bool) bool {
+// next generation may reuse stands after cs, the units UpdateEndpoints
+// gave new endpoints having taken them (unit.epsAt): then the next
+// generation may judge changes from the new World (ClassConfig.at).
+// Otherwise it judges them from the old one, and more changes pass for
+// touching: never fewer.
+func (c *ClassConfig) standsAfterEndpoints(cs *changes, cur *view) bool {
 	if cs.unknown {
 		return false
 	}
@@ -101,23 +107,27 @@ func (c *ClassConfig) standsAfterEndpoints(cs *changes, updated map[model.Namesp
 		if u.reads.walk(cs.touches) {
 			return false
 		}
-		if !updated[nn] {
+		switch {
+		case u.stale:
+			// Rebuilt by the next generation whatever changed.
+		case u.epsAt == nil:
 			if u.clusterReads.walk(cs.touches) {
 				return false
 			}
-			continue
-		}
-		// Its own endpoints are in its clusters now; anything else
-		// that changed must not touch them.
-		own := model.Key{Kind: model.KindEndpoints, Namespace: nn.Namespace, Name: nn.Name}
-		rest := make([]model.Key, 0, len(cs.keys))
-		for _, k := range cs.keys {
-			if k != own {
-				rest = append(rest, k)
+		default:
+			// Its endpoints are those of epsAt's World: the change of
+			// them before does not touch it; nothing else may, nor
+			// anything after.
+			own := model.Key{Kind: model.KindEndpoints, Namespace: nn.Namespace, Name: nn.Name}
+			rest := make([]model.Key, 0, len(cs.keys))
+			for _, k := range cs.keys {
+				if k != own {
+					rest = append(rest, k)
+				}
 			}
-		}
-		if len(rest) > 0 && u.clusterReads.walk(changesOf(cs.old, cs.cur, rest).touches) {
-			return false
+			if u.clusterReads.walk(changesOf(cs.old, cs.cur, rest).touches) || !standsBetween(u.clusterReads, u.epsAt, cur) {
+				return false
+			}
 		}
 	}
 	return true

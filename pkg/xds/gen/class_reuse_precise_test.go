@@ -1,6 +1,7 @@
 package gen
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/meshplane/discovery/pkg/model"
@@ -187,13 +188,18 @@ func TestEndpointUpdatesKeepReuseCurrent(t *testing.T) {
 		t.Fatal(err)
 	}
 	svc := model.NamespacedName{Namespace: "ns-1", Name: "svc-1"}
-	for i := range 3 {
-		if _, err := store.Apply(worldtest.Slice("ns-1", "svc-1", "10.9.9."+string(rune('1'+i)))); err != nil {
+	other := model.NamespacedName{Namespace: "ns-1", Name: "svc-3"}
+	for i := range 3 * atLag {
+		nn := svc
+		if i%3 == 0 {
+			nn = other
+		}
+		if _, err := store.Apply(worldtest.Slice(nn.Namespace, nn.Name, fmt.Sprintf("10.9.%d.%d", i/200, 1+i%200))); err != nil {
 			t.Fatal(err)
 		}
-		cfg, _ = g.UpdateEndpoints(cfg, store.World(), []model.NamespacedName{svc})
-		if cfg.at.Version != store.World().Version {
-			t.Fatalf("after endpoint update %d the class judges changes from World %d, want %d", i, cfg.at.Version, store.World().Version)
+		cfg, _ = g.UpdateEndpoints(cfg, store.World(), []model.NamespacedName{nn})
+		if lag := store.World().Version - cfg.at.Version; lag >= atLag {
+			t.Fatalf("after endpoint update %d the class judges changes from %d Worlds back", i, lag)
 		}
 	}
 	updated := cfg.units[svc]

@@ -26,6 +26,7 @@ type changes struct {
 	// of the changed services, resolved on first need.
 	resolved bool
 	hosts    []string
+	hostSet  map[string]bool // hosts, when there are many
 	svcs     [2][]*model.Service
 	cfgs     [2][]*model.Config
 	views    [2]*view
@@ -114,6 +115,12 @@ func (cs *changes) resolve() {
 			}
 		}
 	}
+	if len(cs.hosts) > indexAbove {
+		cs.hostSet = make(map[string]bool, len(cs.hosts))
+		for _, h := range cs.hosts {
+			cs.hostSet[h] = true
+		}
+	}
 }
 
 // touches reports whether the changes can alter what was generated from
@@ -147,7 +154,7 @@ func (cs *changes) touches(o *Reads) bool {
 	}
 	cs.resolve()
 	for _, h := range o.hosts {
-		if slices.Contains(cs.hosts, h) {
+		if cs.hostSet != nil && cs.hostSet[h] || cs.hostSet == nil && slices.Contains(cs.hosts, h) {
 			return true
 		}
 	}
