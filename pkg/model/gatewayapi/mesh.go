@@ -47,8 +47,8 @@ type meshBucket struct {
 	// consumer: the routes are in another namespace than the Service.
 	consumer bool
 	rules    []*rule
-	from  []Ref
-	age   metav1.Time
+	from     []Ref
+	age      metav1.Time
 }
 
 // attachToService binds a route to the Service of parentRef p (namespace
