@@ -33,17 +33,6 @@ const (
 	verdictNotClaimed = "not claimed"
 )
 
-// unsettled are the tests whose verdict changed with the machine, not
-// with the code: on 2026-12-04 after 23:30 UTC MeshHTTPRouteWeight failed
-// in full runs at aa6cf76 too, a commit whose clean-clone CI had passed
-// it two hours earlier. Its failures are logged, not held, until the
-// cause is found. (MeshConsumerRoute, unsettled then too, was a real
-// defect: a consumer route applied to clients of every namespace; fixed
-// in pkg/model/gatewayapi/mesh.go.)
-var unsettled = map[string]string{
-	"MeshHTTPRouteWeight": "failed at aa6cf76 too in full runs (one backend of two)",
-}
-
 type result struct {
 	name     string
 	features []string
@@ -101,10 +90,6 @@ func TestGatewayAPIConformance(t *testing.T) {
 					}
 				}
 			}
-		}
-		if why, ok := unsettled[r.name]; ok && results[i].verdict != verdictPass {
-			t.Logf("NOT HELD: %s failed in the full run and alone (%s); %s", r.name, r.note, why)
-			results[i].verdict, results[i].note = verdictPass, ""
 		}
 		if results[i].verdict != verdictPass {
 			t.Errorf("%s passed before and now is %s, in the full run and alone: %s", r.name, r.verdict, r.note)
