@@ -130,7 +130,7 @@ func (g *Generator) Class(mw *model.World, p *model.Proxy, prev *ClassConfig) (o
 	// and the planner: it records nothing more.
 	defer func() {
 		sc.w = sc.w.into(nil)
-		for _, r := range []*Reads{reads, scopeReads, own, telReads} {
+		for _, r := range []*Reads{telReads, scopeReads, own, reads} {
 			r.seal()
 		}
 	}()

@@ -99,19 +99,19 @@ func (c *ClassConfig) standsAfterEndpoints(cs *changes, cur *view) bool {
 		return false
 	}
 	for _, pu := range c.ports {
-		if pu.reads.walk(cs.touches) {
+		if pu.reads.touchedBy(cs) {
 			return false
 		}
 	}
 	for nn, u := range c.units {
-		if u.reads.walk(cs.touches) {
+		if u.reads.touchedBy(cs) {
 			return false
 		}
 		switch {
 		case u.stale:
 			// Rebuilt by the next generation whatever changed.
 		case u.epsAt == nil:
-			if u.clusterReads.walk(cs.touches) {
+			if u.clusterReads.touchedBy(cs) {
 				return false
 			}
 		default:
@@ -125,7 +125,7 @@ func (c *ClassConfig) standsAfterEndpoints(cs *changes, cur *view) bool {
 					rest = append(rest, k)
 				}
 			}
-			if u.clusterReads.walk(changesOf(cs.old, cs.cur, rest).touches) || !standsBetween(u.clusterReads, u.epsAt, cur) {
+			if u.clusterReads.touchedBy(changesOf(cs.old, cs.cur, rest)) || !standsBetween(u.clusterReads, u.epsAt, cur) {
 				return false
 			}
 		}

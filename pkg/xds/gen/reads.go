@@ -2,6 +2,7 @@ package gen
 
 import (
 	"slices"
+	"sync"
 
 	"github.com/meshplane/discovery/pkg/model"
 )
@@ -41,6 +42,10 @@ type Reads struct {
 	// sealed is set when generation is done: rules the planner calls
 	// afterwards read through the generation's views, and record nothing.
 	sealed bool
+	// mask has the bits (kindBit) of every kind r and its parts read, and
+	// scopedBit if they read the scope: a walk skips a part whose mask
+	// cannot meet what it looks for. Set by seal; zero (unknown) before.
+	mask uint64
 	// all is set for a configuration whose generation failed part way:
 	// what it read is not known, so every change touches it.
 	all bool
@@ -68,11 +73,83 @@ type listRead struct {
 
 func newReads() *Reads { return &Reads{} }
 
-// seal ends r's recording.
+// seal ends r's recording and sets its mask. Its parts are sealed
+// first (a part is sealed before it is added, or with r).
 func (r *Reads) seal() {
-	if r != nil {
-		r.sealed = true
+	if r == nil || r.sealed {
+		return
 	}
+	r.sealed = true
+	m := uint64(0)
+	if r.all {
+		m = ^uint64(0)
+	}
+	if r.mesh {
+		m |= kindBit(model.KindMeshConfig)
+	}
+	if len(r.hosts) > 0 {
+		m |= kindBit(model.KindService)
+	}
+	if len(r.scoped) > 0 {
+		m |= scopedBit
+	}
+	for _, k := range r.keys {
+		m |= kindBit(k.Kind)
+	}
+	for _, k := range r.kinds {
+		m |= kindBit(k)
+	}
+	for _, k := range r.inNS {
+		m |= kindBit(k.kind)
+	}
+	for _, l := range r.lists {
+		m |= kindBit(l.kind)
+	}
+	for _, p := range r.parts {
+		p.seal()
+		if p.mask == 0 {
+			m = ^uint64(0) // a part without a mask: unknown
+		}
+		m |= p.mask
+	}
+	if m == 0 {
+		m = emptyBit // read nothing: known, and meets nothing
+	}
+	r.mask = m
+}
+
+// Bits of Reads.mask: one per kind (kindBit), and two of their own.
+const (
+	scopedBit = uint64(1) << 63
+	emptyBit  = uint64(1) << 62
+	otherBit  = uint64(1) << 61 // the kinds past the first 61
+)
+
+var kindBits = struct {
+	sync.Mutex
+	m map[model.Kind]uint64
+}{m: map[model.Kind]uint64{}}
+
+// kindBit is kind's bit in a mask; the kinds seen after the first 61
+// share otherBit.
+func kindBit(kind model.Kind) uint64 {
+	kindBits.Lock()
+	defer kindBits.Unlock()
+	b, ok := kindBits.m[kind]
+	if !ok {
+		b = otherBit
+		if n := len(kindBits.m); n < 61 {
+			b = uint64(1) << n
+		}
+		kindBits.m[kind] = b
+	}
+	return b
+}
+
+// skips reports whether nothing r and its parts read can meet want (bits
+// of a mask): then a walk need not look into r.
+func (r *Reads) skips(want uint64) bool {
+	return r.mask != 0 && r.mask&want == 0
 }
 
 func (r *Reads) recording() bool { return r != nil && !r.sealed }
@@ -190,8 +267,24 @@ func (r *Reads) Touches(k model.Key, old, cur *model.World) bool {
 	if r == nil {
 		return false
 	}
-	cs := changesOf(old, cur, []model.Key{k})
-	return r.walk(cs.touches)
+	return r.touchedBy(changesOf(old, cur, []model.Key{k}))
+}
+
+// touchedBy reports whether a change of cs touches r or one of its parts;
+// parts whose kinds cs does not change are not looked into.
+func (r *Reads) touchedBy(cs *changes) bool {
+	if r == nil || r.skips(cs.mask) {
+		return false
+	}
+	if cs.touches(r) {
+		return true
+	}
+	for _, p := range r.parts {
+		if p.touchedBy(cs) {
+			return true
+		}
+	}
+	return false
 }
 
 // stands reports whether what was generated from r may be reused in
@@ -203,9 +296,18 @@ func (r *Reads) stands(sc *Scope, cs *changes) bool {
 	if r == nil {
 		return true
 	}
-	return !r.walk(func(o *Reads) bool {
-		return cs.touches(o) || !o.scopeHolds(sc)
-	})
+	if r.skips(cs.mask | scopedBit) {
+		return true
+	}
+	if cs.touches(r) || !r.scopeHolds(sc) {
+		return false
+	}
+	for _, p := range r.parts {
+		if !p.stands(sc, cs) {
+			return false
+		}
+	}
+	return true
 }
 
 // Kinds lists the kinds r read in any way, for the debug endpoints and

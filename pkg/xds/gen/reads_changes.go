@@ -14,6 +14,8 @@ type changes struct {
 	old, cur *model.World
 	keys     []model.Key
 	mesh     bool
+	// mask has the kindBit of every changed kind (Reads.skips).
+	mask uint64
 	// unknown is set when what changed is not known (the change log no
 	// longer reaches back): every read is touched.
 	unknown bool
@@ -39,6 +41,9 @@ const indexAbove = 8
 func changesOf(old, cur *model.World, keys []model.Key) *changes {
 	cs := &changes{old: old, cur: cur, keys: keys}
 	cs.mesh = slices.Contains(keys, model.MeshKey)
+	for _, k := range keys {
+		cs.mask |= kindBit(k.Kind)
+	}
 	if len(keys) > indexAbove {
 		cs.set = make(map[model.Key]bool, len(keys))
 		cs.kinds = map[model.Kind]bool{}
@@ -58,7 +63,9 @@ func changesOf(old, cur *model.World, keys []model.Key) *changes {
 func changesSince(old *view, cur *model.World) *changes {
 	keys, ok := cur.ChangesSince(old.w)
 	cs := changesOf(old.w, cur, keys)
-	cs.unknown = !ok
+	if cs.unknown = !ok; cs.unknown {
+		cs.mask = ^uint64(0)
+	}
 	return cs
 }
 
@@ -195,5 +202,5 @@ func standsBetween(r *Reads, at, w *view) bool {
 	} else {
 		cs = changesSince(w, at.w)
 	}
-	return !r.walk(cs.touches)
+	return !r.touchedBy(cs)
 }

@@ -244,3 +244,41 @@ func TestScopeSelectionsAreRecorded(t *testing.T) {
 		}
 	}
 }
+
+// A sealed Reads knows the kinds it and its parts read (Reads.mask), so
+// that a walk for a change of another kind skips it; a part sealed with
+// its parent, or without a mask, is never skipped wrongly.
+func TestReadsMasksSkipOnlyWhatCannotBeTouched(t *testing.T) {
+	svc := model.Key{Kind: model.KindService, Namespace: "ns", Name: "a"}
+	vs := model.Key{Kind: model.KindVirtualService, Namespace: "ns", Name: "a"}
+	leaf := newReads()
+	leaf.key(svc)
+	root := newReads()
+	root.add(leaf)
+	root.seal()
+	if !leaf.sealed || leaf.mask == 0 {
+		t.Fatal("sealing a Reads did not seal its part")
+	}
+	for _, tc := range []struct {
+		k    model.Key
+		want bool
+	}{{svc, true}, {vs, false}} {
+		cs := changesOf(nil, nil, []model.Key{tc.k})
+		if got := root.touchedBy(cs); got != tc.want {
+			t.Errorf("a change of %s touches the reads: %v, want %v", tc.k, got, tc.want)
+		}
+		if skipped := root.skips(cs.mask); skipped == tc.want {
+			t.Errorf("a change of %s: skipped %v", tc.k, skipped)
+		}
+	}
+	scoped := newReads()
+	scoped.scope(scopeRead{q: qRegistryOnly})
+	scoped.seal()
+	if scoped.skips(changesOf(nil, nil, []model.Key{vs}).mask | scopedBit) {
+		t.Error("a Reads with scope reads is skipped when scope answers are asked")
+	}
+	unsealed := &Reads{keys: []model.Key{vs}}
+	if unsealed.skips(kindBit(model.KindService)) {
+		t.Error("a Reads without a mask is skipped")
+	}
+}
