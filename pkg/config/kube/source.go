@@ -62,8 +62,11 @@ func New(cfg *rest.Config, opts Options, log *slog.Logger, reg prometheus.Regist
 
 // NewClients returns the clients New reads through: core Kubernetes kinds
 // as protobuf, Istio's, the Gateway API's and CRDs as JSON. Shared is
-// left for the caller.
+// left for the caller. Their reads wait for an API server that cannot be
+// reached (await.go).
 func NewClients(cfg *rest.Config) (Clients, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.Wrap(awaitAPIServer)
 	kcfg := rest.CopyConfig(cfg)
 	kcfg.ContentType = "application/vnd.kubernetes.protobuf"
 	kcfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
