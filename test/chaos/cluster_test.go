@@ -366,7 +366,35 @@ func (c *cluster) gapFigures(f *loadkit.Fleet, what string) loadkit.Percentiles 
 	c.res.figure(what+": p50", p.P50, "ms", "")
 	c.res.figure(what+": p99", p.P99, "ms", "")
 	c.res.figure(what+": max", p.Max, "ms", "")
+	c.gapPhaseFigures(f, what)
 	return p
+}
+
+// gapPhaseFigures divides the gaps into their phases (loadkit.GapPhases):
+// over all of them, and over the slowest 1%, where the tail is.
+func (c *cluster) gapPhaseFigures(f *loadkit.Fleet, what string) {
+	phases := f.GapPhases()
+	if len(phases) == 0 {
+		return
+	}
+	sort.Slice(phases, func(i, j int) bool { return phases[i].Total > phases[j].Total })
+	for _, part := range []struct {
+		name string
+		of   []loadkit.GapPhases
+	}{{"all", phases}, {"slowest 1%", phases[:max(1, len(phases)/100)]}} {
+		var reconnect, first, fill []time.Duration
+		var streams []int
+		for _, ph := range part.of {
+			reconnect, first, fill = append(reconnect, ph.Reconnect), append(first, ph.FirstResponse), append(fill, ph.Fill)
+			streams = append(streams, ph.Streams)
+		}
+		sort.Ints(streams)
+		r, fr, fl := loadkit.PercentilesOf(reconnect), loadkit.PercentilesOf(first), loadkit.PercentilesOf(fill)
+		c.res.figure(fmt.Sprintf("%s, %s (%d gaps): until the stream that ended the gap was opened, p50/p99", what, part.name, len(part.of)), r.P50, "ms",
+			fmt.Sprintf("p99 %.0f ms; streams opened per gap p50 %d, max %d", r.P99, streams[len(streams)/2], streams[len(streams)-1]))
+		c.res.figure(fmt.Sprintf("%s, %s: that stream's first response, p50/p99", what, part.name), fr.P50, "ms", fmt.Sprintf("p99 %.0f ms", fr.P99))
+		c.res.figure(fmt.Sprintf("%s, %s: first response until complete, p50/p99", what, part.name), fl.P50, "ms", fmt.Sprintf("p99 %.0f ms", fl.P99))
+	}
 }
 
 // byRemote names each replica's share of the fleet.

@@ -46,6 +46,20 @@ type proxy struct {
 	lostAt   time.Time // the last complete stream ended; zero while complete
 	gaps     []time.Duration
 	complete bool // the current stream holds a complete configuration
+	// During a gap: when the current stream was opened and first
+	// answered, and how many streams the gap has opened.
+	openedAt, answeredAt time.Time
+	gapStreams           int
+	phases               []GapPhases
+}
+
+// GapPhases divides one gap (a proxy without a complete configuration)
+// into the wait for the stream that ended it (back-off and dialing,
+// over Streams attempts), that stream's first response, and the rest of
+// the configuration.
+type GapPhases struct {
+	Total, Reconnect, FirstResponse, Fill time.Duration
+	Streams                               int
 }
 
 var _ stats.Handler = (*proxy)(nil)
@@ -76,6 +90,7 @@ func (p *proxy) run(ctx context.Context, cc *grpc.ClientConn) {
 			}
 		}()
 		p.streams.Add(1)
+		p.opened()
 		s := p.newSession()
 		err := p.stream(sctx, cc, s)
 		cancel()
@@ -109,6 +124,25 @@ func (p *proxy) newSession() *session {
 		p.sess = old.resume()
 	}
 	return p.sess
+}
+
+// opened records a new stream's start during a gap.
+func (p *proxy) opened() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.openedAt, p.answeredAt = time.Now(), time.Time{}
+	if !p.lostAt.IsZero() {
+		p.gapStreams++
+	}
+}
+
+// answered records a stream's first response.
+func (p *proxy) answered() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.answeredAt.IsZero() {
+		p.answeredAt = time.Now()
+	}
 }
 
 // ended records the end of a stream: a proxy that had a complete
@@ -211,7 +245,12 @@ func (p *proxy) settle(s *session, typeURL string, hits []hit, active []*Change)
 	p.complete = true
 	if !p.lostAt.IsZero() {
 		p.gaps = append(p.gaps, now.Sub(p.lostAt))
-		p.lostAt = time.Time{}
+		ph := GapPhases{Total: now.Sub(p.lostAt), Streams: p.gapStreams}
+		if !p.openedAt.Before(p.lostAt) && !p.answeredAt.IsZero() {
+			ph.Reconnect, ph.FirstResponse, ph.Fill = p.openedAt.Sub(p.lostAt), p.answeredAt.Sub(p.openedAt), now.Sub(p.answeredAt)
+		}
+		p.phases = append(p.phases, ph)
+		p.lostAt, p.gapStreams = time.Time{}, 0
 	}
 	p.mu.Unlock()
 	for _, c := range active {

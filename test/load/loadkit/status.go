@@ -64,11 +64,25 @@ func (f *Fleet) Gaps() (closed, open []time.Duration) {
 	return closed, open
 }
 
+// GapPhases returns the phases of every closed gap (Gaps), in no order.
+func (f *Fleet) GapPhases() []GapPhases {
+	var out []GapPhases
+	for _, p := range f.proxies {
+		if !p.behavior.normal() {
+			continue
+		}
+		p.mu.Lock()
+		out = append(out, p.phases...)
+		p.mu.Unlock()
+	}
+	return out
+}
+
 // ResetGaps forgets the gaps recorded so far (not the open ones).
 func (f *Fleet) ResetGaps() {
 	for _, p := range f.proxies {
 		p.mu.Lock()
-		p.gaps = nil
+		p.gaps, p.phases = nil, nil
 		p.mu.Unlock()
 	}
 }

@@ -69,6 +69,9 @@ func (p *proxy) onDelta(st deltaStream, s *session, resp *discovery.DeltaDiscove
 	if _, err := p.count(t, len(resp.GetResources())); err != nil {
 		return err
 	}
+	if !s.answered {
+		p.answered()
+	}
 	s.answered = true
 	active := p.f.tracker.list()
 	values := make([][]byte, len(resp.GetResources()))
@@ -185,6 +188,9 @@ func (p *proxy) onSotw(st sotwStream, s *session, resp *discovery.DiscoveryRespo
 	t := resp.GetTypeUrl()
 	if _, err := p.count(t, len(resp.GetResources())); err != nil {
 		return err
+	}
+	if !s.answered {
+		p.answered()
 	}
 	s.answered = true
 	active := p.f.tracker.list()
