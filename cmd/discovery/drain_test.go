@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"sort"
 	"syscall"
 	"testing"
@@ -18,7 +19,8 @@ import (
 )
 
 // On SIGTERM the streams are closed one by one over the drain period, not
-// all at once, new streams are refused meanwhile, and the process exits 0.
+// all at once, new streams and connections are refused meanwhile, and the
+// process exits 0.
 func TestSIGTERMDrainsStreamsOverThePeriod(t *testing.T) {
 	dir := reviewsConfigDir(t)
 	const streams, period = 8, 4 * time.Second
@@ -74,9 +76,16 @@ func TestSIGTERMDrainsStreamsOverThePeriod(t *testing.T) {
 		case at := <-closed:
 			times = append(times, at)
 			if len(times) == 1 {
-				// Draining: a new stream is refused.
+				// Draining: a new stream is refused, and so is a new
+				// connection (the listener is closed and the open
+				// connections told to go away), so that proxies move to
+				// another replica instead of retrying here.
 				if _, err := open(streams); status.Code(err) != codes.Unavailable {
 					t.Errorf("a new stream while draining: %v; want Unavailable", err)
+				}
+				if c, err := net.DialTimeout("tcp", plain, time.Second); err == nil {
+					c.Close()
+					t.Error("a new connection was accepted while draining")
 				}
 			}
 		case <-time.After(period + 10*time.Second):

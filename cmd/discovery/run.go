@@ -141,12 +141,22 @@ type parts struct {
 	auditor  *status.Auditor
 	guard    *streamauth.Guard
 	draining atomic.Bool
+	// grpcServers are the xDS and CA servers.
+	grpcServers []*grpc.Server
 }
 
 // drain refuses new xDS streams and closes the open ones over period.
+// The gRPC servers stop at once what their clients can move elsewhere:
+// they close their listeners and send GOAWAY on every connection
+// (GracefulStop), so a proxy whose stream is closed opens the next one
+// on a new connection, to another replica, instead of having it refused
+// on this one until the drain ends; the open streams stay until drained.
 func (p *parts) drain(ctx context.Context, period time.Duration, log *slog.Logger) {
 	p.draining.Store(true)
 	p.guard.Drain()
+	for _, s := range p.grpcServers {
+		go s.GracefulStop()
+	}
 	log.Info("shutting down: draining xDS streams", "period", period)
 	n := p.xds.Drain(ctx, period)
 	log.Info("xDS streams drained", "streams", n)
@@ -275,8 +285,10 @@ func (o *serveOptions) build(ctx context.Context, cfg *rest.Config, client kuber
 	if plain != nil {
 		p.xds.Register(plain)
 		p.runner.Add("grpc", false, serveGRPC("grpc", o.grpcAddr, plain, log))
+		p.grpcServers = append(p.grpcServers, plain)
 	}
 	p.runner.Add("secure grpc", false, serveGRPC("secure grpc", o.secureAddr, secure, log))
+	p.grpcServers = append(p.grpcServers, secure)
 	return p, nil
 }
 

@@ -101,3 +101,32 @@ func BenchmarkClassFromScratchSniffed(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkClassAfterServiceAdded regenerates a class after a service is
+// added to (odd iterations: removed from) a 1,000-service World: the new
+// service's unit and its port's listener are built, everything else is
+// reused.
+func BenchmarkClassAfterServiceAdded(b *testing.B) {
+	store := world1000(b)
+	g := newForTest(quietLog())
+	p := sidecar(b, "ns-0")
+	prev, err := g.Class(store.World(), p, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	svc := worldtest.Service("ns-9", "added", "10.97.0.1")
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		ev := svc
+		if i%2 == 1 {
+			ev.Op, ev.Object = model.OpDelete, nil
+		}
+		if _, err := store.Apply(ev); err != nil {
+			b.Fatal(err)
+		}
+		if prev, err = g.Class(store.World(), p, prev); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
