@@ -148,15 +148,7 @@ spec:
 				t.Errorf("%s: port %d's listener rebuilt = %v, want %v", st.name, port, rebuilt, wantRebuilt)
 			}
 		}
-		fresh, err := newForTest(quietLog()).Class(store.World(), p, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, typ := range TypeURLs {
-			if got, want := next.Sets[typ], fresh.Sets[typ]; got.Version != want.Version {
-				t.Errorf("%s: %s differs from a fresh generation in %v", st.name, ShortType(typ), changed(got, want))
-			}
-		}
+		sameAsFresh(t, st.name, next, store.World(), p)
 		prev = next
 	}
 }
@@ -228,13 +220,20 @@ spec:
 	if next.units[svc] != updated {
 		t.Error("the unit whose endpoints were updated was rebuilt by an unrelated VirtualService edit")
 	}
-	fresh, err := newForTest(quietLog()).Class(store.World(), p, nil)
+	sameAsFresh(t, "after the edit", next, store.World(), p)
+}
+
+// sameAsFresh fails t unless got is what a generator with nothing to
+// reuse makes of w for p.
+func sameAsFresh(t *testing.T, what string, got *ClassConfig, w *model.World, p *model.Proxy) {
+	t.Helper()
+	fresh, err := newForTest(quietLog()).Class(w, p, nil)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%s: %v", what, err)
 	}
 	for _, typ := range TypeURLs {
-		if got, want := next.Sets[typ], fresh.Sets[typ]; got.Version != want.Version {
-			t.Errorf("%s differs from a fresh generation in %v", ShortType(typ), changed(got, want))
+		if g, want := got.Sets[typ], fresh.Sets[typ]; g.Version != want.Version {
+			t.Errorf("%s: %s differs from a fresh generation in %v", what, ShortType(typ), changed(g, want))
 		}
 	}
 }

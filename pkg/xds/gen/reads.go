@@ -232,15 +232,6 @@ func (r *Reads) add(o *Reads) {
 	}
 }
 
-// alone returns r's only part when r read nothing itself (a unit whose
-// clusters are a shared part's): one Reads less per unit and class.
-func (r *Reads) alone() *Reads {
-	if len(r.parts) == 1 && !r.mesh && !r.all && len(r.keys)+len(r.hosts)+len(r.inNS)+len(r.kinds)+len(r.lists)+len(r.used)+len(r.scoped) == 0 {
-		return r.parts[0]
-	}
-	return r
-}
-
 // walk calls f on r and its parts, depth first, until f returns true;
 // it reports whether f did.
 func (r *Reads) walk(f func(*Reads) bool) bool {

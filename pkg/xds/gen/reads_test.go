@@ -5,7 +5,6 @@ import (
 	"go/parser"
 	"go/token"
 	"os"
-	"slices"
 	"strings"
 	"testing"
 
@@ -47,41 +46,50 @@ var worldAllowed = map[string]bool{
 // records nothing. A new read of the World must then go through a view
 // method, or be added here and argued for.
 func TestGenerationReadsOnlyThroughViews(t *testing.T) {
+	used := map[string]bool{}
+	eachDecl(t, func(file string, fset *token.FileSet, d ast.Decl) {
+		switch d := d.(type) {
+		case *ast.FuncDecl:
+			fn := funcName(d)
+			if why := reachesWorld(d); why != "" {
+				if !worldAllowed[fn] {
+					t.Errorf("%s: %s %s: generation must read the World through a recording view (reads.go)", fset.Position(d.Pos()), fn, why)
+				}
+				used[fn] = true
+			}
+		case *ast.GenDecl:
+			if why := reachesWorld(d); why != "" && file != "class_key.go" {
+				t.Errorf("%s: a declaration %s", fset.Position(d.Pos()), why)
+			}
+		}
+	})
+	for fn := range worldAllowed {
+		if !used[fn] {
+			t.Errorf("worldAllowed names %s, which no longer reaches the World: drop it", fn)
+		}
+	}
+}
+
+// eachDecl calls f on every declaration of the package's generation code:
+// its files but the tests and the recording machinery (reads*.go).
+func eachDecl(t *testing.T, f func(file string, fset *token.FileSet, d ast.Decl)) {
+	t.Helper()
 	fset := token.NewFileSet()
 	entries, err := os.ReadDir(".")
 	if err != nil {
 		t.Fatal(err)
 	}
-	used := map[string]bool{}
 	for _, e := range entries {
 		name := e.Name()
 		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") || strings.HasPrefix(name, "reads") {
 			continue
 		}
-		f, err := parser.ParseFile(fset, name, nil, 0)
+		file, err := parser.ParseFile(fset, name, nil, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, d := range f.Decls {
-			switch d := d.(type) {
-			case *ast.FuncDecl:
-				fn := funcName(d)
-				if why := reachesWorld(d); why != "" {
-					if !worldAllowed[fn] {
-						t.Errorf("%s: %s %s: generation must read the World through a recording view (reads.go)", fset.Position(d.Pos()), fn, why)
-					}
-					used[fn] = true
-				}
-			case *ast.GenDecl:
-				if why := reachesWorld(d); why != "" && !slices.Contains([]string{"class_key.go"}, name) {
-					t.Errorf("%s: a declaration %s", fset.Position(d.Pos()), why)
-				}
-			}
-		}
-	}
-	for fn := range worldAllowed {
-		if !used[fn] {
-			t.Errorf("worldAllowed names %s, which no longer reaches the World: drop it", fn)
+		for _, d := range file.Decls {
+			f(name, fset, d)
 		}
 	}
 }
@@ -202,42 +210,27 @@ var scopeAllowed = map[string]string{
 // scopeAllowed names. Scopes are named sc, csc or quiet by this package's
 // convention; the test reads that convention.
 func TestScopeSelectionsAreRecorded(t *testing.T) {
-	fset := token.NewFileSet()
-	entries, err := os.ReadDir(".")
-	if err != nil {
-		t.Fatal(err)
-	}
 	used := map[string]bool{}
-	for _, e := range entries {
-		name := e.Name()
-		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") || strings.HasPrefix(name, "reads") {
-			continue
+	eachDecl(t, func(_ string, fset *token.FileSet, d ast.Decl) {
+		fd, ok := d.(*ast.FuncDecl)
+		if !ok {
+			return
 		}
-		f, err := parser.ParseFile(fset, name, nil, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, d := range f.Decls {
-			fd, ok := d.(*ast.FuncDecl)
-			if !ok {
-				continue
-			}
-			fn := funcName(fd)
-			ast.Inspect(fd, func(n ast.Node) bool {
-				sel, ok := n.(*ast.SelectorExpr)
-				if !ok || !scopeFields[sel.Sel.Name] {
-					return true
-				}
-				if id, ok := sel.X.(*ast.Ident); ok && (id.Name == "sc" || id.Name == "csc" || id.Name == "quiet") {
-					if _, ok := scopeAllowed[fn]; !ok {
-						t.Errorf("%s: %s reads the scope's %s unrecorded: go through a recording accessor (reads_scope.go)", fset.Position(sel.Pos()), fn, sel.Sel.Name)
-					}
-					used[fn] = true
-				}
+		fn := funcName(fd)
+		ast.Inspect(fd, func(n ast.Node) bool {
+			sel, ok := n.(*ast.SelectorExpr)
+			if !ok || !scopeFields[sel.Sel.Name] {
 				return true
-			})
-		}
-	}
+			}
+			if id, ok := sel.X.(*ast.Ident); ok && (id.Name == "sc" || id.Name == "csc" || id.Name == "quiet") {
+				if _, ok := scopeAllowed[fn]; !ok {
+					t.Errorf("%s: %s reads the scope's %s unrecorded: go through a recording accessor (reads_scope.go)", fset.Position(sel.Pos()), fn, sel.Sel.Name)
+				}
+				used[fn] = true
+			}
+			return true
+		})
+	})
 	for fn := range scopeAllowed {
 		if !used[fn] {
 			t.Errorf("scopeAllowed names %s, which reads no selection: drop it", fn)
