@@ -12,7 +12,8 @@ import (
 // removals of single files are applied by reading those files again (not
 // the directory); a directory named like a config file that is removed,
 // and a new file in a new directory, still take the whole directory into
-// account.
+// account; a temporary hidden file written and renamed into place is no
+// error.
 func TestReadingOnlyTheChangedFilesMissesNothing(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "a.yaml"), service("reviews", 9080))
@@ -26,6 +27,11 @@ func TestReadingOnlyTheChangedFilesMissesNothing(t *testing.T) {
 	h.waitFor(t, "an edit", func() bool { return port(h.world(), "reviews") == 1234 })
 	writeByRename(t, filepath.Join(dir, "b.yaml"), service("ratings", 4321))
 	h.waitFor(t, "a write by rename", func() bool { return port(h.world(), "ratings") == 4321 })
+	// The hidden temporary file's events are ignored, not read as a
+	// file named "" (the directory itself: "is a directory").
+	if errs := h.src.Errors(); len(errs) != 0 {
+		t.Errorf("errors after a write by rename: %v", errs)
+	}
 	if err := os.Remove(filepath.Join(dir, "b.yaml")); err != nil {
 		t.Fatal(err)
 	}

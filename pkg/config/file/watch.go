@@ -52,7 +52,9 @@ func (s *Source) watch(ctx context.Context, sink config.Sink, w *fsnotify.Watche
 			}
 			s.log.Debug("config directory changed", "path", ev.Name, "op", ev.Op.String())
 			if rel, ok := s.fileEvent(ev); ok {
-				pending.files[rel] = true
+				if rel != "" { // "": an ignored name
+					pending.files[rel] = true
+				}
 			} else {
 				pending.full = true
 			}
@@ -138,7 +140,7 @@ func (s *Source) isDir(name string) bool {
 
 // fileEvent reports whether ev concerns one config file of a directory
 // already watched, which reading that file again accounts for, and names
-// it. Dir itself, directories, symlinks, hidden names (ConfigMap's ..data
+// it ("" for a name that is ignored: nothing to read). Dir itself, directories, symlinks, hidden names (ConfigMap's ..data
 // swaps) and anything else need the whole directory read again.
 func (s *Source) fileEvent(ev fsnotify.Event) (string, bool) {
 	if s.isDir(ev.Name) {
