@@ -365,11 +365,17 @@ func (r *run) changePhase(ctx context.Context, n int, make func(int, *loadkit.Na
 		cs = append(cs, c)
 	}
 	werr := loadkit.WaitChanges(ctx, r.o.Timeout, cs...)
-	r.fleet.Retire(cs...)
-	r.end(ctx, kind, cs, out)
 	if werr != nil {
 		r.report.Notes = append(r.report.Notes, fmt.Sprintf("%s: not every proxy converged within %s", kind, r.o.Timeout))
+		for i, c := range cs {
+			if m := c.Missing(); len(m) > 0 {
+				r.report.Notes = append(r.report.Notes, fmt.Sprintf("%s change %d: %d proxies lack it, the first: %s (node %s)",
+					kind, i, len(m), r.fleet.Explain(c, m[0]), r.fleet.NodeID(m[0])))
+			}
+		}
 	}
+	r.fleet.Retire(cs...)
+	r.end(ctx, kind, cs, out)
 	return nil
 }
 

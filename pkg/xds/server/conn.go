@@ -405,6 +405,11 @@ func (c *conn) setConfig(cfg *gen.ProxyConfig, dirty map[string][]string, first 
 		}
 		if c.key.delta && knownType(t) {
 			c.deferDelta(t, names)
+		} else if knownType(t) && t != gen.SecretType {
+			// No open watch: the next request compares in full (its
+			// config version alone would not tell when the push did not
+			// change it).
+			ts.checked = ""
 		}
 		if st := ts.status; st != nil && st.pending {
 			stalled = true

@@ -144,12 +144,25 @@ func (s *Server) work(_ context.Context, c *conn, item *pushItem) {
 		if cls == nil {
 			return // logged by the generator; nothing good to send yet
 		}
-		var names []string
-		for _, nn := range svcs {
-			names = append(names, cls.EndpointsOf[nn]...)
-		}
 		pc := prev.WithClass(cls)
-		c.setConfig(pc, map[string][]string{gen.EndpointType: names}, item.first)
+		dirty := push.ChangedSince(prev, pc)
+		if cls == prev.Class {
+			// Already sent this class (an earlier push took it further
+			// than its own World): this item's names, which cost little
+			// to compare again.
+			var names []string
+			for _, nn := range svcs {
+				names = append(names, cls.EndpointsOf[nn]...)
+			}
+			dirty = map[string][]string{gen.EndpointType: names}
+		}
+		// Otherwise what the class changed since prev's, which is more
+		// than this item's services when another proxy's push took the
+		// class past this item's World (its endpoints of later changes
+		// too), or everything when the class moved on by several steps:
+		// a state-of-the-world stream would otherwise count the names
+		// left out as compared, and never send them.
+		c.setConfig(pc, dirty, item.first)
 	}
 	s.m.pushTime.WithLabelValues(kind).Observe(time.Since(start).Seconds())
 	for _, r := range item.records {
