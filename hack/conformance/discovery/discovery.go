@@ -40,7 +40,17 @@ type Result struct {
 }
 
 // Generate builds every node's configuration as discovery would.
-func Generate(in *scenario.Input) (*Result, error) {
+func Generate(in *scenario.Input) (*Result, error) { return GenerateWith(in, Options{}) }
+
+// Options are the generator's settings that change the shape of what it
+// sends, not its behaviour.
+type Options struct {
+	// ListenersPerAddress is gen.Options.ListenersPerAddress.
+	ListenersPerAddress bool
+}
+
+// GenerateWith is Generate with the generator set by o.
+func GenerateWith(in *scenario.Input, opts Options) (*Result, error) {
 	res := &Result{Configs: map[string]*dataplane.Config{}, Unsupported: map[string][]string{}}
 	dec := serializer.NewCodecFactory(model.Scheme()).UniversalDeserializer()
 	var events []model.Event
@@ -91,6 +101,7 @@ func Generate(in *scenario.Input) (*Result, error) {
 	// generator refers to them (server.Options.Credentials).
 	o := gen.DefaultOptions(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	o.Credentials = true
+	o.ListenersPerAddress = opts.ListenersPerAddress
 	g, err := gen.New(o)
 	if err != nil {
 		return nil, err

@@ -105,28 +105,57 @@ func BenchmarkClassFromScratchSniffed(b *testing.B) {
 // BenchmarkClassAfterServiceAdded regenerates a class after a service is
 // added to (odd iterations: removed from) a 1,000-service World: the new
 // service's unit and its port's listener are built, everything else is
-// reused.
+// reused. listener-bytes/op are the bytes of the listeners that changed,
+// what delta xDS sends each proxy of the class: the port listeners
+// (port) or the new address's listeners (address,
+// Options.ListenersPerAddress); lds-bytes and listeners are the class's
+// whole listener set.
 func BenchmarkClassAfterServiceAdded(b *testing.B) {
-	store := world1000(b)
-	g := newForTest(quietLog())
-	p := sidecar(b, "ns-0")
-	prev, err := g.Class(store.World(), p, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	svc := worldtest.Service("ns-9", "added", "10.97.0.1")
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		ev := svc
-		if i%2 == 1 {
-			ev.Op, ev.Object = model.OpDelete, nil
-		}
-		if _, err := store.Apply(ev); err != nil {
-			b.Fatal(err)
-		}
-		if prev, err = g.Class(store.World(), p, prev); err != nil {
-			b.Fatal(err)
-		}
+	for _, shape := range []struct {
+		name       string
+		perAddress bool
+	}{{"port", false}, {"address", true}} {
+		b.Run(shape.name, func(b *testing.B) {
+			store := world1000(b)
+			o := DefaultOptions(quietLog())
+			o.ListenersPerAddress = shape.perAddress
+			g, err := New(o)
+			if err != nil {
+				b.Fatal(err)
+			}
+			p := sidecar(b, "ns-0")
+			prev, err := g.Class(store.World(), p, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			svc := worldtest.Service("ns-9", "added", "10.97.0.1")
+			var sent int
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				ev := svc
+				if i%2 == 1 {
+					ev.Op, ev.Object = model.OpDelete, nil
+				}
+				if _, err := store.Apply(ev); err != nil {
+					b.Fatal(err)
+				}
+				if prev, err = g.Class(store.World(), p, prev); err != nil {
+					b.Fatal(err)
+				}
+				for _, n := range prev.Changed[ListenerType] {
+					if r := prev.Sets[ListenerType].Get(n); r != nil {
+						sent += r.Size()
+					}
+				}
+			}
+			b.ReportMetric(float64(sent)/float64(b.N), "listener-bytes/op")
+			lds := 0
+			for _, r := range prev.Sets[ListenerType].Resources {
+				lds += r.Size()
+			}
+			b.ReportMetric(float64(lds), "lds-bytes")
+			b.ReportMetric(float64(prev.Sets[ListenerType].Len()), "listeners")
+		})
 	}
 }

@@ -49,6 +49,9 @@ type ClassConfig struct {
 	// generation reuses a listener whose built form did not change.
 	wasm    *Set
 	wasmKey string
+	// split holds the port listeners split by address, by name
+	// (Options.ListenersPerAddress, listener_address.go).
+	split map[string]*addressSplit
 }
 
 // portUnit is the outbound listener of one port, reused by the next
@@ -193,6 +196,9 @@ func (g *Generator) Class(mw *model.World, p *model.Proxy, prev *ClassConfig) (o
 		// they are part of, as in istiod.
 		g.wasmClass(w, p, out, prev)
 		g.patchClass(w, p, out, prev)
+		if g.perAddress && p.Type == model.ProxySidecar && !p.IsGRPC() {
+			g.splitByAddress(out, prev) // listener_address.go
+		}
 	}
 	return out, err
 }

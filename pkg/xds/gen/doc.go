@@ -26,7 +26,9 @@
 // RouteConfiguration. The proxy pays with one filter chain and one
 // HttpConnectionManager per service address on the port's listener and one
 // RDS subscription per service port; a service added or removed re-sends
-// the port's listener (LDS is state of the world either way). The
+// the port's listener (LDS is state of the world either way), unless
+// Options.ListenersPerAddress moves each address's chains to a listener
+// of its own (listener_address.go): then it sends one small listener. The
 // destination address picks the service: its virtual host also has the
 // domain "*", so any Host header sent to the address gets its routes,
 // where istiod picks the virtual host of its port route by Host (a Host
@@ -112,7 +114,8 @@
 //     sniffing), listener_headless.go, listener_outbound_policy.go
 //     (ALLOW_ANY / REGISTRY_ONLY), listener_vs_tcp.go (VirtualService tcp
 //     and tls routes), listener_grpc_server.go (xDS-enabled gRPC
-//     servers).
+//     servers), listener_address.go (outbound listeners per service
+//     address, Options.ListenersPerAddress).
 //   - Routes: route.go (virtual hosts, default routes), route_vs.go (http
 //     routes), route_vs_select.go (which VirtualServices, shadowing),
 //     route_vs_delegate.go, route_vs_jwt.go (JWT claim routing),

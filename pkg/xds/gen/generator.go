@@ -27,6 +27,8 @@ type Generator struct {
 	// efLastGood keeps the last good EnvoyFilter-patched resources
 	// (envoyfilter_lastgood.go).
 	efLastGood efLastGood
+	// perAddress is Options.ListenersPerAddress (listener_address.go).
+	perAddress bool
 }
 
 // Options configure a Generator. They are fixed at construction: what a
@@ -51,6 +53,12 @@ type Options struct {
 	// (a cluster's Secrets are read). Without it, a Gateway server with a
 	// credentialName is left out and reported.
 	Credentials bool
+	// ListenersPerAddress gives each exact service address on a sidecar's
+	// outbound port a listener of its own, ADDRESS_PORT, instead of a
+	// filter chain on the port's listener 0.0.0.0_PORT
+	// (listener_address.go): a service added or removed is one listener,
+	// not the port's whole listener again.
+	ListenersPerAddress bool
 }
 
 // DefaultOptions are Istio's defaults, logging to log.
@@ -71,6 +79,6 @@ func New(o Options) (*Generator, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	g := &Generator{log: log, trust: trust, traceSampling: o.TraceSampling, credentials: o.Credentials}
+	g := &Generator{log: log, trust: trust, traceSampling: o.TraceSampling, credentials: o.Credentials, perAddress: o.ListenersPerAddress}
 	return g, nil
 }

@@ -34,6 +34,12 @@ func (c *ProxyConfig) Sources(typeURL, name string) []ConfigRef {
 	if c == nil || c.Class == nil || c.Class.scope == nil {
 		return nil
 	}
+	if typeURL == ListenerType {
+		if from := c.Class.splitOf(name); from != "" {
+			// A listener per address holds chains of its port's listener.
+			name = from
+		}
+	}
 	var cfgs []*model.Config
 	switch {
 	case c.Own[typeURL].Get(name) != nil:

@@ -44,6 +44,10 @@ type Options struct {
 	// Telemetry nor the proxy's defaultConfig.tracing.sampling says
 	// (Istio's PILOT_TRACE_SAMPLING).
 	TraceSampling float64
+	// ListenersPerAddress gives each service address on a sidecar's
+	// outbound port a listener of its own instead of a filter chain on the
+	// port's listener (gen.Options.ListenersPerAddress).
+	ListenersPerAddress bool
 	// Credentials, when set, are the gateway credentials (credentialName
 	// Secrets) served over SDS and referred to by gateway listeners; the
 	// serve command sets it when it may read Secrets. Not a flag.
@@ -135,6 +139,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.MaxNames, "xds-max-names", d.MaxNames, "resource names of one type an xDS stream may subscribe to (0: no limit)")
 	fs.IntVar(&o.MaxUnknownNames, "xds-max-unknown-names", d.MaxUnknownNames, "subscribed names of one type that the proxy's configuration does not hold, at most (0: no limit)")
 	fs.Float64Var(&o.TraceSampling, "trace-sampling", d.TraceSampling, "percentage of requests traced where neither a Telemetry nor the proxy's defaultConfig.tracing.sampling says, 0 to 100 (istiod's PILOT_TRACE_SAMPLING)")
+	fs.BoolVar(&o.ListenersPerAddress, "xds-listeners-per-address", d.ListenersPerAddress, "give each service address on a sidecar's outbound port a listener of its own (ADDRESS_PORT, handed over by original destination, istiod's shape for TCP services) instead of a filter chain on the port's listener 0.0.0.0_PORT: a service added or removed sends each proxy one small listener instead of the port's whole listener, for more listeners per proxy")
 	fs.StringSliceVar(&o.DebugNamespaces, "xds-debug-allowed-namespaces", o.DebugNamespaces,
 		"namespaces besides the control plane's whose authenticated callers see every proxy over Istio's debug xDS types (istio.io/debug/*); others see only their own namespace's proxies")
 }

@@ -83,7 +83,7 @@ func New(opts Options, world World, log *slog.Logger, reg prometheus.Registerer)
 	if opts.PushStatusSize <= 0 {
 		opts.PushStatusSize = DefaultOptions().PushStatusSize
 	}
-	g, err := gen.New(gen.Options{Log: log, TrustDomain: opts.TrustDomain, TraceSampling: opts.TraceSampling, Credentials: opts.Credentials != nil})
+	g, err := gen.New(gen.Options{Log: log, TrustDomain: opts.TrustDomain, TraceSampling: opts.TraceSampling, Credentials: opts.Credentials != nil, ListenersPerAddress: opts.ListenersPerAddress})
 	if err != nil {
 		return nil, err
 	}
