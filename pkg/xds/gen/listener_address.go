@@ -6,7 +6,9 @@ import (
 	"slices"
 	"strings"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -143,61 +145,124 @@ func (c *ClassConfig) splitOf(name string) string {
 	return ""
 }
 
-// splitResource splits the port listener r by address; nil when nothing
-// moves.
-func splitResource(r *Resource, taken func(string) bool) (*addressSplit, error) {
-	l := &listenerv3.Listener{}
-	if err := r.Any.UnmarshalTo(l); err != nil {
-		return nil, err
-	}
-	rest, addrs := splitListener(l, taken)
-	if len(addrs) == 0 {
-		return nil, nil
-	}
-	sp := &addressSplit{from: r.Hash}
-	var err error
-	if sp.rest, err = NewResource(rest.Name, ListenerType, rest); err != nil {
-		return nil, err
-	}
-	for _, a := range addrs {
-		res, err := NewResource(a.Name, ListenerType, a)
-		if err != nil {
-			return nil, err
-		}
-		sp.addrs = append(sp.addrs, res)
-	}
-	return sp, nil
+// Field numbers of what the split reads and rebuilds.
+var (
+	listenerFields      = (&listenerv3.Listener{}).ProtoReflect().Descriptor().Fields()
+	fieldName           = listenerFields.ByName("name").Number()
+	fieldAddress        = listenerFields.ByName("address").Number()
+	fieldChains         = listenerFields.ByName("filter_chains").Number()
+	fieldDefaultChain   = listenerFields.ByName("default_filter_chain").Number()
+	fieldMoreAddresses  = listenerFields.ByName("additional_addresses").Number()
+	fieldChainMatcher   = listenerFields.ByName("filter_chain_matcher").Number()
+	fieldChainMatchOfFC = (&listenerv3.FilterChain{}).ProtoReflect().Descriptor().Fields().ByName("filter_chain_match").Number()
+)
+
+// wireField is one top-level field of a marshaled message: raw is its tag
+// and value, val the value of a length-delimited one.
+type wireField struct {
+	num      protowire.Number
+	raw, val []byte
 }
 
-// splitListener returns l without the chains that match exact addresses
-// only, and a listener per exact address with the chains that name it,
-// in l's order (none when l is to stay whole). l is changed. An address
-// whose listener name taken says is used stays on l.
-func splitListener(l *listenerv3.Listener, taken func(string) bool) (*listenerv3.Listener, []*listenerv3.Listener) {
-	if l.GetFilterChainMatcher() != nil || l.GetAddress().GetSocketAddress() == nil {
-		return l, nil
+func wireFields(b []byte) ([]wireField, error) {
+	var out []wireField
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return nil, protowire.ParseError(n)
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b[n:])
+		if m < 0 {
+			return nil, protowire.ParseError(m)
+		}
+		f := wireField{num: num, raw: b[:n+m]}
+		if typ == protowire.BytesType {
+			f.val, _ = protowire.ConsumeBytes(b[n : n+m])
+		}
+		out = append(out, f)
+		b = b[n+m:]
 	}
-	for _, fc := range l.GetFilterChains() {
-		if fc.GetFilterChainMatch().GetDestinationPort() != nil {
-			return l, nil
+	return out, nil
+}
+
+// chainMatch decodes the filter_chain_match of a marshaled FilterChain.
+func chainMatch(chain []byte) (*listenerv3.FilterChainMatch, error) {
+	fs, err := wireFields(chain)
+	if err != nil {
+		return nil, err
+	}
+	m := &listenerv3.FilterChainMatch{}
+	for _, f := range fs {
+		if f.num == fieldChainMatchOfFC {
+			if err := proto.Unmarshal(f.val, m); err != nil {
+				return nil, err
+			}
 		}
 	}
-	port := l.GetAddress().GetSocketAddress().GetPortValue()
+	return m, nil
+}
+
+// splitResource splits the port listener r by address; nil when it stays
+// whole. It works on the marshaled listener: an address listener is the
+// port listener's fields but its name, addresses and chains, its own name
+// and address, the chains naming the address as they were marshaled, and
+// the default chain when one of them may not match. Nothing is decoded
+// but the chains' matches, and nothing validated again: every part was
+// validated in the port listener (NewResource).
+func splitResource(r *Resource, taken func(string) bool) (*addressSplit, error) {
+	fs, err := wireFields(r.Any.GetValue())
+	if err != nil {
+		return nil, err
+	}
+	var port uint32
+	var def []byte
+	var shared [][]byte // the fields every address listener repeats
+	var chains []int    // indexes in fs
+	for i, f := range fs {
+		switch f.num {
+		case fieldChainMatcher:
+			return nil, nil
+		case fieldAddress:
+			a := &corev3.Address{}
+			if err := proto.Unmarshal(f.val, a); err != nil {
+				return nil, err
+			}
+			if a.GetSocketAddress() == nil {
+				return nil, nil
+			}
+			port = a.GetSocketAddress().GetPortValue()
+		case fieldName, fieldMoreAddresses:
+		case fieldChains:
+			chains = append(chains, i)
+		case fieldDefaultChain:
+			def = f.raw
+		default:
+			shared = append(shared, f.raw)
+		}
+	}
 	type group struct {
-		chains []*listenerv3.FilterChain
+		chains [][]byte
 		// other says a chain has criteria beyond its prefix ranges, so a
 		// connection may match none of them (the default chain then).
 		other bool
 	}
 	groups := map[string]*group{}
 	var order []string
-	var kept []*listenerv3.FilterChain
-	for _, fc := range l.GetFilterChains() {
-		addrs, all := exactAddresses(fc.GetFilterChainMatch())
+	moved := map[int]bool{}
+	for _, i := range chains {
+		m, err := chainMatch(fs[i].val)
+		if err != nil {
+			return nil, err
+		}
+		if m.GetDestinationPort() != nil {
+			// Envoy matches the destination port before the address.
+			return nil, nil
+		}
+		addrs, all := exactAddresses(m)
 		keep := !all
-		other := len(addrs) > 0 && !onlyPrefixes(fc.GetFilterChainMatch())
-		for i, a := range addrs {
-			if slices.Contains(addrs[:i], a) {
+		other := len(addrs) > 0 && !onlyPrefixes(m)
+		for j, a := range addrs {
+			if slices.Contains(addrs[:j], a) {
 				continue
 			}
 			if taken(addressListenerName(a, port)) {
@@ -210,37 +275,53 @@ func splitListener(l *listenerv3.Listener, taken func(string) bool) (*listenerv3
 				groups[a] = gr
 				order = append(order, a)
 			}
-			gr.chains = append(gr.chains, fc)
+			gr.chains = append(gr.chains, fs[i].raw)
 			gr.other = gr.other || other
 		}
-		if keep {
-			kept = append(kept, fc)
+		moved[i] = !keep
+	}
+	kept := 0
+	for _, i := range chains {
+		if !moved[i] {
+			kept++
 		}
 	}
-	if len(order) == 0 {
-		return l, nil
+	if len(order) == 0 || (def == nil && kept == 0) {
+		// Nothing to move, or the port listener would be left with no
+		// chain at all.
+		return nil, nil
 	}
-	def := l.DefaultFilterChain
-	l.FilterChains, l.DefaultFilterChain = nil, nil
-	noDefault := proto.Clone(l).(*listenerv3.Listener)
-	l.DefaultFilterChain = def
-	withDefault := proto.Clone(l).(*listenerv3.Listener)
-	out := make([]*listenerv3.Listener, 0, len(order))
+	sp := &addressSplit{from: r.Hash}
+	var rest []byte
+	for i, f := range fs {
+		if !moved[i] {
+			rest = append(rest, f.raw...)
+		}
+	}
+	sp.rest = rawResource(r.Name, ListenerType, rest)
 	for _, a := range order {
 		gr := groups[a]
-		base := noDefault
-		if gr.other {
-			base = withDefault
+		name := addressListenerName(a, port)
+		addr, err := marshalOpts.Marshal(socketAddress(a, int32(port)))
+		if err != nil {
+			return nil, err
 		}
-		al := proto.Clone(base).(*listenerv3.Listener)
-		al.Name = addressListenerName(a, port)
-		al.Address = socketAddress(a, int32(port))
-		al.AdditionalAddresses = nil
-		al.FilterChains = gr.chains
-		out = append(out, al)
+		b := protowire.AppendTag(nil, fieldName, protowire.BytesType)
+		b = protowire.AppendString(b, name)
+		b = protowire.AppendTag(b, fieldAddress, protowire.BytesType)
+		b = protowire.AppendBytes(b, addr)
+		for _, f := range shared {
+			b = append(b, f...)
+		}
+		for _, c := range gr.chains {
+			b = append(b, c...)
+		}
+		if gr.other && def != nil {
+			b = append(b, def...)
+		}
+		sp.addrs = append(sp.addrs, rawResource(name, ListenerType, b))
 	}
-	l.FilterChains = kept
-	return l, out
+	return sp, nil
 }
 
 // addressListenerName names the listener of address a on port, as istiod

@@ -35,10 +35,11 @@ func chainsNamed(cs []*listenerv3.FilterChain) []string {
 func TestSplitListenerByAddress(t *testing.T) {
 	port := func() *listenerv3.Listener {
 		return &listenerv3.Listener{
-			Name:            "0.0.0.0_80",
-			Address:         socketAddress("0.0.0.0", 80),
-			BindToPort:      wrapperspb.Bool(false),
-			ListenerFilters: []*listenerv3.ListenerFilter{{Name: "envoy.filters.listener.http_inspector"}},
+			Name:                "0.0.0.0_80",
+			Address:             socketAddress("0.0.0.0", 80),
+			BindToPort:          wrapperspb.Bool(false),
+			ListenerFilters:     []*listenerv3.ListenerFilter{{Name: "envoy.filters.listener.http_inspector"}},
+			AdditionalAddresses: []*listenerv3.AdditionalAddress{{Address: socketAddress("::", 80)}},
 			FilterChains: []*listenerv3.FilterChain{
 				chainOn("a", &listenerv3.FilterChainMatch{PrefixRanges: []*corev3.CidrRange{prefix("10.0.0.1", 32)}}),
 				chainOn("b-http", &listenerv3.FilterChainMatch{PrefixRanges: []*corev3.CidrRange{prefix("10.0.0.2", 32)}, ApplicationProtocols: []string{"http/1.1"}}),
@@ -52,12 +53,42 @@ func TestSplitListenerByAddress(t *testing.T) {
 		}
 	}
 	taken := func(n string) bool { return n == "10.0.0.4_80" }
-	rest, addrs := splitListener(port(), taken)
+	// split runs splitResource on l marshaled and decodes what it made.
+	split := func(l *listenerv3.Listener) (*listenerv3.Listener, []*listenerv3.Listener) {
+		t.Helper()
+		r, err := NewResource(l.Name, ListenerType, l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sp, err := splitResource(r, taken)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sp == nil {
+			return l, nil
+		}
+		decode := func(r *Resource) *listenerv3.Listener {
+			out := &listenerv3.Listener{}
+			if err := r.Any.UnmarshalTo(out); err != nil {
+				t.Fatal(err)
+			}
+			if out.Name != r.Name {
+				t.Errorf("resource %s holds listener %s", r.Name, out.Name)
+			}
+			return out
+		}
+		var addrs []*listenerv3.Listener
+		for _, a := range sp.addrs {
+			addrs = append(addrs, decode(a))
+		}
+		return decode(sp.rest), addrs
+	}
+	rest, addrs := split(port())
 
 	if got, want := chainsNamed(rest.FilterChains), []string{"mixed", "taken", "addressless"}; !slices.Equal(got, want) {
 		t.Errorf("port listener keeps %v, want %v", got, want)
 	}
-	if rest.DefaultFilterChain.GetName() != "default" || rest.Name != "0.0.0.0_80" {
+	if rest.DefaultFilterChain.GetName() != "default" || rest.Name != "0.0.0.0_80" || len(rest.AdditionalAddresses) != 1 {
 		t.Errorf("port listener %s lost its default chain: %v", rest.Name, rest.DefaultFilterChain)
 	}
 	want := []struct {
@@ -86,7 +117,7 @@ func TestSplitListenerByAddress(t *testing.T) {
 		if sa.GetAddress() != w.address || sa.GetPortValue() != 80 || a.GetBindToPort().GetValue() {
 			t.Errorf("%s: on %s:%d bind %v, want %s:80 not bound", a.Name, sa.GetAddress(), sa.GetPortValue(), a.GetBindToPort().GetValue(), w.address)
 		}
-		if len(a.ListenerFilters) != 1 {
+		if len(a.ListenerFilters) != 1 || len(a.AdditionalAddresses) != 0 {
 			t.Errorf("%s: listener filters %v, want the port listener's", a.Name, a.ListenerFilters)
 		}
 		if err := a.ValidateAll(); err != nil {
@@ -98,7 +129,7 @@ func TestSplitListenerByAddress(t *testing.T) {
 	// Envoy's order: such a listener stays whole.
 	l := port()
 	l.FilterChains = append(l.FilterChains, chainOn("by-port", &listenerv3.FilterChainMatch{DestinationPort: wrapperspb.UInt32(80)}))
-	if _, addrs := splitListener(l, taken); len(addrs) != 0 {
+	if _, addrs := split(l); len(addrs) != 0 {
 		t.Errorf("a listener with a destination-port chain was split into %d", len(addrs))
 	}
 }

@@ -72,8 +72,14 @@ func NewResource(name, typeURL string, m proto.Message) (*Resource, error) {
 	if err != nil {
 		return nil, fmt.Errorf("marshal %s %q: %w", ShortType(typeURL), name, err)
 	}
+	return rawResource(name, typeURL, b), nil
+}
+
+// rawResource is the Resource of marshaled bytes b, which the caller
+// built from validated parts.
+func rawResource(name, typeURL string, b []byte) *Resource {
 	sum := sha256.Sum256(b)
-	return &Resource{Name: name, Any: &anypb.Any{TypeUrl: typeURL, Value: b}, Hash: hex.EncodeToString(sum[:12])}, nil
+	return &Resource{Name: name, Any: &anypb.Any{TypeUrl: typeURL, Value: b}, Hash: hex.EncodeToString(sum[:12])}
 }
 
 // Set is every resource of one type, by name. A Set is never changed once
