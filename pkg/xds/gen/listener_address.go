@@ -10,6 +10,7 @@ import (
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // Outbound listeners per service address (Options.ListenersPerAddress).
@@ -33,9 +34,11 @@ import (
 // A, and ADDRESS_PORT holds exactly those chains with the port listener's
 // listener filters and default chain. Chains that also match other
 // prefixes stay on the port listener too. A listener with a chain matched
-// by destination port, or with a filter_chain_matcher, is left whole. The
-// default chain is left out of an address listener whose chains match by
-// destination prefix alone: no connection to the address can miss them.
+// by destination port, with a filter_chain_matcher, or bound to its port
+// (no hand-over, as a Sidecar egress listener without capture), is left
+// whole. The default chain is left out of an address listener whose
+// chains match by destination prefix alone: no connection to the address
+// can miss them.
 //
 // The split is made on the class's listeners as they are served, after
 // WasmPlugins and EnvoyFilters patched them, so a patch sees the shape it
@@ -154,6 +157,7 @@ var (
 	fieldDefaultChain   = listenerFields.ByName("default_filter_chain").Number()
 	fieldMoreAddresses  = listenerFields.ByName("additional_addresses").Number()
 	fieldChainMatcher   = listenerFields.ByName("filter_chain_matcher").Number()
+	fieldBindToPort     = listenerFields.ByName("bind_to_port").Number()
 	fieldChainMatchOfFC = (&listenerv3.FilterChain{}).ProtoReflect().Descriptor().Fields().ByName("filter_chain_match").Number()
 )
 
@@ -218,10 +222,18 @@ func splitResource(r *Resource, taken func(string) bool) (*addressSplit, error) 
 	var def []byte
 	var shared [][]byte // the fields every address listener repeats
 	var chains []int    // indexes in fs
+	bound := true       // Envoy's default
 	for i, f := range fs {
 		switch f.num {
 		case fieldChainMatcher:
 			return nil, nil
+		case fieldBindToPort:
+			b := &wrapperspb.BoolValue{}
+			if err := proto.Unmarshal(f.val, b); err != nil {
+				return nil, err
+			}
+			bound = b.GetValue()
+			shared = append(shared, f.raw)
 		case fieldAddress:
 			a := &corev3.Address{}
 			if err := proto.Unmarshal(f.val, a); err != nil {
@@ -239,6 +251,12 @@ func splitResource(r *Resource, taken func(string) bool) (*addressSplit, error) 
 		default:
 			shared = append(shared, f.raw)
 		}
+	}
+	if bound {
+		// A listener that binds its port (a Sidecar egress listener
+		// without capture) would have its address listeners bind
+		// service addresses: only handed-over listeners are split.
+		return nil, nil
 	}
 	type group struct {
 		chains [][]byte

@@ -132,6 +132,15 @@ func TestSplitListenerByAddress(t *testing.T) {
 	if _, addrs := split(l); len(addrs) != 0 {
 		t.Errorf("a listener with a destination-port chain was split into %d", len(addrs))
 	}
+	// A listener that binds its port is not handed connections: its
+	// address listeners would bind service addresses.
+	for _, bind := range []*wrapperspb.BoolValue{nil, wrapperspb.Bool(true)} {
+		l := port()
+		l.BindToPort = bind
+		if _, addrs := split(l); len(addrs) != 0 {
+			t.Errorf("a listener with bind_to_port %v was split into %d", bind, len(addrs))
+		}
+	}
 }
 
 // TestListenersPerAddress: with the option, a service added or removed
