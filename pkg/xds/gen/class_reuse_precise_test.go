@@ -227,7 +227,17 @@ spec:
 // reuse makes of w for p.
 func sameAsFresh(t *testing.T, what string, got *ClassConfig, w *model.World, p *model.Proxy) {
 	t.Helper()
-	fresh, err := newForTest(quietLog()).Class(w, p, nil)
+	sameAsFreshWith(t, DefaultOptions(quietLog()), what, got, w, p)
+}
+
+// sameAsFreshWith is sameAsFresh for a generator made with o.
+func sameAsFreshWith(t *testing.T, o Options, what string, got *ClassConfig, w *model.World, p *model.Proxy) {
+	t.Helper()
+	g, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := g.Class(w, p, nil)
 	if err != nil {
 		t.Fatalf("%s: %v", what, err)
 	}
