@@ -214,66 +214,121 @@ func chainMatch(chain []byte) (*listenerv3.FilterChainMatch, error) {
 // but the chains' matches, and nothing validated again: every part was
 // validated in the port listener (NewResource).
 func splitResource(r *Resource, taken func(string) bool) (*addressSplit, error) {
-	fs, err := wireFields(r.Any.GetValue())
+	pl, err := parsePortListener(r.Any.GetValue())
+	if pl == nil || err != nil {
+		return nil, err
+	}
+	groups, err := pl.group(taken)
+	if len(groups) == 0 || err != nil {
+		return nil, err
+	}
+	kept := 0
+	for _, i := range pl.chains {
+		if !pl.moved[i] {
+			kept++
+		}
+	}
+	if pl.def == nil && kept == 0 {
+		return nil, nil // the port listener would be left with no chain
+	}
+	sp := &addressSplit{from: r.Hash}
+	var rest []byte
+	for i, f := range pl.fs {
+		if !pl.moved[i] {
+			rest = append(rest, f.raw...)
+		}
+	}
+	sp.rest = rawResource(r.Name, ListenerType, rest)
+	for _, gr := range groups {
+		a, err := pl.addressListener(gr)
+		if err != nil {
+			return nil, err
+		}
+		sp.addrs = append(sp.addrs, a)
+	}
+	return sp, nil
+}
+
+// portListener is a marshaled port listener taken apart for the split.
+type portListener struct {
+	fs   []wireField
+	port uint32
+	// def is the default chain's field; shared the fields every address
+	// listener repeats; chains the indexes of the chains in fs, moved
+	// those that go to address listeners alone.
+	def    []byte
+	shared [][]byte
+	chains []int
+	moved  map[int]bool
+}
+
+// addressGroup is what goes to the listener of one address.
+type addressGroup struct {
+	addr   string
+	chains [][]byte
+	// other says a chain has criteria beyond its prefix ranges, so a
+	// connection may match none of them (the default chain then).
+	other bool
+}
+
+// parsePortListener takes the listener b apart; nil when it is to stay
+// whole: it binds its port (a Sidecar egress listener without capture,
+// whose address listeners would bind service addresses), has a
+// filter_chain_matcher, or no socket address.
+func parsePortListener(b []byte) (*portListener, error) {
+	fs, err := wireFields(b)
 	if err != nil {
 		return nil, err
 	}
-	var port uint32
-	var def []byte
-	var shared [][]byte // the fields every address listener repeats
-	var chains []int    // indexes in fs
-	bound := true       // Envoy's default
+	pl := &portListener{fs: fs, moved: map[int]bool{}}
+	bound, socket := true, false // bind_to_port's default
 	for i, f := range fs {
 		switch f.num {
 		case fieldChainMatcher:
 			return nil, nil
 		case fieldBindToPort:
-			b := &wrapperspb.BoolValue{}
-			if err := proto.Unmarshal(f.val, b); err != nil {
+			v := &wrapperspb.BoolValue{}
+			if err := proto.Unmarshal(f.val, v); err != nil {
 				return nil, err
 			}
-			bound = b.GetValue()
-			shared = append(shared, f.raw)
+			bound = v.GetValue()
+			pl.shared = append(pl.shared, f.raw)
 		case fieldAddress:
 			a := &corev3.Address{}
 			if err := proto.Unmarshal(f.val, a); err != nil {
 				return nil, err
 			}
-			if a.GetSocketAddress() == nil {
-				return nil, nil
-			}
-			port = a.GetSocketAddress().GetPortValue()
+			socket = a.GetSocketAddress() != nil
+			pl.port = a.GetSocketAddress().GetPortValue()
 		case fieldName, fieldMoreAddresses:
 		case fieldChains:
-			chains = append(chains, i)
+			pl.chains = append(pl.chains, i)
 		case fieldDefaultChain:
-			def = f.raw
+			pl.def = f.raw
 		default:
-			shared = append(shared, f.raw)
+			pl.shared = append(pl.shared, f.raw)
 		}
 	}
-	if bound {
-		// A listener that binds its port (a Sidecar egress listener
-		// without capture) would have its address listeners bind
-		// service addresses: only handed-over listeners are split.
+	if bound || !socket {
 		return nil, nil
 	}
-	type group struct {
-		chains [][]byte
-		// other says a chain has criteria beyond its prefix ranges, so a
-		// connection may match none of them (the default chain then).
-		other bool
-	}
-	groups := map[string]*group{}
-	var order []string
-	moved := map[int]bool{}
-	for _, i := range chains {
-		m, err := chainMatch(fs[i].val)
+	return pl, nil
+}
+
+// group sorts the chains by the exact addresses they name, in the
+// listener's order, and marks those that match exact addresses only as
+// moved; none when a chain matches by destination port (Envoy matches
+// the port before the address). An address whose listener name taken
+// says is used keeps its chains on the port listener.
+func (pl *portListener) group(taken func(string) bool) ([]*addressGroup, error) {
+	byAddr := map[string]*addressGroup{}
+	var groups []*addressGroup
+	for _, i := range pl.chains {
+		m, err := chainMatch(pl.fs[i].val)
 		if err != nil {
 			return nil, err
 		}
 		if m.GetDestinationPort() != nil {
-			// Envoy matches the destination port before the address.
 			return nil, nil
 		}
 		addrs, all := exactAddresses(m)
@@ -283,63 +338,45 @@ func splitResource(r *Resource, taken func(string) bool) (*addressSplit, error) 
 			if slices.Contains(addrs[:j], a) {
 				continue
 			}
-			if taken(addressListenerName(a, port)) {
+			if taken(addressListenerName(a, pl.port)) {
 				keep = true
 				continue
 			}
-			gr := groups[a]
+			gr := byAddr[a]
 			if gr == nil {
-				gr = &group{}
-				groups[a] = gr
-				order = append(order, a)
+				gr = &addressGroup{addr: a}
+				byAddr[a] = gr
+				groups = append(groups, gr)
 			}
-			gr.chains = append(gr.chains, fs[i].raw)
+			gr.chains = append(gr.chains, pl.fs[i].raw)
 			gr.other = gr.other || other
 		}
-		moved[i] = !keep
+		pl.moved[i] = !keep
 	}
-	kept := 0
-	for _, i := range chains {
-		if !moved[i] {
-			kept++
-		}
+	return groups, nil
+}
+
+// addressListener marshals the listener of gr's address.
+func (pl *portListener) addressListener(gr *addressGroup) (*Resource, error) {
+	name := addressListenerName(gr.addr, pl.port)
+	addr, err := marshalOpts.Marshal(socketAddress(gr.addr, int32(pl.port)))
+	if err != nil {
+		return nil, err
 	}
-	if len(order) == 0 || (def == nil && kept == 0) {
-		// Nothing to move, or the port listener would be left with no
-		// chain at all.
-		return nil, nil
+	b := protowire.AppendTag(nil, fieldName, protowire.BytesType)
+	b = protowire.AppendString(b, name)
+	b = protowire.AppendTag(b, fieldAddress, protowire.BytesType)
+	b = protowire.AppendBytes(b, addr)
+	for _, f := range pl.shared {
+		b = append(b, f...)
 	}
-	sp := &addressSplit{from: r.Hash}
-	var rest []byte
-	for i, f := range fs {
-		if !moved[i] {
-			rest = append(rest, f.raw...)
-		}
+	for _, c := range gr.chains {
+		b = append(b, c...)
 	}
-	sp.rest = rawResource(r.Name, ListenerType, rest)
-	for _, a := range order {
-		gr := groups[a]
-		name := addressListenerName(a, port)
-		addr, err := marshalOpts.Marshal(socketAddress(a, int32(port)))
-		if err != nil {
-			return nil, err
-		}
-		b := protowire.AppendTag(nil, fieldName, protowire.BytesType)
-		b = protowire.AppendString(b, name)
-		b = protowire.AppendTag(b, fieldAddress, protowire.BytesType)
-		b = protowire.AppendBytes(b, addr)
-		for _, f := range shared {
-			b = append(b, f...)
-		}
-		for _, c := range gr.chains {
-			b = append(b, c...)
-		}
-		if gr.other && def != nil {
-			b = append(b, def...)
-		}
-		sp.addrs = append(sp.addrs, rawResource(name, ListenerType, b))
+	if gr.other && pl.def != nil {
+		b = append(b, pl.def...)
 	}
-	return sp, nil
+	return rawResource(name, ListenerType, b), nil
 }
 
 // addressListenerName names the listener of address a on port, as istiod
