@@ -80,9 +80,26 @@ func (r *replica) start(ctx context.Context, t *testing.T, bin string, args []st
 	o := loadkit.DefaultServerOptions()
 	o.Binary, o.Pprof = bin, *pprofFlag
 	r.stopping.Store(false)
-	srv, err := loadkit.Launch(ctx, o, loadkit.LaunchOptions{Ports: r.ports, Log: log, Extra: args, Wait: 3 * time.Minute})
-	if err != nil {
-		t.Fatalf("replica %s: %v", r.name, err)
+	var srv *loadkit.Server
+	for attempt := 1; ; attempt++ {
+		var err error
+		srv, err = loadkit.Launch(ctx, o, loadkit.LaunchOptions{Ports: r.ports, Log: log, Extra: args, Wait: 3 * time.Minute})
+		if err == nil {
+			break
+		}
+		if n > 1 || attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+			t.Fatalf("replica %s: %v", r.name, err)
+		}
+		// Another process (go test runs packages side by side) took one
+		// of the ports between their choice and this first start, which
+		// no proxy knows yet: choose them again. A restart keeps its
+		// ports, which its own process held until it exited.
+		t.Logf("replica %s: a port was taken before its first start, choosing others: %v", r.name, firstLine(err.Error()))
+		ports, perr := loadkit.FreeServerPorts()
+		if perr != nil {
+			t.Fatal(perr)
+		}
+		r.ports = ports
 	}
 	pctx, cancel := context.WithCancel(ctx)
 	p := &process{srv: srv, log: log, started: time.Now(), sampler: loadkit.NewSampler(srv.PID, 250*time.Millisecond), stop: cancel}
@@ -285,4 +302,12 @@ func (s logSummary) top(n int) []string {
 		out = append(out, fmt.Sprintf("%dx %s", e.v, strings.TrimSuffix(e.k, ": ")))
 	}
 	return out
+}
+
+// firstLine is s up to its first line break.
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
 }
