@@ -121,6 +121,17 @@ bench-m1: build
 	  --services 1000 --namespaces 50 --ports 2 --endpoints 10 --virtual-services 100 --proxies 1000 \
 	  --endpoint-changes 20 --vs-changes 20 --service-changes 10 --reconnects 20 --rate 1 --idle 20s --timeout 10m
 
+# Workload M1 in API-server mode (as istiod was measured): the world is
+# written into a real kube-apiserver (internal/testenv) and discovery serve
+# reads it with --kubeconfig; bench-m1's phases. Report in
+# out/bench/m1-kube. About ten minutes.
+.PHONY: bench-m1-kube
+bench-m1-kube:
+	mkdir -p out/bench
+	rm -rf out/bench/m1-kube
+	set -euo pipefail; eval "$$(hack/testenv.sh)"; \
+	LOAD_OUT=$(CURDIR)/out/bench/m1-kube TESTENV_REQUIRED=1 $(GO) test -tags loadkube -count=1 -timeout 40m -v -run TestM1OnARealAPIServer ./test/load/
+
 # The reliability suite at scale (RELIABILITY.md): each fault scenario of
 # test/chaos on a real etcd + kube-apiserver with 1,000 services and 1,000
 # proxies, discovery serve run from bin/discovery. Reports land in
