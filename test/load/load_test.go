@@ -56,17 +56,24 @@ func discoveryBinary(t *testing.T) string {
 }
 
 func TestXDSRunReachesEveryProxyWithEveryChange(t *testing.T) {
-	for name, tc := range map[string]struct{ sotw, resume bool }{
-		"delta proxies converge on every kind of change without a NACK":                   {},
-		"state-of-the-world proxies converge on every kind of change without a NACK":      {sotw: true},
-		"delta proxies that present their versions on reconnect converge on every change": {resume: true},
+	for name, tc := range map[string]struct {
+		sotw, resume bool
+		decode       string
+	}{
+		"delta proxies converge on every kind of change without a NACK": {decode: loadkit.DecodeFull},
+		// both: each resource is also read the light way, and a
+		// disagreement with the full decode is a NACK.
+		"state-of-the-world proxies converge on every kind of change without a NACK": {sotw: true, decode: loadkit.DecodeBoth},
+		// light: the client mode that measures the server alone; Verify
+		// still checks what each proxy ends with against the World.
+		"delta proxies that present their versions on reconnect converge on every change": {resume: true, decode: loadkit.DecodeLight},
 	} {
 		t.Run(name, func(t *testing.T) {
 			o := DefaultXDSOptions()
 			o.Server.Binary = discoveryBinary(t)
 			o.Out = t.TempDir()
 			o.World = loadkit.WorldOptions{Services: 12, Namespaces: 3, Ports: 2, EndpointsPer: 3, VirtualServices: 3, DomainSuffix: "cluster.local"}
-			o.Fleet.Proxies, o.Fleet.SotW, o.Fleet.Resume, o.Fleet.Verify = 6, tc.sotw, tc.resume, true
+			o.Fleet.Proxies, o.Fleet.SotW, o.Fleet.Resume, o.Fleet.Verify, o.Fleet.Decode = 6, tc.sotw, tc.resume, true, tc.decode
 			o.Endpoints, o.VirtualServices, o.Services, o.Reconnects = 3, 3, 4, 3
 			o.Rate, o.Idle, o.Timeout = 20, 200*time.Millisecond, 30*time.Second
 			var log strings.Builder

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-
-	"google.golang.org/protobuf/proto"
 )
 
 // Edit is a change to the world: what proxies must hold once it has
@@ -47,7 +45,7 @@ func (w *World) ChurnEndpoint(k int, n *Names) (*Edit, error) {
 	for _, p := range servicePorts[:w.opts.Ports] {
 		e.Expects = append(e.Expects, Expectation{
 			typeURL: typeEDS, name: n.id(clusterName(p.port, s.host(w.opts.DomainSuffix))),
-			match: func(m proto.Message) bool { return hasAddressFrom(m, addr) },
+			match: func(d *digest) bool { return hasAddressFrom(d, addr) },
 		})
 	}
 	content := w.serviceYAML(s)
@@ -74,7 +72,7 @@ func (w *World) EditVirtualService(k int, n *Names) (*Edit, error) {
 		if p.http {
 			e.Expects = append(e.Expects, Expectation{
 				typeURL: typeRDS, name: n.id(routeName(p.port, s.host(w.opts.DomainSuffix))),
-				match: func(m proto.Message) bool { return hasEditFrom(m, edit) },
+				match: func(d *digest) bool { return hasEditFrom(d, edit) },
 			})
 		}
 	}

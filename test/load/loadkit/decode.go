@@ -249,20 +249,14 @@ func edsName(c *clusterv3.Cluster) string {
 
 // hasAddressFrom reports whether a ClusterLoadAssignment holds addr or a
 // higher IPv4 address.
-func hasAddressFrom(m proto.Message, addr string) bool {
-	cla, ok := m.(*endpointv3.ClusterLoadAssignment)
-	if !ok {
-		return false
-	}
+func hasAddressFrom(d *digest, addr string) bool {
 	want, ok := ipv4(addr)
 	if !ok {
 		return false
 	}
-	for _, l := range cla.GetEndpoints() {
-		for _, e := range l.GetLbEndpoints() {
-			if got, ok := ipv4(e.GetEndpoint().GetAddress().GetSocketAddress().GetAddress()); ok && got >= want {
-				return true
-			}
+	for _, a := range d.addrs {
+		if got, ok := ipv4(a); ok && got >= want {
+			return true
 		}
 	}
 	return false
@@ -279,49 +273,22 @@ func ipv4(s string) (uint32, bool) {
 }
 
 // hasEndpoints reports whether a ClusterLoadAssignment holds any endpoint.
-func hasEndpoints(m proto.Message) bool {
-	cla, ok := m.(*endpointv3.ClusterLoadAssignment)
-	if !ok {
-		return false
-	}
-	for _, l := range cla.GetEndpoints() {
-		if len(l.GetLbEndpoints()) > 0 {
-			return true
-		}
-	}
-	return false
-}
+func hasEndpoints(d *digest) bool { return len(d.addrs) > 0 }
 
 // hasEditFrom reports whether a RouteConfiguration holds a route named
 // edit-N for N at least edit.
-func hasEditFrom(m proto.Message, edit int) bool {
-	return fingerprint(m) >= uint64(edit)+1
-}
+func hasEditFrom(d *digest, edit int) bool { return d.edit >= uint64(edit)+1 }
 
 // fingerprint is what Verify compares of a resource: for a
 // ClusterLoadAssignment a hash of its endpoint addresses (in any order),
 // for a RouteConfiguration the highest N of the routes named edit-N (the
 // VirtualService edits of the world) plus one, 0 when none; 0 otherwise.
-func fingerprint(m proto.Message) uint64 {
-	switch r := m.(type) {
-	case *endpointv3.ClusterLoadAssignment:
-		var addrs []string
-		for _, l := range r.GetEndpoints() {
-			for _, e := range l.GetLbEndpoints() {
-				addrs = append(addrs, e.GetEndpoint().GetAddress().GetSocketAddress().GetAddress())
-			}
-		}
-		return addressHash(addrs)
-	case *routev3.RouteConfiguration:
-		var best uint64
-		for _, vh := range r.GetVirtualHosts() {
-			for _, rt := range vh.GetRoutes() {
-				if n, ok := editNumber(rt.GetName()); ok {
-					best = max(best, uint64(n)+1)
-				}
-			}
-		}
-		return best
+func fingerprint(typeURL string, d *digest) uint64 {
+	switch typeURL {
+	case typeEDS:
+		return addressHash(d.addrs)
+	case typeRDS:
+		return d.edit
 	}
 	return 0
 }

@@ -41,15 +41,28 @@ type FleetOptions struct {
 	// FirstIndex numbers the proxies from this index (pod names, node IDs),
 	// so that two fleets on one World do not share node IDs.
 	FirstIndex int
+	// Decode is how much of each resource a proxy decodes: DecodeFull
+	// (the default) all of it, as Envoy would, NACKing what Envoy would
+	// refuse; DecodeLight only what it tracks (scan), to measure a server
+	// without the fleet's decoding on the same cores; DecodeBoth both,
+	// NACKing where they disagree (for tests).
+	Decode string
 	// Backoff is gRPC's connection back-off (how soon a proxy dials again
 	// after a failed connection); zero: gRPC's default (1 s, x1.6, up to
 	// 120 s).
 	Backoff backoff.Config
 }
 
+// The fleet's decode modes (FleetOptions.Decode).
+const (
+	DecodeFull  = "full"
+	DecodeLight = "light"
+	DecodeBoth  = "both"
+)
+
 // DefaultFleetOptions are 100 delta proxies connecting at once.
 func DefaultFleetOptions() FleetOptions {
-	return FleetOptions{Proxies: 100, IstioVersion: "1.28.0"}
+	return FleetOptions{Proxies: 100, IstioVersion: "1.28.0", Decode: DecodeFull}
 }
 
 // EnvoyBackoff is close to Envoy's reconnect back-off for its xDS stream
@@ -65,6 +78,7 @@ func (o *FleetOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.Float64Var(&o.ConnectRate, "connect-rate", o.ConnectRate, "proxies connecting per second at the start (0: all at once)")
 	fs.StringVar(&o.IstioVersion, "istio-version", o.IstioVersion, "ISTIO_VERSION the proxies announce")
 	fs.BoolVar(&o.Resume, "resume", o.Resume, "a reconnecting proxy presents the versions it holds (delta initial_resource_versions), as Envoy does; otherwise it starts empty")
+	fs.StringVar(&o.Decode, "decode", o.Decode, "how much of each resource a proxy decodes: full (all of it, validated as Envoy would), light (only its name, references, endpoint addresses and route names, read from the wire: the light client mode, to measure the server rather than the fleet), both (light checked against full, for tests)")
 	fs.BoolVar(&o.Verify, "verify", o.Verify, "check at the end that every proxy holds the world's configuration (clusters, endpoint addresses, routes)")
 }
 
@@ -78,6 +92,11 @@ func (o *FleetOptions) Validate() error {
 	}
 	if o.FirstIndex < 0 {
 		return fmt.Errorf("first proxy index %d: must not be negative", o.FirstIndex)
+	}
+	switch o.Decode {
+	case "", DecodeFull, DecodeLight, DecodeBoth:
+	default:
+		return fmt.Errorf("--decode %q: must be full, light or both", o.Decode)
 	}
 	if o.Resume && o.SotW {
 		return errors.New("--resume is for delta proxies (state of the world sends whole listener and cluster sets anyway)")

@@ -10,6 +10,9 @@ import (
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tcpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	"go.uber.org/goleak"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -227,35 +230,194 @@ func TestALaterChangeMeetsAnEarlierOnesExpectation(t *testing.T) {
 	cla := func(addrs ...string) proto.Message {
 		var lbs []*endpointv3.LbEndpoint
 		for _, a := range addrs {
-			lbs = append(lbs, &endpointv3.LbEndpoint{HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
-				Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{Address: a}}},
-			}}})
+			lbs = append(lbs, lbEndpoint(a))
 		}
 		return &endpointv3.ClusterLoadAssignment{ClusterName: "c", Endpoints: []*endpointv3.LocalityLbEndpoints{{LbEndpoints: lbs}}}
 	}
 	routes := func(names ...string) proto.Message {
 		var rs []*routev3.Route
 		for _, n := range names {
-			rs = append(rs, &routev3.Route{Name: n})
+			rs = append(rs, testRoute(n))
 		}
-		return &routev3.RouteConfiguration{Name: "r", VirtualHosts: []*routev3.VirtualHost{{Name: "h", Routes: rs}}}
+		return &routev3.RouteConfiguration{Name: "r", VirtualHosts: []*routev3.VirtualHost{{Name: "h", Domains: []string{"*"}, Routes: rs}}}
 	}
 	for name, tc := range map[string]struct {
-		got  bool
-		want bool
+		m     proto.Message
+		match func(*digest) bool
+		want  bool
 	}{
-		"the churned address itself":                   {hasAddressFrom(cla("10.128.0.1", "10.128.0.9"), "10.128.0.9"), true},
-		"a later churn's address in its place":         {hasAddressFrom(cla("10.128.0.1", "10.128.1.2"), "10.128.0.9"), true},
-		"only the addresses from before the churn":     {hasAddressFrom(cla("10.128.0.1", "10.128.0.2"), "10.128.0.9"), false},
-		"the edit's own route":                         {hasEditFrom(routes("edit-3", "default"), 3), true},
-		"a later edit's route":                         {hasEditFrom(routes("edit-5", "default"), 3), true},
-		"an earlier edit's route":                      {hasEditFrom(routes("edit-2", "default"), 3), false},
-		"no edit route at all (the service's default)": {hasEditFrom(routes("default"), 0), false},
+		"the churned address itself":                   {cla("10.128.0.1", "10.128.0.9"), func(d *digest) bool { return hasAddressFrom(d, "10.128.0.9") }, true},
+		"a later churn's address in its place":         {cla("10.128.0.1", "10.128.1.2"), func(d *digest) bool { return hasAddressFrom(d, "10.128.0.9") }, true},
+		"only the addresses from before the churn":     {cla("10.128.0.1", "10.128.0.2"), func(d *digest) bool { return hasAddressFrom(d, "10.128.0.9") }, false},
+		"the edit's own route":                         {routes("edit-3", "default"), func(d *digest) bool { return hasEditFrom(d, 3) }, true},
+		"a later edit's route":                         {routes("edit-5", "default"), func(d *digest) bool { return hasEditFrom(d, 3) }, true},
+		"an earlier edit's route":                      {routes("edit-2", "default"), func(d *digest) bool { return hasEditFrom(d, 3) }, false},
+		"no edit route at all (the service's default)": {routes("default"), func(d *digest) bool { return hasEditFrom(d, 0) }, false},
 	} {
 		t.Run(name, func(t *testing.T) {
-			if tc.got != tc.want {
-				t.Fatalf("got %v, want %v", tc.got, tc.want)
+			full, light := digests(t, tc.m)
+			if got := tc.match(&full); got != tc.want {
+				t.Fatalf("full decode: got %v, want %v", got, tc.want)
+			}
+			if got := tc.match(&light); got != tc.want {
+				t.Fatalf("light decode: got %v, want %v", got, tc.want)
 			}
 		})
 	}
+}
+
+func testRoute(name string) *routev3.Route {
+	return &routev3.Route{Name: name, Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
+		Action: &routev3.Route_DirectResponse{DirectResponse: &routev3.DirectResponseAction{Status: 200}}}
+}
+
+func lbEndpoint(addr string) *endpointv3.LbEndpoint {
+	return &endpointv3.LbEndpoint{HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
+		Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{Address: addr, PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: 8080}}}},
+	}}}
+}
+
+func typeOf(m proto.Message) string {
+	switch m.(type) {
+	case *clusterv3.Cluster:
+		return typeCDS
+	case *listenerv3.Listener:
+		return typeLDS
+	case *endpointv3.ClusterLoadAssignment:
+		return typeEDS
+	case *routev3.RouteConfiguration:
+		return typeRDS
+	}
+	return ""
+}
+
+// digests marshals m and digests it both ways.
+func digests(t *testing.T, m proto.Message) (full, light digest) {
+	t.Helper()
+	b, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dm, routes, err := decode(typeOf(m), b)
+	if err != nil {
+		t.Fatalf("decode: %v", err)
+	}
+	full = digestOf(dm, routes)
+	light, err = scan(typeOf(m), b)
+	if err != nil {
+		t.Fatalf("scan: %v", err)
+	}
+	return full, light
+}
+
+func TestLightDecodeReadsWhatTheFullDecodeDoes(t *testing.T) {
+	hcm := func(route string, inline bool) *listenerv3.Filter {
+		h := &hcmv3.HttpConnectionManager{StatPrefix: "s", HttpFilters: []*hcmv3.HttpFilter{{Name: "envoy.filters.http.router", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(t, &routerv3.Router{})}}}}
+		if inline {
+			h.RouteSpecifier = &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: &routev3.RouteConfiguration{Name: route}}
+		} else {
+			h.RouteSpecifier = &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{RouteConfigName: route, ConfigSource: &corev3.ConfigSource{ConfigSourceSpecifier: &corev3.ConfigSource_Ads{Ads: &corev3.AggregatedConfigSource{}}}}}
+		}
+		return &listenerv3.Filter{Name: "envoy.filters.network.http_connection_manager", ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: mustAny(t, h)}}
+	}
+	tcp := &listenerv3.Filter{Name: "envoy.filters.network.tcp_proxy", ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: mustAny(t, &tcpv3.TcpProxy{StatPrefix: "s", ClusterSpecifier: &tcpv3.TcpProxy_Cluster{Cluster: "c"}})}}
+	for name, tc := range map[string]struct {
+		m    proto.Message
+		want digest
+	}{
+		"an EDS cluster names its service_name": {&clusterv3.Cluster{Name: "outbound|80||a", ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
+			EdsClusterConfig: &clusterv3.Cluster_EdsClusterConfig{ServiceName: "svc-a"}}, digest{name: "outbound|80||a", eds: "svc-a"}},
+		"an EDS cluster without a service_name asks by its own name": {&clusterv3.Cluster{Name: "outbound|80||b", ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
+			EdsClusterConfig: &clusterv3.Cluster_EdsClusterConfig{EdsConfig: &corev3.ConfigSource{ConfigSourceSpecifier: &corev3.ConfigSource_Ads{Ads: &corev3.AggregatedConfigSource{}}}}}, digest{name: "outbound|80||b", eds: "outbound|80||b"}},
+		"a static cluster asks for no endpoints": {&clusterv3.Cluster{Name: "BlackHoleCluster", ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC},
+			EdsClusterConfig: &clusterv3.Cluster_EdsClusterConfig{ServiceName: "ignored"}}, digest{name: "BlackHoleCluster"}},
+		"a listener's RDS names, default chain last, inline routes and TCP proxies skipped": {&listenerv3.Listener{Name: "0.0.0.0_80",
+			FilterChains:       []*listenerv3.FilterChain{{Filters: []*listenerv3.Filter{hcm("80", false)}}, {Filters: []*listenerv3.Filter{tcp}}, {Filters: []*listenerv3.Filter{hcm("inline", true)}}, {Filters: []*listenerv3.Filter{hcm("a:80", false)}}},
+			DefaultFilterChain: &listenerv3.FilterChain{Filters: []*listenerv3.Filter{hcm("fallback", false)}}},
+			digest{name: "0.0.0.0_80", routes: []string{"80", "a:80", "fallback"}}},
+		"endpoints across localities, one named rather than addressed": {&endpointv3.ClusterLoadAssignment{ClusterName: "svc-a", Endpoints: []*endpointv3.LocalityLbEndpoints{
+			{Locality: &corev3.Locality{Region: "r"}, LbEndpoints: []*endpointv3.LbEndpoint{lbEndpoint("10.0.0.1"), lbEndpoint("10.0.0.2")}},
+			{LbEndpoints: []*endpointv3.LbEndpoint{lbEndpoint("10.0.1.1"), {HostIdentifier: &endpointv3.LbEndpoint_EndpointName{EndpointName: "named"}}}},
+		}}, digest{name: "svc-a", addrs: []string{"10.0.0.1", "10.0.0.2", "10.0.1.1", ""}}},
+		"the highest edit over every virtual host": {&routev3.RouteConfiguration{Name: "a:80", VirtualHosts: []*routev3.VirtualHost{
+			{Name: "h1", Domains: []string{"a"}, Routes: []*routev3.Route{testRoute("edit-4"), testRoute("default")}}, {Name: "h2", Domains: []string{"b"}, Routes: []*routev3.Route{testRoute("edit-11"), testRoute("edit-x")}},
+		}}, digest{name: "a:80", edit: 12}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			full, light := digests(t, tc.m)
+			if !full.equal(tc.want) {
+				t.Errorf("full decode: %+v, want %+v", full, tc.want)
+			}
+			if !light.equal(tc.want) {
+				t.Errorf("light decode: %+v, want %+v", light, tc.want)
+			}
+		})
+	}
+	t.Run("malformed bytes are refused", func(t *testing.T) {
+		for _, typ := range []string{typeCDS, typeLDS, typeEDS, typeRDS} {
+			if _, err := scan(typ, []byte{0x0a, 0x05, 'a'}); err == nil {
+				t.Errorf("%s: a truncated field was accepted", shortType(typ))
+			}
+		}
+	})
+}
+
+func mustAny(t testing.TB, m proto.Message) *anypb.Any {
+	a, err := anypb.New(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// FuzzLightDecode: scan never panics, and on any resource that unmarshals
+// it reads what the full decode's digest holds (the resource is marshaled
+// again first, since scan does not merge repeated singular messages as
+// proto.Unmarshal does, and no marshaler writes them).
+func FuzzLightDecode(f *testing.F) {
+	for _, m := range []proto.Message{
+		&clusterv3.Cluster{Name: "c", ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS}, EdsClusterConfig: &clusterv3.Cluster_EdsClusterConfig{ServiceName: "s"}},
+		&endpointv3.ClusterLoadAssignment{ClusterName: "c", Endpoints: []*endpointv3.LocalityLbEndpoints{{LbEndpoints: []*endpointv3.LbEndpoint{lbEndpoint("10.0.0.1")}}}},
+		&routev3.RouteConfiguration{Name: "r", VirtualHosts: []*routev3.VirtualHost{{Name: "h", Routes: []*routev3.Route{{Name: "edit-1"}}}}},
+	} {
+		b, _ := proto.Marshal(m)
+		f.Add(uint8(typeIndex[typeOf(m)]), b)
+	}
+	types := []string{typeCDS, typeEDS, typeLDS, typeRDS}
+	f.Fuzz(func(t *testing.T, which uint8, b []byte) {
+		typ := types[int(which)%len(types)]
+		_, _ = scan(typ, b)
+		var m proto.Message
+		switch typ {
+		case typeCDS:
+			m = &clusterv3.Cluster{}
+		case typeEDS:
+			m = &endpointv3.ClusterLoadAssignment{}
+		case typeLDS:
+			m = &listenerv3.Listener{}
+		case typeRDS:
+			m = &routev3.RouteConfiguration{}
+		}
+		if proto.Unmarshal(b, m) != nil {
+			return
+		}
+		var routes []string
+		if l, ok := m.(*listenerv3.Listener); ok {
+			var err error
+			if routes, err = unpackListener(l); err != nil {
+				return
+			}
+		}
+		again, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+		if err != nil {
+			return
+		}
+		light, err := scan(typ, again)
+		if err != nil {
+			t.Fatalf("scan refused what proto.Marshal wrote: %v", err)
+		}
+		if full := digestOf(m, routes); !light.equal(full) {
+			t.Fatalf("light %+v, full %+v", light, full)
+		}
+	})
 }

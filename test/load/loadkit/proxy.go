@@ -7,12 +7,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/stats"
-	"google.golang.org/protobuf/proto"
 )
 
 // typeIndex orders the per-type counters.
@@ -186,50 +183,63 @@ func (p *proxy) decodeAll(s *session, typeURL string, values [][]byte, versions 
 	ups := make([]update, 0, len(values))
 	var hits []hit
 	for j, v := range values {
-		m, routes, err := decode(typeURL, v)
+		d, err := p.digest(typeURL, v)
 		if err != nil {
 			return nil, nil, err
 		}
-		if p.behavior.Reject != nil {
-			if err := p.behavior.Reject(m); err != nil {
-				return nil, nil, err
+		u := update{name: p.f.names.id(d.name)}
+		switch {
+		case d.eds != "":
+			u.refs = []uint32{p.f.names.id(d.eds)}
+		case len(d.routes) > 0:
+			u.refs = make([]uint32, len(d.routes))
+			for k, n := range d.routes {
+				u.refs[k] = p.f.names.id(n)
 			}
-		}
-		u := update{}
-		switch r := m.(type) {
-		case *clusterv3.Cluster:
-			u.name = p.f.names.id(r.GetName())
-			if n := edsName(r); n != "" {
-				u.refs = []uint32{p.f.names.id(n)}
-			}
-		case *listenerv3.Listener:
-			u.name = p.f.names.id(r.GetName())
-			for _, n := range routes {
-				u.refs = append(u.refs, p.f.names.id(n))
-			}
-		default:
-			u.name = p.f.names.id(resourceName(m))
 		}
 		if s.fp != nil {
-			u.fp = fingerprint(m)
+			u.fp = fingerprint(typeURL, &d)
 		}
 		if s.vers[0] != nil && versions != nil {
 			u.version = p.f.versions.id(versions[j])
 		}
 		ups = append(ups, u)
-		hits = check(active, p.idx, typeURL, u.name, m, hits)
+		hits = check(active, p.idx, typeURL, u.name, &d, hits)
 	}
 	return ups, hits, nil
 }
 
-func resourceName(m proto.Message) string {
-	switch r := m.(type) {
-	case interface{ GetClusterName() string }:
-		return r.GetClusterName()
-	case interface{ GetName() string }:
-		return r.GetName()
+// digest decodes one resource as the fleet's Decode mode says; an error
+// is a NACK. A proxy that may reject resources (Behavior.Reject) always
+// decodes them whole, since its rule reads the decoded resource.
+func (p *proxy) digest(typeURL string, v []byte) (digest, error) {
+	mode := p.f.opts.Decode
+	if p.behavior.Reject != nil {
+		mode = DecodeFull
 	}
-	return ""
+	if mode == DecodeLight {
+		return scan(typeURL, v)
+	}
+	m, routes, err := decode(typeURL, v)
+	if err != nil {
+		return digest{}, err
+	}
+	if p.behavior.Reject != nil {
+		if err := p.behavior.Reject(m); err != nil {
+			return digest{}, err
+		}
+	}
+	d := digestOf(m, routes)
+	if mode == DecodeBoth {
+		l, err := scan(typeURL, v)
+		if err != nil {
+			return digest{}, fmt.Errorf("light decode: %w", err)
+		}
+		if !l.equal(d) {
+			return digest{}, fmt.Errorf("light decode of %s %q disagrees with the full decode: %v, want %v", shortType(typeURL), d.name, l, d)
+		}
+	}
+	return d, nil
 }
 
 // settle, once the ACK and any new subscriptions are sent, records the

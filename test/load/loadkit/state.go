@@ -2,8 +2,6 @@ package loadkit
 
 import (
 	"time"
-
-	"google.golang.org/protobuf/proto"
 )
 
 // nameState is one subscribed EDS or RDS name: how many clusters or
@@ -211,7 +209,7 @@ type hit struct {
 
 // check finds the expectations of the active changes that one decoded
 // resource meets.
-func check(active []*Change, proxy int, typeURL string, name uint32, m proto.Message, hits []hit) []hit {
+func check(active []*Change, proxy int, typeURL string, name uint32, d *digest, hits []hit) []hit {
 	for _, c := range active {
 		if !c.concerns(proxy) || c.progress[proxy]&doneBit != 0 {
 			continue
@@ -220,7 +218,7 @@ func check(active []*Change, proxy int, typeURL string, name uint32, m proto.Mes
 			if e.removed || e.typeURL != typeURL || e.name != name {
 				continue
 			}
-			if e.match == nil || e.match(m) {
+			if e.match == nil || e.match(d) {
 				hits = append(hits, hit{c, 1 << i})
 			}
 		}

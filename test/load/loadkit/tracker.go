@@ -6,8 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"google.golang.org/protobuf/proto"
 )
 
 // Kinds of change the tool times.
@@ -71,8 +69,8 @@ type Expectation struct {
 	typeURL string
 	name    uint32
 	removed bool
-	// match checks the decoded resource; nil accepts any version.
-	match func(proto.Message) bool
+	// match checks the resource's digest; nil accepts any version.
+	match func(*digest) bool
 }
 
 // Change is one change applied to the world (or a reconnect), with the
