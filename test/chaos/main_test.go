@@ -20,6 +20,7 @@ var (
 	hostileFlag  = flag.Float64("chaos.hostile", 0.1, "SlowAndHostileClients: the fraction of proxies that misbehave (half never ACK, half read slowly)")
 	slowReadFlag = flag.Duration("chaos.slow-read", 0, "SlowAndHostileClients: how long a slow proxy waits before reading each response (default: the scale's)")
 	proxiesFlag  = flag.Int("chaos.proxies", 0, "proxies per scenario instead of the scale's (to push a scenario beyond)")
+	decodeFlag   = flag.String("chaos.decode", loadkit.DecodeFull, "how much of each resource the simulated proxies decode: full (validated as Envoy would) or light (names, references, endpoints and routes read from the wire, so that a scenario pushed beyond measures the servers rather than the test process)")
 	binFlag      = flag.String("chaos.server-binary", os.Getenv("CHAOS_SERVER_BINARY"), "discovery binary to run (default: built from ./cmd/discovery)")
 )
 

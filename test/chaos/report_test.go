@@ -152,6 +152,9 @@ func overridesNote() string {
 	if *slowReadFlag > 0 {
 		parts = append(parts, "-chaos.slow-read="+slowReadFlag.String())
 	}
+	if *decodeFlag != loadkit.DecodeFull {
+		parts = append(parts, "-chaos.decode="+*decodeFlag)
+	}
 	if *hostileFlag != 0.1 {
 		parts = append(parts, fmt.Sprintf("-chaos.hostile=%g", *hostileFlag))
 	}

@@ -47,6 +47,12 @@ type FleetOptions struct {
 	// without the fleet's decoding on the same cores; DecodeBoth both,
 	// NACKing where they disagree (for tests).
 	Decode string
+	// Window fixes each proxy's gRPC flow-control windows (per stream and
+	// per connection) at this many bytes; 0 leaves gRPC's default, which
+	// grows with the measured bandwidth-delay product up to 16 MB. What a
+	// proxy has received and not yet read is bounded by it: a fleet of
+	// thousands on one machine needs a small one.
+	Window int
 	// Backoff is gRPC's connection back-off (how soon a proxy dials again
 	// after a failed connection); zero: gRPC's default (1 s, x1.6, up to
 	// 120 s).
@@ -79,6 +85,7 @@ func (o *FleetOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.IstioVersion, "istio-version", o.IstioVersion, "ISTIO_VERSION the proxies announce")
 	fs.BoolVar(&o.Resume, "resume", o.Resume, "a reconnecting proxy presents the versions it holds (delta initial_resource_versions), as Envoy does; otherwise it starts empty")
 	fs.StringVar(&o.Decode, "decode", o.Decode, "how much of each resource a proxy decodes: full (all of it, validated as Envoy would), light (only its name, references, endpoint addresses and route names, read from the wire: the light client mode, to measure the server rather than the fleet), both (light checked against full, for tests)")
+	fs.IntVar(&o.Window, "window", o.Window, "fix each proxy's gRPC flow-control windows at this many bytes (at least 65536; 0: gRPC's default, growing up to 16 MB): what the fleet has received and not yet read stays within proxies x window")
 	fs.BoolVar(&o.Verify, "verify", o.Verify, "check at the end that every proxy holds the world's configuration (clusters, endpoint addresses, routes)")
 }
 
@@ -86,6 +93,9 @@ func (o *FleetOptions) AddFlags(fs *pflag.FlagSet) {
 func (o *FleetOptions) Validate() error {
 	if o.Proxies < 1 || o.Proxies > 20000 {
 		return fmt.Errorf("--proxies %d: must be 1 to 20000", o.Proxies)
+	}
+	if o.Window != 0 && (o.Window < 64<<10 || o.Window > 1<<30) {
+		return fmt.Errorf("--window %d: must be 0 or 65536 to 1 GiB", o.Window)
 	}
 	if o.ConnectRate < 0 {
 		return fmt.Errorf("--connect-rate %g: must not be negative", o.ConnectRate)
@@ -333,8 +343,11 @@ func (f *Fleet) StartDial(ctx context.Context, dial Dial) (wait func(), err erro
 		if f.opts.Backoff != (backoff.Config{}) {
 			opts = append(opts, grpc.WithConnectParams(grpc.ConnectParams{Backoff: f.opts.Backoff, MinConnectTimeout: 20 * time.Second}))
 		}
-		if p.behavior.ReadDelay > 0 { // no BDP window growth: the server's sends wait for the reads
+		switch {
+		case p.behavior.ReadDelay > 0: // no BDP window growth: the server's sends wait for the reads
 			opts = append(opts, grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
+		case f.opts.Window > 0:
+			opts = append(opts, grpc.WithInitialWindowSize(int32(f.opts.Window)), grpc.WithInitialConnWindowSize(int32(f.opts.Window)))
 		}
 		cc, err := grpc.NewClient("passthrough:///discovery", opts...)
 		if err != nil {

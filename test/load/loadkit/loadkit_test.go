@@ -13,7 +13,11 @@ import (
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tcpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"go.uber.org/goleak"
+	"google.golang.org/grpc/encoding"
+	grpcproto "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -418,6 +422,39 @@ func FuzzLightDecode(f *testing.F) {
 		}
 		if full := digestOf(m, routes); !light.equal(full) {
 			t.Fatalf("light %+v, full %+v", light, full)
+		}
+	})
+}
+
+func TestLightCodecReadsResponsesAsTheProtoCodecDoes(t *testing.T) {
+	res := func(name string) *anypb.Any {
+		return mustAny(t, &clusterv3.Cluster{Name: name, ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS}})
+	}
+	codec := lightCodec{fallback: encoding.GetCodecV2(grpcproto.Name)}
+	for name, msg := range map[string]proto.Message{
+		"delta": &discovery.DeltaDiscoveryResponse{SystemVersionInfo: "v", TypeUrl: typeCDS, Nonce: "7", RemovedResources: []string{"gone"},
+			Resources: []*discovery.Resource{{Name: "a", Version: "1", Resource: res("a"), Aliases: []string{"x"}}, {Name: "b", Version: "2", Resource: res("b")}, {Name: "c"}}},
+		"state of the world": &discovery.DiscoveryResponse{VersionInfo: "v", TypeUrl: typeCDS, Nonce: "7", Resources: []*anypb.Any{res("a"), res("b")}},
+		"empty delta":        &discovery.DeltaDiscoveryResponse{},
+	} {
+		t.Run(name, func(t *testing.T) {
+			b, err := proto.Marshal(msg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := msg.ProtoReflect().New().Interface()
+			if err := codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, got); err != nil {
+				t.Fatal(err)
+			}
+			if !proto.Equal(got, msg) {
+				t.Fatalf("got %v, want %v", got, msg)
+			}
+		})
+	}
+	t.Run("a truncated response is refused", func(t *testing.T) {
+		b, _ := proto.Marshal(&discovery.DeltaDiscoveryResponse{Resources: []*discovery.Resource{{Name: "a", Resource: res("a")}}})
+		if err := codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b[:len(b)-3])}, &discovery.DeltaDiscoveryResponse{}); err == nil {
+			t.Fatal("accepted")
 		}
 	})
 }

@@ -15,6 +15,15 @@ import (
 
 var recvOpt = grpc.MaxCallRecvMsgSize(1 << 30)
 
+// callOptions are the options of a proxy's ADS stream: the light modes
+// read responses with lightCodec.
+func (p *proxy) callOptions() []grpc.CallOption {
+	if p.f.opts.Decode == DecodeLight || p.f.opts.Decode == DecodeBoth {
+		return lightCallOptions
+	}
+	return []grpc.CallOption{recvOpt}
+}
+
 func (p *proxy) nack(err error) *status.Status {
 	p.nacks.Add(1)
 	p.f.note(fmt.Sprintf("proxy %d: NACK: %v", p.idx, err))
@@ -24,7 +33,7 @@ func (p *proxy) nack(err error) *status.Status {
 type deltaStream = grpc.BidiStreamingClient[discovery.DeltaDiscoveryRequest, discovery.DeltaDiscoveryResponse]
 
 func (p *proxy) streamDelta(ctx context.Context, cc *grpc.ClientConn, s *session) error {
-	st, err := discovery.NewAggregatedDiscoveryServiceClient(cc).DeltaAggregatedResources(ctx, recvOpt)
+	st, err := discovery.NewAggregatedDiscoveryServiceClient(cc).DeltaAggregatedResources(ctx, p.callOptions()...)
 	if err != nil {
 		return err
 	}
@@ -165,7 +174,7 @@ func (p *proxy) subscribeDelta(st deltaStream, s *session, typeURL string) error
 type sotwStream = grpc.BidiStreamingClient[discovery.DiscoveryRequest, discovery.DiscoveryResponse]
 
 func (p *proxy) streamSotw(ctx context.Context, cc *grpc.ClientConn, s *session) error {
-	st, err := discovery.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(ctx, recvOpt)
+	st, err := discovery.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(ctx, p.callOptions()...)
 	if err != nil {
 		return err
 	}
