@@ -2,6 +2,7 @@ package loadkit
 
 import (
 	"fmt"
+	"sync"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
@@ -14,23 +15,30 @@ import (
 )
 
 // lightCodec is the light client mode's gRPC codec. gRPC's proto codec
-// copies a response twice: the received frames into one buffer, then
-// every resource's bytes out of it into its Any. In the light mode (where
-// the fleet's own CPU is what is being taken out of a measurement) the
-// second copy was a quarter of the fleet's CPU at M1, so this codec
+// copies a response twice: the received frames into one (pooled) buffer,
+// then every resource's bytes out of it into its Any. In the light mode
+// (where the fleet's own CPU is what is being taken out of a measurement)
+// the second copy was a quarter of the fleet's CPU at M1, so this codec
 // parses a response's resources itself and points each Any's value into
-// the one buffer, which nothing else holds or reuses. Every other field
-// (and every other message) goes through gRPC's proto codec.
+// the pooled buffer, which it keeps until the proxy is done with the
+// response (release). Every other field, and every other message, goes
+// through gRPC's proto codec.
 type lightCodec struct{ fallback encoding.CodecV2 }
 
 func (lightCodec) Name() string { return grpcproto.Name }
 
 func (c lightCodec) Marshal(v any) (mem.BufferSlice, error) { return c.fallback.Marshal(v) }
 
+// held maps a response to the buffer its resources point into.
+var held sync.Map
+
 func (c lightCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	var err error
+	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	b := buf.ReadOnlyData()
 	switch m := v.(type) {
 	case *discovery.DeltaDiscoveryResponse:
-		return unmarshalLight(data.Materialize(), m, lightWire.deltaResources, func(b []byte) error {
+		err = unmarshalLight(b, m, lightWire.deltaResources, func(b []byte) error {
 			r, err := lightResource(b)
 			if err == nil {
 				m.Resources = append(m.Resources, r)
@@ -38,15 +46,32 @@ func (c lightCodec) Unmarshal(data mem.BufferSlice, v any) error {
 			return err
 		})
 	case *discovery.DiscoveryResponse:
-		return unmarshalLight(data.Materialize(), m, lightWire.sotwResources, func(b []byte) error {
+		err = unmarshalLight(b, m, lightWire.sotwResources, func(b []byte) error {
 			a, err := lightAny(b)
 			if err == nil {
 				m.Resources = append(m.Resources, a)
 			}
 			return err
 		})
+	default:
+		buf.Free()
+		return c.fallback.Unmarshal(data, v)
 	}
-	return c.fallback.Unmarshal(data, v)
+	if err != nil {
+		buf.Free()
+		return err
+	}
+	held.Store(v, buf)
+	return nil
+}
+
+// release returns the buffer a response read by lightCodec points into;
+// the response's resources must not be read after it. A response read by
+// another codec has none.
+func release(resp any) {
+	if buf, ok := held.LoadAndDelete(resp); ok {
+		buf.(mem.Buffer).Free()
+	}
 }
 
 // lightCallOptions are a light fleet's stream options.

@@ -449,6 +449,10 @@ func TestLightCodecReadsResponsesAsTheProtoCodecDoes(t *testing.T) {
 			if !proto.Equal(got, msg) {
 				t.Fatalf("got %v, want %v", got, msg)
 			}
+			release(got)
+			if _, ok := held.Load(got); ok {
+				t.Fatal("the response's buffer is still held after release")
+			}
 		})
 	}
 	t.Run("a truncated response is refused", func(t *testing.T) {

@@ -178,8 +178,12 @@ func (p *proxy) wait(ctx context.Context) {
 // decodeAll decodes a response's resources and returns the session
 // updates and the expectations met; an error is a NACK.
 func (p *proxy) decodeAll(s *session, typeURL string, values [][]byte, versions []string, active []*Change) ([]update, []hit, error) {
-	p.f.slots <- struct{}{}
-	defer func() { <-p.f.slots }()
+	if p.f.opts.Decode != DecodeLight {
+		// A light decode makes little garbage, and waiting for a slot
+		// would hold the response's buffer (lightCodec) meanwhile.
+		p.f.slots <- struct{}{}
+		defer func() { <-p.f.slots }()
+	}
 	ups := make([]update, 0, len(values))
 	var hits []hit
 	for j, v := range values {

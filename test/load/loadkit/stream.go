@@ -50,7 +50,9 @@ func (p *proxy) streamDelta(ctx context.Context, cc *grpc.ClientConn, s *session
 		if err != nil {
 			return err
 		}
-		if err := p.onDelta(st, s, resp); err != nil {
+		err = p.onDelta(st, s, resp)
+		release(resp)
+		if err != nil {
 			return err
 		}
 	}
@@ -187,7 +189,9 @@ func (p *proxy) streamSotw(ctx context.Context, cc *grpc.ClientConn, s *session)
 		if err != nil {
 			return err
 		}
-		if err := p.onSotw(st, s, resp); err != nil {
+		err = p.onSotw(st, s, resp)
+		release(resp)
+		if err != nil {
 			return err
 		}
 	}
