@@ -130,7 +130,7 @@ func (c *cluster) logs() []string {
 // presenting what they hold on reconnect, checked against the World.
 func (c *cluster) fleetOptions(n int) loadkit.FleetOptions {
 	o := loadkit.DefaultFleetOptions()
-	o.Proxies, o.Resume, o.Verify, o.Backoff, o.Decode = n, true, true, loadkit.EnvoyBackoff(), *decodeFlag
+	o.Proxies, o.Resume, o.Verify, o.Backoff, o.Decode, o.Window = n, true, true, loadkit.EnvoyBackoff(), *decodeFlag, *windowFlag
 	return o
 }
 

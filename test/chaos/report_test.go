@@ -155,6 +155,9 @@ func overridesNote() string {
 	if *decodeFlag != loadkit.DecodeFull {
 		parts = append(parts, "-chaos.decode="+*decodeFlag)
 	}
+	if *windowFlag != 0 {
+		parts = append(parts, fmt.Sprintf("-chaos.window=%d", *windowFlag))
+	}
 	if *hostileFlag != 0.1 {
 		parts = append(parts, fmt.Sprintf("-chaos.hostile=%g", *hostileFlag))
 	}

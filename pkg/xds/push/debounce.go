@@ -46,19 +46,24 @@ func (r *Request) Reasons() map[string]int {
 // first. The handler runs on Start's goroutine, one Request at a time;
 // updates arriving meanwhile wait for the next Request.
 //
-// A batch of endpoint changes only has its own, shorter quiet period
-// (SetEndpointQuiet), which grows only under a burst: it doubles with each
-// further update that arrives while the batch waits, up to Quiet, and is
-// back to its base for the next batch. A lone endpoint change is pushed
-// after the base period; a burst (a rollout, a node going away) is merged
-// as before. A batch that holds any other change waits Quiet: endpoints
-// are never pushed ahead of a configuration change already merged with
-// them (they share one World, which must reach the proxies whole).
-// istiod's PILOT_ENABLE_EDS_DEBOUNCE=false pushes endpoint changes with no
+// A batch's quiet period starts at a base and grows only under a burst:
+// it doubles with each further update that arrives while the batch waits
+// (and for a batch that starts within Quiet of the last push), up to
+// Quiet, and is back to its base for the next batch after a quiet spell.
+// A lone change is pushed after the base; a burst (a rollout, a node
+// going away, kubectl apply of a directory) is merged as with a fixed
+// Quiet, at the price of a push or two at its start. The base of a batch
+// of endpoint changes only (SetEndpointQuiet) is shorter than that of a
+// batch holding any other change (SetConfigQuiet; Quiet unless set):
+// endpoints merged with a configuration change wait with it, never ahead
+// of it (they share one World, which must reach the proxies whole).
+// istiod waits a fixed PILOT_DEBOUNCE_AFTER (100ms) for every change, and
+// with PILOT_ENABLE_EDS_DEBOUNCE=false pushes endpoint changes with no
 // debounce at all; this keeps a floor against per-event pushes.
 type Debouncer struct {
 	quiet, max time.Duration
-	epQuiet    time.Duration // base quiet period of endpoint-only batches; 0: quiet
+	epQuiet    time.Duration // base quiet period of endpoint-only batches; 0: cfgQuiet
+	cfgQuiet   time.Duration // base quiet period of other batches; 0: quiet
 	handle     func(context.Context, *Request)
 	now        func() time.Time
 
@@ -76,6 +81,13 @@ func NewDebouncer(quiet, max time.Duration, handle func(context.Context, *Reques
 // most Quiet; 0 treats them like any other). Call it before Start.
 func (d *Debouncer) SetEndpointQuiet(base time.Duration) {
 	d.epQuiet = min(base, d.quiet)
+}
+
+// SetConfigQuiet sets the base quiet period of batches holding a change
+// other than endpoints (at most Quiet; 0: Quiet, a fixed period). Call it
+// before Start.
+func (d *Debouncer) SetConfigQuiet(base time.Duration) {
+	d.cfgQuiet = min(base, d.quiet)
 }
 
 // pushes reports whether u changed anything a proxy's configuration can
@@ -128,7 +140,7 @@ func (d *Debouncer) Start(ctx context.Context) error {
 	var deadline <-chan time.Time
 	var maxTimer *time.Timer
 	armed := false
-	epQuiet := d.epQuiet // the endpoint-only quiet period of this batch
+	var cur time.Duration // the quiet period of this batch
 	var lastPush time.Time
 	for {
 		select {
@@ -145,21 +157,22 @@ func (d *Debouncer) Start(ctx context.Context) error {
 			if none {
 				continue // its update went out with the last push
 			}
-			wait := d.quiet
-			if d.epQuiet > 0 {
-				if !config {
-					// A burst: a further change in this batch, or a batch
-					// that starts within Quiet of the last push. Otherwise
-					// the period is back to its base.
-					switch {
-					case armed || d.now().Sub(lastPush) < d.quiet:
-						epQuiet = min(2*epQuiet, d.quiet)
-					default:
-						epQuiet = d.epQuiet
-					}
-					wait = epQuiet
-				}
+			base := d.quiet
+			if d.cfgQuiet > 0 {
+				base = d.cfgQuiet
 			}
+			if !config && d.epQuiet > 0 {
+				base = min(d.epQuiet, base)
+			}
+			switch {
+			case armed || d.now().Sub(lastPush) < d.quiet:
+				// A burst: a further change in this batch, or a batch
+				// that starts within Quiet of the last push.
+				cur = min(max(2*cur, base), d.quiet)
+			default:
+				cur = base
+			}
+			wait := cur
 			quiet.Reset(wait)
 			if !armed {
 				armed = true

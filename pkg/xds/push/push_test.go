@@ -2,6 +2,7 @@ package push
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -141,7 +142,7 @@ func TestQueueMergesAndBoundsConcurrency(t *testing.T) {
 }
 
 // collect runs d and returns a function that reads the Requests so far.
-func collect(t *testing.T, quiet, max, epQuiet time.Duration) (*Debouncer, func() []*Request) {
+func collect(t *testing.T, quiet, max, epQuiet time.Duration, cfgQuiet ...time.Duration) (*Debouncer, func() []*Request) {
 	t.Helper()
 	var mu sync.Mutex
 	var got []*Request
@@ -151,6 +152,9 @@ func collect(t *testing.T, quiet, max, epQuiet time.Duration) (*Debouncer, func(
 		mu.Unlock()
 	})
 	d.SetEndpointQuiet(epQuiet)
+	if len(cfgQuiet) > 0 {
+		d.SetConfigQuiet(cfgQuiet[0])
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- d.Start(ctx) }()
@@ -230,6 +234,49 @@ func TestEndpointQuietGrowsUnderABurst(t *testing.T) {
 	})
 	if rs := got(); len(rs) != before+2 {
 		t.Fatalf("%d pushes for two endpoint changes 40ms apart after a quiet spell, want 2", len(rs)-before)
+	}
+}
+
+// pushesOf enqueues configuration changes gap apart and returns how many
+// pushes carried them.
+func pushesOf(t *testing.T, d *Debouncer, got func() []*Request, n int, gap time.Duration) int {
+	t.Helper()
+	for i := range n {
+		d.Enqueue(update(uint64(i+1), model.KindVirtualService, fmt.Sprintf("vs-%d", i)))
+		time.Sleep(gap)
+	}
+	waitFor(t, "every update to be pushed", func() bool {
+		total := 0
+		for _, r := range got() {
+			total += r.Updates
+		}
+		return total == n
+	})
+	return len(got())
+}
+
+// With a configuration base period, a lone configuration change does not
+// wait the whole quiet period: two changes 100ms apart are two pushes
+// where a fixed 1s period merges them into one.
+func TestConfigQuietStartsAtItsBase(t *testing.T) {
+	d, got := collect(t, time.Second, 10*time.Second, 0, 5*time.Millisecond)
+	if n := pushesOf(t, d, got, 2, 100*time.Millisecond); n != 2 {
+		t.Fatalf("%d pushes for two configuration changes 100ms apart with a 5ms base, want 2", n)
+	}
+	d, got = collect(t, time.Second, 10*time.Second, 0)
+	if n := pushesOf(t, d, got, 2, 100*time.Millisecond); n != 1 {
+		t.Fatalf("%d pushes for two configuration changes 100ms apart with no base (a fixed 1s quiet period), want 1", n)
+	}
+}
+
+// Under a burst of configuration changes the quiet period grows as the
+// endpoints' does: changes 3ms apart (a directory applied) are merged
+// into far fewer pushes than changes.
+func TestConfigQuietGrowsUnderABurst(t *testing.T) {
+	d, got := collect(t, 100*time.Millisecond, 10*time.Second, time.Millisecond, time.Millisecond)
+	const n = 60
+	if pushes := pushesOf(t, d, got, n, 3*time.Millisecond); pushes > n/4 {
+		t.Fatalf("%d pushes for %d configuration changes 3ms apart: the quiet period did not grow", pushes, n)
 	}
 }
 

@@ -19,6 +19,10 @@ type Options struct {
 	// changes only; it doubles under a burst, up to DebounceAfter
 	// (push.Debouncer). 0 debounces them like any other change.
 	DebounceEndpoints time.Duration
+	// DebounceConfig is the base quiet period of a batch holding a
+	// change other than endpoints; it doubles under a burst, up to
+	// DebounceAfter (push.Debouncer). 0 waits DebounceAfter, fixed.
+	DebounceConfig time.Duration
 	// DebounceMax is the longest a change waits for a push.
 	DebounceMax time.Duration
 	// PushConcurrency is how many proxies are prepared for a push at once.
@@ -100,12 +104,15 @@ func DefaultOptions() Options {
 		DebounceMax:   10 * time.Second,
 		// An endpoint change alone is pushed after 10ms; see BENCHMARKS.md.
 		DebounceEndpoints: 10 * time.Millisecond,
-		PushConcurrency:   16,
-		SendTimeout:       30 * time.Second,
-		MaxUnackedPushes:  100,
-		PushStatusSize:    100,
-		PushWaveTimeout:   10 * time.Second,
-		TraceSampling:     gen.DefaultTraceSampling,
+		// A lone configuration change is pushed after 20ms, a burst
+		// merged as with istiod's fixed 100ms; see BENCHMARKS.md.
+		DebounceConfig:   20 * time.Millisecond,
+		PushConcurrency:  16,
+		SendTimeout:      30 * time.Second,
+		MaxUnackedPushes: 100,
+		PushStatusSize:   100,
+		PushWaveTimeout:  10 * time.Second,
+		TraceSampling:    gen.DefaultTraceSampling,
 		// Twice the 10,000 proxies one replica is built to serve.
 		MaxStreams:              20000,
 		MaxStreamsPerConnection: 16,
@@ -126,6 +133,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	d := DefaultOptions()
 	fs.DurationVar(&o.DebounceAfter, "debounce-after", d.DebounceAfter, "push once the configuration has been quiet for this long")
 	fs.DurationVar(&o.DebounceEndpoints, "debounce-endpoints-after", d.DebounceEndpoints, "push a batch of endpoint changes only once it has been quiet for this long; the period doubles with each further change in the batch, up to --debounce-after (0: as --debounce-after)")
+	fs.DurationVar(&o.DebounceConfig, "debounce-config-after", d.DebounceConfig, "push a batch holding a configuration change once it has been quiet for this long; the period doubles with each further change in the batch, up to --debounce-after (0: a fixed --debounce-after, as istiod's PILOT_DEBOUNCE_AFTER)")
 	fs.DurationVar(&o.DebounceMax, "debounce-max", d.DebounceMax, "push at the latest this long after a change, even if changes keep coming")
 	fs.IntVar(&o.PushConcurrency, "push-concurrency", d.PushConcurrency, "proxies prepared for a push at once")
 	fs.DurationVar(&o.SendTimeout, "xds-send-timeout", d.SendTimeout, "close an xDS stream whose proxy does not read a response within this time (0: never)")
@@ -152,6 +160,9 @@ func (o *Options) Validate() error {
 	}
 	if o.DebounceEndpoints < 0 {
 		errs = append(errs, fmt.Errorf("--debounce-endpoints-after must not be negative, got %s", o.DebounceEndpoints))
+	}
+	if o.DebounceConfig < 0 {
+		errs = append(errs, fmt.Errorf("--debounce-config-after must not be negative, got %s", o.DebounceConfig))
 	}
 	if o.DebounceMax < o.DebounceAfter {
 		errs = append(errs, fmt.Errorf("--debounce-max (%s) must be at least --debounce-after (%s)", o.DebounceMax, o.DebounceAfter))
