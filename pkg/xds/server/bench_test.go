@@ -82,7 +82,7 @@ func fleet(tb testing.TB, store *model.Store, n, namespaces int) (*Server, []*fa
 		if err != nil {
 			tb.Fatal(err)
 		}
-		c := newConn(s, streamKey{id: int64(i + 1)}, newStreamCtl())
+		c := newConn(s, streamKey{id: int64(i + 1)}, newStreamCtl(), nil)
 		c.proxy = p
 		s.conns.Store(c.key, c)
 		s.work(ctx, c, &pushItem{full: true, world: store.World(), enqueued: time.Now()})

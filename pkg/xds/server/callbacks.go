@@ -26,7 +26,7 @@ func (cb callbacks) open(ctx context.Context, key streamKey) error {
 	if ctl == nil {
 		ctl = newStreamCtl()
 	}
-	c := newConn(cb.s, key, ctl)
+	c := newConn(cb.s, key, ctl, ctx.Done())
 	if id, ok := streamauth.Caller(ctx); ok {
 		c.caller = &id
 	}
@@ -40,6 +40,7 @@ func (cb callbacks) closed(key streamKey) {
 		return
 	}
 	c := v.(*conn)
+	c.warmed()
 	cb.s.queue.Remove(c)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -64,6 +65,17 @@ func (cb callbacks) request(key streamKey, typeURL string, node *corev3.Node, re
 		return status.Error(codes.Internal, "request on an unknown stream")
 	}
 	c := v.(*conn)
+	if !isDebugType(typeURL) && typeURL != HealthType {
+		// A new stream waits here, before its proxy is registered, while
+		// as many as may are given their first configuration
+		// (warming.go).
+		if err := cb.s.admitWarming(c); err != nil {
+			return err
+		}
+		if (typeURL == gen.ListenerType || typeURL == gen.RouteType) && responseNonce(req) != "" {
+			c.warmed() // it answered its first listeners or routes: warm
+		}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := cb.s.checkNode(node); err != nil {
@@ -117,6 +129,17 @@ func (cb callbacks) request(key streamKey, typeURL string, node *corev3.Node, re
 	}
 	cb.register(c, typeURL, req)
 	return nil
+}
+
+// responseNonce is the nonce a request answers ("" for none).
+func responseNonce(req any) string {
+	switch r := req.(type) {
+	case *discovery.DiscoveryRequest:
+		return r.GetResponseNonce()
+	case *discovery.DeltaDiscoveryRequest:
+		return r.GetResponseNonce()
+	}
+	return ""
 }
 
 // register keeps req for the CreateWatch call that follows. Called with

@@ -78,6 +78,10 @@ type conn struct {
 	key       streamKey
 	ctl       *streamCtl
 	connected time.Time
+	// done is closed when the stream ends; warm is its admission
+	// (warming.go), touched by its request callbacks only.
+	done <-chan struct{}
+	warm warmState
 
 	mu    sync.Mutex
 	proxy *model.Proxy
@@ -149,8 +153,8 @@ type typeState struct {
 	answered      bool
 }
 
-func newConn(s *Server, key streamKey, ctl *streamCtl) *conn {
-	return &conn{s: s, key: key, ctl: ctl, connected: time.Now(), types: make(map[string]*typeState, len(gen.TypeURLs))}
+func newConn(s *Server, key streamKey, ctl *streamCtl, done <-chan struct{}) *conn {
+	return &conn{s: s, key: key, ctl: ctl, done: done, connected: time.Now(), types: make(map[string]*typeState, len(gen.TypeURLs))}
 }
 
 // of returns the stream's state of type t, adding it. Called with c.mu

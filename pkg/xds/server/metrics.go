@@ -19,6 +19,7 @@ type metrics struct {
 	configSize     *prometheus.HistogramVec // pilot_xds_config_size_bytes{type}
 	streamsClosed  *prometheus.CounterVec   // discovery_xds_streams_closed_total{reason}
 	streamsRefused *prometheus.CounterVec   // discovery_xds_streams_refused_total{reason}
+	streamsWaiting prometheus.Gauge         // discovery_xds_streams_waiting
 	waves          *prometheus.CounterVec   // discovery_xds_push_waves_total{outcome}
 }
 
@@ -67,8 +68,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "discovery_xds_streams_refused_total", Help: "xDS streams refused for going over a bound (limits.go), by reason: " +
 				"too_many_streams, node_too_large, node_id_too_long, too_many_names, too_many_unknown_names.",
 		}, []string{"reason"}),
+		streamsWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "discovery_xds_streams_waiting", Help: "New xDS streams waiting for a slot to be given their first configuration (--xds-warming-streams).",
+		}),
 	}
-	reg.MustRegister(m.proxies, m.pushes, m.convergence, m.triggers, m.debounce, m.queueTime, m.pushTime,
+	reg.MustRegister(m.streamsWaiting, m.proxies, m.pushes, m.convergence, m.triggers, m.debounce, m.queueTime, m.pushTime,
 		m.rejects, m.services, m.configSize, m.streamsClosed, m.streamsRefused, m.waves)
 	for _, t := range []string{"cds", "eds", "lds", "rds"} {
 		c := prometheus.NewCounter(prometheus.CounterOpts{

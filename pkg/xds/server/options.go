@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -56,6 +57,12 @@ type Options struct {
 	// Secrets) served over SDS and referred to by gateway listeners; the
 	// serve command sets it when it may read Secrets. Not a flag.
 	Credentials credentials.Reader
+	// WarmingStreams bounds the streams being given their first
+	// configuration at once; the first request of another waits for a
+	// slot (warming.go). 0: no bound.
+	WarmingStreams int
+	// WarmingTimeout is the longest a stream holds its slot.
+	WarmingTimeout time.Duration
 	// What one stream may hold (limits.go); 0 turns a bound off.
 	// MaxStreams bounds the replica's open xDS streams.
 	MaxStreams int
@@ -106,8 +113,12 @@ func DefaultOptions() Options {
 		DebounceEndpoints: 10 * time.Millisecond,
 		// A lone configuration change is pushed after 20ms, a burst
 		// merged as with istiod's fixed 100ms; see BENCHMARKS.md.
-		DebounceConfig:   20 * time.Millisecond,
-		PushConcurrency:  16,
+		DebounceConfig:  20 * time.Millisecond,
+		PushConcurrency: 16,
+		// About a second of work per slot on this project's test
+		// machine: 2 cores configure some 50 sidecars a second at M1.
+		WarmingStreams:   32 * runtime.GOMAXPROCS(0),
+		WarmingTimeout:   5 * time.Second,
 		SendTimeout:      30 * time.Second,
 		MaxUnackedPushes: 100,
 		PushStatusSize:   100,
@@ -141,6 +152,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.PushWaveTimeout, "xds-push-wave-timeout", d.PushWaveTimeout, "how long the rest of a class waits for its first wave to answer before it gets the change anyway")
 	fs.IntVar(&o.MaxUnackedPushes, "xds-max-unacked-pushes", d.MaxUnackedPushes, "close an xDS stream whose proxy leaves its last response unanswered through this many pushes")
 	fs.IntVar(&o.MaxStreams, "xds-max-streams", d.MaxStreams, "xDS streams this replica holds at most; beyond it new streams get RESOURCE_EXHAUSTED (0: no limit)")
+	fs.IntVar(&o.WarmingStreams, "xds-warming-streams", d.WarmingStreams, "new xDS streams given their first configuration at once; the first request of any other waits for a slot (0: no bound)")
+	fs.DurationVar(&o.WarmingTimeout, "xds-warming-timeout", d.WarmingTimeout, "the longest a new stream holds its slot: it frees it when it has answered its first listeners or routes, or ends")
 	fs.IntVar(&o.MaxStreamsPerConnection, "xds-max-streams-per-connection", d.MaxStreamsPerConnection, "concurrent gRPC streams one connection to :15010 or :15012 may hold")
 	fs.IntVar(&o.MaxNodeBytes, "xds-max-node-bytes", d.MaxNodeBytes, "largest node (ID and metadata) an xDS request may carry; a larger one ends the stream (0: no limit)")
 	fs.IntVar(&o.MaxNodeIDBytes, "xds-max-node-id-bytes", d.MaxNodeIDBytes, "longest node ID an xDS request may carry (0: no limit)")
@@ -169,6 +182,9 @@ func (o *Options) Validate() error {
 	}
 	if o.PushConcurrency < 1 {
 		errs = append(errs, fmt.Errorf("--push-concurrency must be at least 1, got %d", o.PushConcurrency))
+	}
+	if o.WarmingStreams < 0 || o.WarmingTimeout < 0 {
+		errs = append(errs, fmt.Errorf("--xds-warming-streams and --xds-warming-timeout must not be negative, got %d and %s", o.WarmingStreams, o.WarmingTimeout))
 	}
 	if o.SendTimeout < 0 {
 		errs = append(errs, fmt.Errorf("--xds-send-timeout must not be negative, got %s", o.SendTimeout))

@@ -45,6 +45,8 @@ type Server struct {
 	log   *slog.Logger
 	m     *metrics
 	gen   *gen.Generator
+	// warming admits new streams (warming.go); nil: unbounded.
+	warming *warming
 	// observer learns of ACKs and NACKs (verdict.go); nil for none.
 	observer Observer
 	// registrar learns of streams that connect, report health and end
@@ -110,6 +112,7 @@ func New(opts Options, world World, log *slog.Logger, reg prometheus.Registerer)
 	s.debouncer = push.NewDebouncer(opts.DebounceAfter, opts.DebounceMax, s.onPush)
 	s.debouncer.SetEndpointQuiet(opts.DebounceEndpoints)
 	s.debouncer.SetConfigQuiet(opts.DebounceConfig)
+	s.warming = newWarming(opts.WarmingStreams, opts.WarmingTimeout)
 	s.queue = push.NewQueue(opts.PushConcurrency, mergeItems, s.work)
 	world.Subscribe(s.debouncer.Enqueue)
 	s.m.services.Set(float64(world.World().ServiceCount()))
