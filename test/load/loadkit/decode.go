@@ -98,17 +98,8 @@ const hcmType = "type.googleapis.com/envoy.extensions.filters.network.http_conne
 // would NACK. For a listener it also returns the route names it asks for
 // over RDS.
 func decode(typeURL string, value []byte) (proto.Message, []string, error) {
-	var m proto.Message
-	switch typeURL {
-	case typeCDS:
-		m = &clusterv3.Cluster{}
-	case typeEDS:
-		m = &endpointv3.ClusterLoadAssignment{}
-	case typeLDS:
-		m = &listenerv3.Listener{}
-	case typeRDS:
-		m = &routev3.RouteConfiguration{}
-	default:
+	m := newResource(typeURL)
+	if m == nil {
 		return nil, nil, fmt.Errorf("unexpected type %s", typeURL)
 	}
 	if err := proto.Unmarshal(value, m); err != nil {
@@ -131,6 +122,21 @@ func decode(typeURL string, value []byte) (proto.Message, []string, error) {
 		return nil, nil, err
 	}
 	return m, routes, nil
+}
+
+// newResource is an empty resource of a sidecar's type; nil for another.
+func newResource(typeURL string) proto.Message {
+	switch typeURL {
+	case typeCDS:
+		return &clusterv3.Cluster{}
+	case typeEDS:
+		return &endpointv3.ClusterLoadAssignment{}
+	case typeLDS:
+		return &listenerv3.Listener{}
+	case typeRDS:
+		return &routev3.RouteConfiguration{}
+	}
+	return nil
 }
 
 // unpack decodes and validates a typed config.

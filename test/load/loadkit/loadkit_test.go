@@ -391,17 +391,7 @@ func FuzzLightDecode(f *testing.F) {
 	f.Fuzz(func(t *testing.T, which uint8, b []byte) {
 		typ := types[int(which)%len(types)]
 		_, _ = scan(typ, b)
-		var m proto.Message
-		switch typ {
-		case typeCDS:
-			m = &clusterv3.Cluster{}
-		case typeEDS:
-			m = &endpointv3.ClusterLoadAssignment{}
-		case typeLDS:
-			m = &listenerv3.Listener{}
-		case typeRDS:
-			m = &routev3.RouteConfiguration{}
-		}
+		m := newResource(typ)
 		if proto.Unmarshal(b, m) != nil {
 			return
 		}
