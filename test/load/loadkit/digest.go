@@ -167,156 +167,136 @@ func fields(b []byte, onBytes func(n protowire.Number, bytes []byte), onVarint f
 // not merge a message field that occurs more than once (no marshaler
 // writes one so).
 func scan(typeURL string, b []byte) (digest, error) {
+	w := &walker{}
 	var d digest
-	var err error
-	// each scans a nested message; the first error is kept.
-	each := func(b []byte, fn func(n protowire.Number, bytes []byte)) {
-		if e := fields(b, fn, nil); e != nil && err == nil {
-			err = e
-		}
-	}
 	switch typeURL {
 	case typeCDS:
-		var typ uint64
-		var service string
-		e := fields(b, func(n protowire.Number, v []byte) {
-			switch n {
-			case wire.clusterName:
-				d.name = string(v)
-			case wire.clusterEDS:
-				service = ""
-				each(v, func(n protowire.Number, v []byte) {
-					if n == wire.edsServiceName {
-						service = string(v)
-					}
-				})
-			}
-		}, func(n protowire.Number, x uint64) {
-			if n == wire.clusterType {
-				typ = x
-			}
-		})
-		if err == nil {
-			err = e
-		}
-		if typ == wire.edsType {
-			d.eds = service
-			if d.eds == "" {
-				d.eds = d.name
-			}
-		}
+		d = w.cluster(b)
 	case typeLDS:
-		var chains, fallback [][]byte
-		each(b, func(n protowire.Number, v []byte) {
-			switch n {
-			case wire.listenerName:
-				d.name = string(v)
-			case wire.listenerChains:
-				chains = append(chains, v)
-			case wire.listenerDefault:
-				fallback = [][]byte{v}
-			}
-		})
-		for _, c := range append(chains, fallback...) {
-			each(c, func(n protowire.Number, v []byte) {
-				if n != wire.chainFilters {
-					return
-				}
-				each(v, func(n protowire.Number, v []byte) {
-					if n != wire.filterTypedConfig {
-						return
-					}
-					var url string
-					var value []byte
-					each(v, func(n protowire.Number, v []byte) {
-						switch n {
-						case wire.anyTypeURL:
-							url = string(v)
-						case wire.anyValue:
-							value = v
-						}
-					})
-					if url != hcmType {
-						return
-					}
-					route := ""
-					each(value, func(n protowire.Number, v []byte) {
-						if n != wire.hcmRDS {
-							return
-						}
-						each(v, func(n protowire.Number, v []byte) {
-							if n == wire.rdsRouteName {
-								route = string(v)
-							}
-						})
-					})
-					if route != "" {
-						d.routes = append(d.routes, route)
-					}
-				})
-			})
-		}
+		d = w.listener(b)
 	case typeEDS:
-		each(b, func(n protowire.Number, v []byte) {
-			switch n {
-			case wire.claName:
-				d.name = string(v)
-			case wire.claEndpoints:
-				each(v, func(n protowire.Number, v []byte) {
-					if n != wire.localityLB {
-						return
-					}
-					addr := "" // one LbEndpoint's
-					each(v, func(n protowire.Number, v []byte) {
-						if n != wire.lbEndpoint {
-							return
-						}
-						each(v, func(n protowire.Number, v []byte) {
-							if n != wire.endpointAddress {
-								return
-							}
-							each(v, func(n protowire.Number, v []byte) {
-								if n != wire.addressSocket {
-									return
-								}
-								each(v, func(n protowire.Number, v []byte) {
-									if n == wire.socketAddress {
-										addr = string(v)
-									}
-								})
-							})
-						})
-					})
-					d.addrs = append(d.addrs, addr)
-				})
-			}
-		})
+		d = w.endpoints(b)
 	case typeRDS:
-		each(b, func(n protowire.Number, v []byte) {
-			switch n {
-			case wire.routesName:
-				d.name = string(v)
-			case wire.routesVHosts:
-				each(v, func(n protowire.Number, v []byte) {
-					if n != wire.vhostRoutes {
-						return
-					}
-					each(v, func(n protowire.Number, v []byte) {
-						if n != wire.routeName {
-							return
-						}
-						if e, ok := editNumber(string(v)); ok {
-							d.edit = max(d.edit, uint64(e)+1)
-						}
-					})
-				})
-			}
-		})
+		d = w.routes(b)
 	default:
 		return digest{}, fmt.Errorf("unexpected type %s", typeURL)
 	}
-	if err != nil {
-		return digest{}, fmt.Errorf("%s: %w", shortType(typeURL), err)
+	if w.err != nil {
+		return digest{}, fmt.Errorf("%s: %w", shortType(typeURL), w.err)
 	}
 	return d, nil
+}
+
+// walker reads fields out of an encoding and keeps the first error.
+type walker struct{ err error }
+
+func (w *walker) note(err error) {
+	if w.err == nil {
+		w.err = err
+	}
+}
+
+// each calls fn with each occurrence of the length-delimited field n.
+func (w *walker) each(b []byte, n protowire.Number, fn func([]byte)) {
+	w.note(fields(b, func(m protowire.Number, v []byte) {
+		if m == n {
+			fn(v)
+		}
+	}, nil))
+}
+
+// last is the field at path (a field of a field ...): the last
+// occurrence at each step; nil when one is missing.
+func (w *walker) last(b []byte, path ...protowire.Number) []byte {
+	for _, n := range path {
+		var found []byte
+		w.each(b, n, func(v []byte) { found = v })
+		if found == nil {
+			return nil
+		}
+		b = found
+	}
+	return b
+}
+
+func (w *walker) cluster(b []byte) digest {
+	var d digest
+	var typ uint64
+	var eds []byte
+	w.note(fields(b, func(n protowire.Number, v []byte) {
+		switch n {
+		case wire.clusterName:
+			d.name = string(v)
+		case wire.clusterEDS:
+			eds = v
+		}
+	}, func(n protowire.Number, x uint64) {
+		if n == wire.clusterType {
+			typ = x
+		}
+	}))
+	if typ == wire.edsType {
+		if d.eds = string(w.last(eds, wire.edsServiceName)); d.eds == "" {
+			d.eds = d.name
+		}
+	}
+	return d
+}
+
+// listener reads the name and the RDS route names of the connection
+// managers of its filter chains, the default chain last.
+func (w *walker) listener(b []byte) digest {
+	var d digest
+	var chains [][]byte
+	var fallback []byte
+	w.note(fields(b, func(n protowire.Number, v []byte) {
+		switch n {
+		case wire.listenerName:
+			d.name = string(v)
+		case wire.listenerChains:
+			chains = append(chains, v)
+		case wire.listenerDefault:
+			fallback = v
+		}
+	}, nil))
+	if fallback != nil {
+		chains = append(chains, fallback)
+	}
+	for _, c := range chains {
+		w.each(c, wire.chainFilters, func(f []byte) {
+			a := w.last(f, wire.filterTypedConfig)
+			if a == nil || string(w.last(a, wire.anyTypeURL)) != hcmType {
+				return
+			}
+			if r := w.last(w.last(a, wire.anyValue), wire.hcmRDS, wire.rdsRouteName); len(r) > 0 {
+				d.routes = append(d.routes, string(r))
+			}
+		})
+	}
+	return d
+}
+
+// endpoints reads the name and the address of every LbEndpoint ("" for
+// one without a socket address).
+func (w *walker) endpoints(b []byte) digest {
+	d := digest{name: string(w.last(b, wire.claName))}
+	w.each(b, wire.claEndpoints, func(l []byte) {
+		w.each(l, wire.localityLB, func(e []byte) {
+			d.addrs = append(d.addrs, string(w.last(e, wire.lbEndpoint, wire.endpointAddress, wire.addressSocket, wire.socketAddress)))
+		})
+	})
+	return d
+}
+
+// routes reads the name and the highest edit-N route name.
+func (w *walker) routes(b []byte) digest {
+	d := digest{name: string(w.last(b, wire.routesName))}
+	w.each(b, wire.routesVHosts, func(vh []byte) {
+		w.each(vh, wire.vhostRoutes, func(r []byte) {
+			if e, ok := editNumber(string(w.last(r, wire.routeName))); ok {
+				d.edit = max(d.edit, uint64(e)+1)
+			}
+		})
+	})
+	return d
 }
