@@ -18,9 +18,12 @@ import (
 // streams closed). So at most Options.WarmingStreams streams are being
 // given their first configuration at once; the first request of any
 // other waits (its stream is open, nothing is refused, nothing is sent)
-// until a slot frees. istiod instead refuses new streams beyond
-// PILOT_MAX_REQUESTS_PER_SECOND, and each refused proxy retries with
-// back-off.
+// until a slot frees. istiod instead rate-limits new streams
+// (PILOT_MAX_REQUESTS_PER_SECOND, sized by the machine when unset;
+// pilot/pkg/xds/discovery.go WaitForRequestLimit): a stream waits at most
+// a second for the limiter and is then refused with ResourceExhausted, and
+// the proxy retries with back-off. A bound on concurrent work rather than
+// on a rate needs no tuning to the machine's speed.
 //
 // A stream holds its slot until it has answered (ACK or NACK) a listener
 // or route configuration response: an Envoy asks for clusters, their
