@@ -65,16 +65,8 @@ func (cb callbacks) request(key streamKey, typeURL string, node *corev3.Node, re
 		return status.Error(codes.Internal, "request on an unknown stream")
 	}
 	c := v.(*conn)
-	if !isDebugType(typeURL) && typeURL != HealthType {
-		// A new stream waits here, before its proxy is registered, while
-		// as many as may are given their first configuration
-		// (warming.go).
-		if err := cb.s.admitWarming(c); err != nil {
-			return err
-		}
-		if (typeURL == gen.ListenerType || typeURL == gen.RouteType) && responseNonce(req) != "" {
-			c.warmed() // it answered its first listeners or routes: warm
-		}
+	if err := cb.warming(c, typeURL, req); err != nil {
+		return err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -128,6 +120,23 @@ func (cb callbacks) request(key streamKey, typeURL string, node *corev3.Node, re
 		return err
 	}
 	cb.register(c, typeURL, req)
+	return nil
+}
+
+// warming admits a new stream's configuration requests (warming.go): a
+// stream waits here, before its proxy is registered, while as many as may
+// are given their first configuration, and is warm once it answers its
+// first listeners or routes. Debug and health requests are not admitted.
+func (cb callbacks) warming(c *conn, typeURL string, req any) error {
+	if isDebugType(typeURL) || typeURL == HealthType {
+		return nil
+	}
+	if err := cb.s.admitWarming(c); err != nil {
+		return err
+	}
+	if (typeURL == gen.ListenerType || typeURL == gen.RouteType) && responseNonce(req) != "" {
+		c.warmed()
+	}
 	return nil
 }
 
