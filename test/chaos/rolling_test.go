@@ -46,10 +46,10 @@ func TestRollingRestartOfThreeReplicas(t *testing.T) {
 		drained := time.Since(start)
 		r.start(c.ctx, t, c.bin, c.args)
 		if !waitRedialed(c.ctx, f, on, start, c.sc.timeout) {
-			t.Fatalf("after restarting %s: not every proxy complete, %d of them on a connection dialed since the SIGTERM, within %s: %+v", r.name, share, c.sc.timeout, f.Status())
+			t.Fatalf("after restarting %s: its %d proxies not all complete on a connection dialed since the SIGTERM, or another proxy still without a configuration it lost before, within %s: %+v", r.name, share, c.sc.timeout, f.Status())
 		}
 		c.res.figure(fmt.Sprintf("restart %d (%s, serving %d proxies): SIGTERM until exit", i+1, r.name, share), drained.Seconds(), "s", "")
-		c.res.figure(fmt.Sprintf("restart %d: SIGTERM until every proxy complete", i+1), time.Since(start).Seconds(), "s", c.byRemote(f.Status()))
+		c.res.figure(fmt.Sprintf("restart %d: SIGTERM until every proxy it served is complete on a new connection", i+1), time.Since(start).Seconds(), "s", c.byRemote(f.Status()))
 		if c.sc.shareWait > 0 {
 			c.waitShare(f, r)
 		}
@@ -82,7 +82,7 @@ func TestRollingRestartOfThreeReplicas(t *testing.T) {
 	}
 	leader.start(c.ctx, t, c.bin, c.args)
 	if !waitRedialed(c.ctx, f, on, killed, c.sc.timeout) {
-		t.Fatalf("after the leader's death: not every proxy complete, the leader's on a connection dialed since the kill, within %s: %+v", c.sc.timeout, f.Status())
+		t.Fatalf("after the leader's death: the leader's proxies not all complete on a connection dialed since the kill, or another proxy still without a configuration it lost before, within %s: %+v", c.sc.timeout, f.Status())
 	}
 
 	c.cpuFigures("rolling restart and leader kill", m)

@@ -43,6 +43,8 @@ type proxy struct {
 	lostAt   time.Time // the last complete stream ended; zero while complete
 	gaps     []time.Duration
 	complete bool // the current stream holds a complete configuration
+	// completedAt is when a stream last became complete.
+	completedAt time.Time
 	// During a gap: when the current stream was opened and first
 	// answered, and how many streams the gap has opened.
 	openedAt, answeredAt time.Time
@@ -256,7 +258,7 @@ func (p *proxy) settle(s *session, typeURL string, hits []hit, active []*Change)
 	s.complete = true
 	p.ready.Store(true)
 	p.mu.Lock()
-	p.complete = true
+	p.complete, p.completedAt = true, now
 	if !p.lostAt.IsZero() {
 		p.gaps = append(p.gaps, now.Sub(p.lostAt))
 		ph := GapPhases{Total: now.Sub(p.lostAt), Streams: p.gapStreams}

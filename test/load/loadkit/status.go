@@ -109,6 +109,21 @@ func (f *Fleet) WaitComplete(done <-chan struct{}, timeout time.Duration) (time.
 	}
 }
 
+// Outages returns, for each well-behaved proxy in Dialed's order, when a
+// stream of its last became complete and when it last lost a complete
+// configuration without having one again yet (zero for neither).
+func (f *Fleet) Outages() (completed, lost []time.Time) {
+	for _, p := range f.proxies {
+		if !p.behavior.normal() {
+			continue
+		}
+		p.mu.Lock()
+		completed, lost = append(completed, p.completedAt), append(lost, p.lostAt)
+		p.mu.Unlock()
+	}
+	return completed, lost
+}
+
 // Dialed returns, for each well-behaved proxy, when its last connection
 // was dialed and to which address (zero and "" before its first).
 func (f *Fleet) Dialed() (at []time.Time, to []string) {
