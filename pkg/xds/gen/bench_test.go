@@ -10,7 +10,7 @@ import (
 	"github.com/meshplane/discovery/pkg/xds/internal/worldtest"
 )
 
-func world1000(b *testing.B) *model.Store {
+func world1000(b testing.TB) *model.Store {
 	b.Helper()
 	store := model.NewStore(model.StoreOptions{})
 	if _, err := store.Apply(worldtest.Mesh(1000, 50, 10)...); err != nil {

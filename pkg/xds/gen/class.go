@@ -52,6 +52,11 @@ type ClassConfig struct {
 	// split holds the port listeners split by address, by name
 	// (Options.ListenersPerAddress, listener_address.go).
 	split map[string]*addressSplit
+	// edsRefs and routeRefs are the EDS and RDS names the clusters and
+	// listeners reference, as checked by consistentSince: the next
+	// generation need not check again when neither they nor the names
+	// of its sets changed.
+	edsRefs, routeRefs []string
 }
 
 // portUnit is the outbound listener of one port, reused by the next
@@ -151,7 +156,7 @@ func (g *Generator) Class(mw *model.World, p *model.Proxy, prev *ClassConfig) (o
 	}
 	cc := &ClassConfig{
 		Class: key, WorldVersion: w.Version, at: w.unrecorded(), scope: sc, reads: reads, own: own, prov: &provIndex{},
-		EndpointsOf: map[model.NamespacedName][]string{}, units: map[model.NamespacedName]*unit{},
+		EndpointsOf: make(map[model.NamespacedName][]string, len(sc.Services)), units: make(map[model.NamespacedName]*unit, len(sc.Services)),
 	}
 	bs := map[string]*builder{}
 	for _, t := range TypeURLs {
@@ -163,19 +168,32 @@ func (g *Generator) Class(mw *model.World, p *model.Proxy, prev *ClassConfig) (o
 		}
 	}
 	var edsRefs, routeRefs []string
+	if prev != nil {
+		edsRefs, routeRefs = make([]string, 0, len(prev.edsRefs)), make([]string, 0, len(prev.routeRefs))
+	}
+	// Once per service, each of these for every class and change: no
+	// allocation, no map lookup that can be hoisted.
+	cb, eb, lb, rb := bs[ClusterType], bs[EndpointType], bs[ListenerType], bs[RouteType]
 	for _, svc := range sc.Services {
+		key := svc.Key()
 		u := g.serviceUnit(sc, svc, reuse, cs)
-		cc.units[svc.Key()] = u
+		cc.units[key] = u
 		reads.add(u.reads)
 		reads.add(u.clusterReads)
-		for _, r := range u.endpoints {
-			cc.EndpointsOf[svc.Key()] = append(cc.EndpointsOf[svc.Key()], r.Name)
-		}
-		for t, rs := range map[string][]*Resource{ClusterType: u.clusters, EndpointType: u.endpoints, ListenerType: u.listeners, RouteType: u.routes} {
-			for _, r := range rs {
-				bs[t].reuse(r)
+		if len(u.endpoints) > 0 {
+			names := make([]string, len(u.endpoints))
+			for i, r := range u.endpoints {
+				names[i] = r.Name
 			}
+			if had := cc.EndpointsOf[key]; had != nil {
+				names = append(had, names...)
+			}
+			cc.EndpointsOf[key] = names
 		}
+		cb.reuseAll(u.clusters)
+		eb.reuseAll(u.endpoints)
+		lb.reuseAll(u.listeners)
+		rb.reuseAll(u.routes)
 		edsRefs = append(edsRefs, u.edsRefs...)
 		routeRefs = append(routeRefs, u.routeRefs...)
 	}
@@ -210,13 +228,20 @@ func (g *Generator) Class(mw *model.World, p *model.Proxy, prev *ClassConfig) (o
 func (g *Generator) publish(cc *ClassConfig, bs map[string]*builder, prev *ClassConfig, edsRefs, routeRefs []string) (*ClassConfig, error) {
 	var errs []error
 	cc.Sets = map[string]*Set{}
+	// changed holds, per type, the names setFrom found changed against
+	// the previous set when it could tell (same names, some contents).
+	changed := map[string][]string{}
 	for t, b := range bs {
 		errs = append(errs, b.errs...)
 		var prevSet *Set
 		if prev != nil {
 			prevSet = prev.baseSet(t)
 		}
-		cc.Sets[t] = b.setFrom(prevSet)
+		set, c, known := b.setFrom(prevSet)
+		cc.Sets[t] = set
+		if known {
+			changed[t] = c
+		}
 	}
 	for _, err := range errs {
 		g.report(cc.scope, cc.Class, err)
@@ -225,12 +250,19 @@ func (g *Generator) publish(cc *ClassConfig, bs map[string]*builder, prev *Class
 		g.log.Error("configuration not published", "class", cc.Class, "world", cc.WorldVersion, "error", err)
 		return prev, fmt.Errorf("class %s: %w", cc.Class, err)
 	}
+	cc.edsRefs, cc.routeRefs = edsRefs, routeRefs
 	cc.ID = g.ids.Add(1)
 	if prev != nil {
 		cc.Base = prev.ID
 		cc.Changed = map[string][]string{}
 		for t, set := range cc.Sets {
-			if c := diffNames(prev.Sets[t], set); len(c) > 0 {
+			c, known := changed[t]
+			// Against the set prev published, which is the one setFrom
+			// compared with unless WasmPlugins or EnvoyFilters patched it.
+			if !known || prev.Sets[t] != prev.baseSet(t) {
+				c = diffNames(prev.Sets[t], set)
+			}
+			if len(c) > 0 {
 				cc.Changed[t] = c
 			}
 		}
@@ -456,13 +488,26 @@ func consistentSince(prev *ClassConfig, sets map[string]*Set, edsRefs, routeRefs
 		return true
 	}
 	var errs []error
-	if !same(ClusterType, EndpointType) {
+	if !same(ClusterType, EndpointType) && !(sameNames(sets[EndpointType], prev.baseSet(EndpointType)) && slices.Equal(edsRefs, prev.edsRefs)) {
 		errs = append(errs, check(sets, EndpointType, edsRefs))
 	}
-	if !same(ListenerType, RouteType) {
+	if !same(ListenerType, RouteType) && !(sameNames(sets[RouteType], prev.baseSet(RouteType)) && slices.Equal(routeRefs, prev.routeRefs)) {
 		errs = append(errs, check(sets, RouteType, routeRefs))
 	}
 	return errors.Join(errs...)
+}
+
+// sameNames reports whether a and b hold the same names because they
+// share their sorted list (setFrom when only contents changed): a
+// consistency that depends on names alone still holds.
+func sameNames(a, b *Set) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	if len(a.Names) != len(b.Names) {
+		return false
+	}
+	return len(a.Names) == 0 || &a.Names[0] == &b.Names[0]
 }
 
 // consistent checks that the EDS and RDS resources are exactly those the

@@ -1,6 +1,7 @@
 package gen
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -95,7 +96,23 @@ spec:
 		if prev != nil && st.name != "services" && len(next.Changed[RouteType]) == 0 {
 			t.Errorf("%s: no route changed", st.name)
 		}
+		if prev != nil {
+			checkChanged(t, st.name, prev, next)
+		}
 		prev = next
+	}
+}
+
+// checkChanged fails unless next.Changed lists, for every type, exactly
+// the names added, changed or removed since prev, in order (publish
+// takes them from setFrom when it can).
+func checkChanged(t *testing.T, step string, prev, next *ClassConfig) {
+	t.Helper()
+	for _, typ := range TypeURLs {
+		want := diffNames(prev.Sets[typ], next.Sets[typ])
+		if got := next.Changed[typ]; !slices.Equal(got, want) {
+			t.Errorf("%s: Changed[%s] = %v, want %v", step, ShortType(typ), got, want)
+		}
 	}
 }
 

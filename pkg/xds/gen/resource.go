@@ -197,6 +197,12 @@ func (b *builder) add(name string, m proto.Message) {
 
 func (b *builder) reuse(r *Resource) { b.out[r.Name] = r }
 
+func (b *builder) reuseAll(rs []*Resource) {
+	for _, r := range rs {
+		b.out[r.Name] = r
+	}
+}
+
 func (b *builder) set() *Set { return NewSet(b.typeURL, b.out) }
 
 // setFrom is set for a builder whose previous result was prev: when every
@@ -204,23 +210,25 @@ func (b *builder) set() *Set { return NewSet(b.typeURL, b.out) }
 // new Set that shares prev's sorted names. Most regenerations after a
 // config change touch a few resources of one or two types, and sorting and
 // hashing thousands of names for the others was a fifth of their cost.
-func (b *builder) setFrom(prev *Set) *Set {
+// When it returns prev or such a set, known is true and changed lists,
+// sorted, the names whose contents differ from prev's (diffNames).
+func (b *builder) setFrom(prev *Set) (set *Set, changed []string, known bool) {
 	if prev == nil || len(prev.Resources) != len(b.out) {
-		return b.set()
+		return b.set(), nil, false
 	}
-	var changed []string
 	for n, r := range b.out {
 		pr, ok := prev.Resources[n]
 		if !ok {
-			return b.set()
+			return b.set(), nil, false
 		}
 		if pr != r && pr.Hash != r.Hash {
 			changed = append(changed, n)
 		}
 	}
-	if len(changed) == 0 && len(b.out) == len(prev.Resources) {
+	if len(changed) == 0 {
 		// Same content (maybe rebuilt objects): the previous set.
-		return prev
+		return prev, nil, true
 	}
-	return newSetSorted(b.typeURL, b.out, prev.Names, prev.replaced(b.out, changed))
+	sort.Strings(changed)
+	return newSetSorted(b.typeURL, b.out, prev.Names, prev.replaced(b.out, changed)), changed, true
 }

@@ -121,7 +121,11 @@ func newScope(w *view, p *model.Proxy) *Scope {
 	seen := w.ServicesWhere(func(u *view, s *model.Service) bool {
 		return exportedTo(serviceExportTo(u, s), s.Namespace, p.Namespace) && egress.allows(s)
 	})
-	for _, s := range ownHosts(seen, p.Namespace) {
+	own := ownHosts(seen, p.Namespace)
+	// Sized once: grown from empty, a map of a thousand services is
+	// rehashed seven times, for every class and change.
+	sc.visible = make(map[model.NamespacedName]bool, len(own))
+	for _, s := range own {
 		if s.ExternalName != "" {
 			// An alias: its names go to the host it names (aliasNames).
 			if sc.aliases == nil {
