@@ -155,14 +155,34 @@ func repoRoot() string {
 	}
 }
 
-// FreePort returns a loopback TCP port that was free a moment ago.
+// handedOut are the ports FreePort has returned in this process.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
+// FreePort returns a loopback TCP port that was free a moment ago and that
+// it has not returned before in this process. The kernel can hand out a
+// port just closed again at once: two calls for one server's addresses
+// once gave the same port, and the server failed to bind its second
+// listener.
 func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+		handedOut.Lock()
+		again := handedOut.ports[port]
+		handedOut.ports[port] = true
+		handedOut.Unlock()
+		if !again {
+			return port, nil
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, errors.New("no loopback port that was not handed out before in 100 tries")
 }
 
 func (e *Env) startEtcd() error {

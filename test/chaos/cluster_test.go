@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/pprof"
 	"sort"
 	"strings"
 	"testing"
@@ -160,7 +162,27 @@ func (c *cluster) connect(o loadkit.FleetOptions, setup func(*loadkit.Fleet)) (*
 		c.t.Fatalf("connect: %d proxies without a complete configuration after %s: %v; notes %v", len(ch.Missing()), c.sc.timeout, err, f.Notes())
 	}
 	f.Retire(ch)
-	return f, time.Since(start)
+	took := time.Since(start)
+	if *heapFlag != "" && len(c.fleets) == 1 {
+		writeHeapProfile(c.t, *heapFlag)
+	}
+	return f, took
+}
+
+// writeHeapProfile writes the test process's heap profile, after a
+// collection, to path.
+func writeHeapProfile(t *testing.T, path string) {
+	t.Helper()
+	runtime.GC()
+	out, err := os.Create(path)
+	if err != nil {
+		t.Errorf("heap profile: %v", err)
+		return
+	}
+	defer out.Close()
+	if err := pprof.WriteHeapProfile(out); err != nil {
+		t.Errorf("heap profile: %v", err)
+	}
 }
 
 // quiesce waits until the fleet has received nothing for a second (at

@@ -23,6 +23,7 @@ var (
 	decodeFlag   = flag.String("chaos.decode", loadkit.DecodeFull, "how much of each resource the simulated proxies decode: full (validated as Envoy would) or light (names, references, endpoints and routes read from the wire, so that a scenario pushed beyond measures the servers rather than the test process)")
 	windowFlag   = flag.Int("chaos.window", 0, "fix the simulated proxies' gRPC flow-control windows at this many bytes (loadkit's --window; 0: gRPC's default), so that thousands of proxies on one machine hold a bounded amount received and not yet read")
 	binFlag      = flag.String("chaos.server-binary", os.Getenv("CHAOS_SERVER_BINARY"), "discovery binary to run (default: built from ./cmd/discovery)")
+	heapFlag     = flag.String("chaos.heap-profile", "", "write the test process's heap profile to this file once the first fleet is connected (what the simulated proxies hold)")
 )
 
 func envOr(k, def string) string {
