@@ -3,7 +3,6 @@ package chaos
 import (
 	"flag"
 	"os"
-	"runtime/debug"
 	"testing"
 	"time"
 
@@ -24,7 +23,6 @@ var (
 	decodeFlag   = flag.String("chaos.decode", loadkit.DecodeFull, "how much of each resource the simulated proxies decode: full (validated as Envoy would) or light (names, references, endpoints and routes read from the wire, so that a scenario pushed beyond measures the servers rather than the test process)")
 	windowFlag   = flag.Int("chaos.window", 0, "fix the simulated proxies' gRPC flow-control windows at this many bytes (loadkit's --window; 0: gRPC's default), so that thousands of proxies on one machine hold a bounded amount received and not yet read")
 	binFlag      = flag.String("chaos.server-binary", os.Getenv("CHAOS_SERVER_BINARY"), "discovery binary to run (default: built from ./cmd/discovery)")
-	memLimitFlag = flag.Int64("chaos.test-memory-mib", 0, "a soft memory limit for the test process, in MiB (Go's GOMEMLIMIT; 0: none): thousands of simulated proxies otherwise hold several times what they keep alive")
 	heapFlag     = flag.String("chaos.heap-profile", "", "write the test process's heap profile to this file once the first fleet is connected (what the simulated proxies hold)")
 )
 
@@ -107,13 +105,5 @@ func serverBinary(t *testing.T) string {
 }
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	if *memLimitFlag > 0 {
-		// The simulated proxies' memory is mostly the collector's
-		// headroom and freed memory not yet returned (at 1,000 proxies
-		// 618 MB live under a 2.8 GB RSS): a limit makes the collector
-		// work harder instead of the machine swapping or killing.
-		debug.SetMemoryLimit(*memLimitFlag << 20)
-	}
 	goleak.VerifyTestMain(m)
 }
