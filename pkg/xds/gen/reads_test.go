@@ -194,6 +194,7 @@ var scopeAllowed = map[string]string{
 	"newScope": "builds the scope", "Scope.indexVirtualServices": "builds the scope",
 	"Scope.addWildcardRoutes": "builds the scope", "ruleIndex.forScope": "builds the scope",
 	"visibleHosts": "builds the scope", "Generator.Class": "sets the telemetry; the class's own resources are rebuilt by every generation",
+	"Generator.addUnits":    "a unit per selected service: newScope recorded the selection, each unit records its own reads",
 	"Scope.VirtualServices": "records qVirtualServices", "Scope.destinationRuleConfig": "records qDestinationRule",
 	"Scope.aliasNames": "records qAliases", "Scope.l4VirtualServicesOf": "unrecorded form; l4VirtualServices records",
 	"Scope.gatewayVirtualServicesOf": "unrecorded form; gatewayVirtualServices records",
