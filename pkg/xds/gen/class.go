@@ -63,6 +63,9 @@ type ClassConfig struct {
 // generation when what it read stands.
 type portUnit struct {
 	listener *Resource
+	// memo holds the listener's HTTP service chains as marshaled in it
+	// (listener_memo.go).
+	memo *chainMemo
 	portRefs
 	// reads are what the listener was built from.
 	reads *Reads
@@ -319,15 +322,20 @@ func (g *Generator) sidecarOutbound(sc *Scope, bs map[string]*builder, cc, prev 
 			lr := newReads()
 			lsc := sc.recording(lr)
 			lr.scope(scopeRead{q: qPortServices, port: port, svcs: byPort[port]})
-			l, prefs := g.outboundListener(lsc, port, byPort[port])
+			var kept *chainMemo
+			if pu != nil {
+				kept = pu.memo
+			}
+			memo := newChainMemo(lsc.outTel(), kept)
+			l, prefs := g.outboundListener(lsc, port, byPort[port], memo)
 			lsc.applyOutboundPolicy(l)
 			lr.seal()
-			r, err := buildResource(l.Name, ListenerType, l)
+			r, err := memo.resource(l)
 			if err != nil {
 				bs[ListenerType].errs = append(bs[ListenerType].errs, err)
 				continue
 			}
-			pu = &portUnit{listener: r, portRefs: prefs, reads: lr}
+			pu = &portUnit{listener: r, memo: memo, portRefs: prefs, reads: lr}
 		}
 		cc.reads.add(pu.reads)
 		cc.ports[port] = pu

@@ -200,7 +200,11 @@ type portRefs struct {
 // PORT. An address belongs to the first service that has it (chainClaims):
 // a later service with the same address gets no chain, and its HOST:PORT
 // route is left out (portRefs.unclaimed) and reported.
-func (g *Generator) outboundListener(sc *Scope, port int32, svcs []*model.Service) (*listenerv3.Listener, portRefs) {
+//
+// memo, if not nil, supplies the plaintext HTTP chains the previous
+// generation marshaled (listener_memo.go); the listener is then to be
+// marshaled by memo.resource.
+func (g *Generator) outboundListener(sc *Scope, port int32, svcs []*model.Service, memo *chainMemo) (*listenerv3.Listener, portRefs) {
 	l := &listenerv3.Listener{
 		Name:             "0.0.0.0_" + itoa(port),
 		Address:          socketAddress("0.0.0.0", port),
@@ -240,7 +244,13 @@ func (g *Generator) outboundListener(sc *Scope, port int32, svcs []*model.Servic
 			sniff.addressless(g, svc, port, sniffs, p.Protocol.IsHTTP())
 		default:
 			// A service chain is named after the service port's route.
-			fc := g.serviceChain(sc, svc, p, claims)
+			var fc *listenerv3.FilterChain
+			if sniffs {
+				// Sniffing rewrites the chain: never a kept one.
+				fc = g.serviceChain(sc, svc, p, claims, nil)
+			} else {
+				fc = g.serviceChain(sc, svc, p, claims, memo)
+			}
 			switch {
 			case fc != nil && sniffs:
 				l.FilterChains = append(l.FilterChains, sniff.add([]*listenerv3.FilterChain{fc}, fc.Name)...)
@@ -324,19 +334,27 @@ func (g *Generator) warnShadowedAddressless(svc, first *model.Service, port int3
 
 // serviceChain is the filter chain of a plaintext service port, matched by
 // the service's addresses that no earlier chain claimed.
-func (g *Generator) serviceChain(sc *Scope, svc *model.Service, p model.Port, claims chainClaims) *listenerv3.FilterChain {
+// An HTTP chain is its name, match and the class's outbound telemetry
+// alone: memo, if not nil, may supply it as marshaled before.
+func (g *Generator) serviceChain(sc *Scope, svc *model.Service, p model.Port, claims chainClaims, memo *chainMemo) *listenerv3.FilterChain {
 	match := &listenerv3.FilterChainMatch{PrefixRanges: addressRanges(svc.Addresses)}
 	if len(match.PrefixRanges) == 0 || !claims.claim(match) {
 		return nil
 	}
 	name := RouteName(svc.Hostname, p.Port)
-	fc := &listenerv3.FilterChain{Name: name, FilterChainMatch: match}
-	if p.Protocol.IsHTTP() {
-		fc.Filters = []*listenerv3.Filter{hcmFilter(rdsManager(sc.outTel(), "outbound_"+name, name))}
-	} else {
-		fc.Filters = g.meshTCPFilters(sc, svc, p.Port)
+	if !p.Protocol.IsHTTP() {
+		return &listenerv3.FilterChain{Name: name, FilterChainMatch: match, Filters: g.meshTCPFilters(sc, svc, p.Port)}
 	}
-	return fc
+	build := func() *listenerv3.FilterChain {
+		return &listenerv3.FilterChain{
+			Name: name, FilterChainMatch: match,
+			Filters: []*listenerv3.Filter{hcmFilter(rdsManager(sc.outTel(), "outbound_"+name, name))},
+		}
+	}
+	if memo == nil {
+		return build()
+	}
+	return memo.httpChain(name, match, build)
 }
 
 // InboundPort is one port of the proxy's own workload.

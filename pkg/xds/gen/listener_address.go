@@ -1,6 +1,8 @@
 package gen
 
 import (
+	"bytes"
+	"hash/maphash"
 	"maps"
 	"net/netip"
 	"slices"
@@ -57,6 +59,39 @@ type addressSplit struct {
 	// listeners per address.
 	rest  *Resource
 	addrs []*Resource
+	// What the next split of the port's listener reuses when its parts
+	// are the same: the fields every address listener repeats (shared,
+	// and def when a listener needs the default chain), each address
+	// listener's chains by name, and each chain's reading by the hash of
+	// its bytes. They are slices of the port listener, which the class
+	// holds (ClassConfig.raw).
+	shared  [][]byte
+	def     []byte
+	port    uint32
+	parts   map[string]addrParts
+	reading map[uint64]chainReading
+}
+
+// addrParts is what one address listener was built from.
+type addrParts struct {
+	res     *Resource
+	chains  [][]byte
+	withDef bool
+}
+
+// chainReading is what group read from a chain's match.
+type chainReading struct {
+	raw        []byte
+	addrs      []string
+	all, other bool
+	// byPort says the chain matches by destination port.
+	byPort bool
+}
+
+// sameFrame reports whether pl repeats in its address listeners what
+// sp's did.
+func (sp *addressSplit) sameFrame(pl *portListener) bool {
+	return sp != nil && sp.port == pl.port && bytes.Equal(sp.def, pl.def) && slices.EqualFunc(sp.shared, pl.shared, bytes.Equal)
 }
 
 // splitByAddress replaces the port listeners of cc's served listener set
@@ -83,8 +118,12 @@ func (g *Generator) splitByAddress(cc, prev *ClassConfig) {
 			}
 		}
 		if sp == nil {
+			var old *addressSplit
+			if prev != nil {
+				old = prev.split[n]
+			}
 			var err error
-			if sp, err = splitResource(r, taken); err != nil {
+			if sp, err = splitResource(r, taken, old); err != nil {
 				g.report(cc.scope, cc.Class, err)
 				continue
 			}
@@ -213,12 +252,20 @@ func chainMatch(chain []byte) (*listenerv3.FilterChainMatch, error) {
 // the default chain when one of them may not match. Nothing is decoded
 // but the chains' matches, and nothing validated again: every part was
 // validated in the port listener (NewResource).
-func splitResource(r *Resource, taken func(string) bool) (*addressSplit, error) {
+//
+// old, the split of the port's listener in the previous generation or
+// nil, lends its readings of the chains and the address listeners whose
+// parts did not change: after a service is added, only its own.
+func splitResource(r *Resource, taken func(string) bool, old *addressSplit) (*addressSplit, error) {
 	pl, err := parsePortListener(r.Any.GetValue())
 	if pl == nil || err != nil {
 		return nil, err
 	}
-	groups, err := pl.group(taken)
+	var readings map[uint64]chainReading
+	if old != nil {
+		readings = old.reading
+	}
+	groups, err := pl.group(taken, readings)
 	if len(groups) == 0 || err != nil {
 		return nil, err
 	}
@@ -231,7 +278,10 @@ func splitResource(r *Resource, taken func(string) bool) (*addressSplit, error) 
 	if pl.def == nil && kept == 0 {
 		return nil, nil // the port listener would be left with no chain
 	}
-	sp := &addressSplit{from: r.Hash}
+	sp := &addressSplit{
+		from: r.Hash, shared: pl.shared, def: pl.def, port: pl.port,
+		parts: make(map[string]addrParts, len(groups)), reading: pl.reading,
+	}
 	var rest []byte
 	for i, f := range pl.fs {
 		if !pl.moved[i] {
@@ -239,14 +289,29 @@ func splitResource(r *Resource, taken func(string) bool) (*addressSplit, error) 
 		}
 	}
 	sp.rest = rawResource(r.Name, ListenerType, rest)
+	same := old.sameFrame(pl)
 	for _, gr := range groups {
-		a, err := pl.addressListener(gr)
-		if err != nil {
+		withDef := gr.other && pl.def != nil
+		name := addressListenerName(gr.addr, pl.port)
+		var a *Resource
+		if op, ok := old.partsOf(name); ok && same && op.withDef == withDef && slices.EqualFunc(op.chains, gr.chains, bytes.Equal) {
+			a = op.res
+		} else if a, err = pl.addressListener(gr); err != nil {
 			return nil, err
 		}
 		sp.addrs = append(sp.addrs, a)
+		sp.parts[name] = addrParts{res: a, chains: gr.chains, withDef: withDef}
 	}
 	return sp, nil
+}
+
+// partsOf returns what sp's address listener name was built from.
+func (sp *addressSplit) partsOf(name string) (addrParts, bool) {
+	if sp == nil {
+		return addrParts{}, false
+	}
+	op, ok := sp.parts[name]
+	return op, ok
 }
 
 // portListener is a marshaled port listener taken apart for the split.
@@ -260,6 +325,9 @@ type portListener struct {
 	shared [][]byte
 	chains []int
 	moved  map[int]bool
+	// reading is what group read from each chain, by the hash of its
+	// bytes (chainHash).
+	reading map[uint64]chainReading
 }
 
 // addressGroup is what goes to the listener of one address.
@@ -320,20 +388,32 @@ func parsePortListener(b []byte) (*portListener, error) {
 // moved; none when a chain matches by destination port (Envoy matches
 // the port before the address). An address whose listener name taken
 // says is used keeps its chains on the port listener.
-func (pl *portListener) group(taken func(string) bool) ([]*addressGroup, error) {
+//
+// A chain whose bytes the previous split read (known) is not read again.
+func (pl *portListener) group(taken func(string) bool, known map[uint64]chainReading) ([]*addressGroup, error) {
 	byAddr := map[string]*addressGroup{}
 	var groups []*addressGroup
+	pl.reading = make(map[uint64]chainReading, len(pl.chains))
 	for _, i := range pl.chains {
-		m, err := chainMatch(pl.fs[i].val)
-		if err != nil {
-			return nil, err
+		raw := pl.fs[i].raw
+		h := maphash.Bytes(chainSeed, raw)
+		cr, ok := known[h]
+		if !ok || !bytes.Equal(cr.raw, raw) {
+			m, err := chainMatch(pl.fs[i].val)
+			if err != nil {
+				return nil, err
+			}
+			cr = chainReading{byPort: m.GetDestinationPort() != nil}
+			cr.addrs, cr.all = exactAddresses(m)
+			cr.other = len(cr.addrs) > 0 && !onlyPrefixes(m)
 		}
-		if m.GetDestinationPort() != nil {
+		cr.raw = raw
+		pl.reading[h] = cr
+		if cr.byPort {
 			return nil, nil
 		}
-		addrs, all := exactAddresses(m)
-		keep := !all
-		other := len(addrs) > 0 && !onlyPrefixes(m)
+		addrs, other := cr.addrs, cr.other
+		keep := !cr.all
 		for j, a := range addrs {
 			if slices.Contains(addrs[:j], a) {
 				continue
@@ -355,6 +435,9 @@ func (pl *portListener) group(taken func(string) bool) ([]*addressGroup, error) 
 	}
 	return groups, nil
 }
+
+// chainSeed hashes the chains group has read.
+var chainSeed = maphash.MakeSeed()
 
 // addressListener marshals the listener of gr's address.
 func (pl *portListener) addressListener(gr *addressGroup) (*Resource, error) {

@@ -60,7 +60,7 @@ func TestSplitListenerByAddress(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sp, err := splitResource(r, taken)
+		sp, err := splitResource(r, taken, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
