@@ -57,6 +57,9 @@ type ClassConfig struct {
 	// generation need not check again when neither they nor the names
 	// of its sets changed.
 	edsRefs, routeRefs []string
+	// ancestors are what the configurations this one descends from
+	// changed, oldest first (class_history.go).
+	ancestors []ancestor
 }
 
 // portUnit is the outbound listener of one port, reused by the next
@@ -263,7 +266,7 @@ func (g *Generator) publish(cc *ClassConfig, bs map[string]*builder, prev *Class
 	cc.edsRefs, cc.routeRefs = edsRefs, routeRefs
 	cc.ID = g.ids.Add(1)
 	if prev != nil {
-		cc.Base = prev.ID
+		cc.derive(prev)
 		cc.Changed = map[string][]string{}
 		for t, set := range cc.Sets {
 			c, known := changed[t]

@@ -23,7 +23,8 @@ func (g *Generator) UpdateEndpoints(prev *ClassConfig, mw *model.World, services
 	cc := *prev
 	cc.prov = &provIndex{}
 	cc.WorldVersion = w.Version
-	cc.ID, cc.Base = g.ids.Add(1), prev.ID
+	cc.ID = g.ids.Add(1)
+	cc.derive(prev)
 	cc.units = make(map[model.NamespacedName]*unit, len(prev.units))
 	for k, u := range prev.units {
 		cc.units[k] = u

@@ -1,6 +1,7 @@
 package push
 
 import (
+	"slices"
 	"sync"
 
 	"github.com/meshplane/discovery/pkg/model"
@@ -79,11 +80,16 @@ func (cc *Classes) Forget(keep map[string]bool) {
 }
 
 // ChangedSince lists, per type, what differs between a proxy's previous
-// configuration and next, when next's class configuration was derived
-// directly from prev's; nil (compare everything) otherwise. Types whose
-// version did not change are left out.
+// configuration and next, when next's class configuration descends from
+// prev's (gen.ClassConfig.ChangesSince); nil (compare everything)
+// otherwise. Types whose version did not change are left out. The proxy's
+// own sets are small: they are compared name by name.
 func ChangedSince(prev, next *gen.ProxyConfig) map[string][]string {
-	if prev == nil || next.Class.Base == 0 || next.Class.Base != prev.Class.ID {
+	if prev == nil {
+		return nil
+	}
+	cls, ok := next.Class.ChangesSince(prev.Class)
+	if !ok {
 		return nil
 	}
 	out := map[string][]string{}
@@ -91,13 +97,15 @@ func ChangedSince(prev, next *gen.ProxyConfig) map[string][]string {
 		if prev.Version(t) == next.Version(t) {
 			continue
 		}
-		if setVersion(prev.Own[t]) != setVersion(next.Own[t]) {
-			out[t] = nil // own part changed: compare in full
-			continue
-		}
 		// State-of-the-world Cluster and Listener responses carry every
 		// resource whatever the names (respondSotw); delta ones only these.
-		out[t] = next.Class.Changed[t]
+		names := cls[t]
+		if setVersion(prev.Own[t]) != setVersion(next.Own[t]) {
+			// A name of both parts is the own one's (ProxyConfig.Get):
+			// either part's change may change what is sent.
+			names = append(slices.Clip(names), gen.DiffNames(prev.Own[t], next.Own[t])...)
+		}
+		out[t] = names
 	}
 	return out
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"slices"
 	"sort"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -98,6 +99,14 @@ func (c *conn) deltaNames(w *deltaWatch, dirty []string, returned map[string]str
 		// An ACK after pushes that found no open watch: only what they
 		// changed.
 		dirty = withPending(nil, ts.pending)
+	case dirty == nil && !w.initial && changesNamesOnly(w.req):
+		// A change of subscription on a stream that holds the rest: the
+		// names it subscribes (go-control-plane has dropped those it
+		// unsubscribes) and what pushes changed while no watch was open.
+		// After a service is added every proxy subscribes to its routes
+		// and endpoints; comparing every name then cost more than the
+		// push that caused it.
+		dirty = withPending(w.req.GetResourceNamesSubscribe(), ts.pending)
 	}
 	if dirty != nil && len(returned) > maxDeltaOverrides {
 		// Compare in full once, and start again from the current
@@ -105,6 +114,13 @@ func (c *conn) deltaNames(w *deltaWatch, dirty []string, returned map[string]str
 		return nil
 	}
 	return dirty
+}
+
+// changesNamesOnly reports whether req changes the stream's subscription
+// by naming resources, not by subscribing to the wildcard.
+func changesNamesOnly(req *discovery.DeltaDiscoveryRequest) bool {
+	sub := req.GetResourceNamesSubscribe()
+	return len(sub)+len(req.GetResourceNamesUnsubscribe()) > 0 && !slices.Contains(sub, "*")
 }
 
 // deltaDiff lists what the stream lacks of the configuration among names
