@@ -160,12 +160,13 @@ func (m *chainMemo) resource(l *listenerv3.Listener) (*Resource, error) {
 		if memo && bc.wire != nil {
 			b = append(b, bc.wire...)
 		} else {
-			c, err := marshalOpts.Marshal(fc)
-			if err != nil {
+			// Marshaled in place: a chain of its own would be garbage.
+			b = protowire.AppendTag(b, fieldChains, protowire.BytesType)
+			b = protowire.AppendVarint(b, uint64(marshalOpts.Size(fc)))
+			var err error
+			if b, err = marshalOpts.MarshalAppend(b, fc); err != nil {
 				return nil, fmt.Errorf("marshal %s %q chain %q: %w", ShortType(ListenerType), l.Name, fc.GetName(), err)
 			}
-			b = protowire.AppendTag(b, fieldChains, protowire.BytesType)
-			b = protowire.AppendBytes(b, c)
 		}
 		if memo {
 			spans = append(spans, span{bc, start, len(b)})
