@@ -89,6 +89,7 @@
 //     their answers), reads_changes.go (what changed between two
 //     Worlds, as reads are asked about it),
 //     class.go (Class), class_endpoints.go (UpdateEndpoints),
+//     class_history.go (what a class changed over its last steps),
 //     class_key.go (which proxies share a class; the World's index),
 //     class_parts.go (clusters and endpoints shared between classes),
 //     proxy.go (one proxy's configuration), resource.go (Resource, Set),
@@ -115,7 +116,8 @@
 //     (ALLOW_ANY / REGISTRY_ONLY), listener_vs_tcp.go (VirtualService tcp
 //     and tls routes), listener_grpc_server.go (xDS-enabled gRPC
 //     servers), listener_address.go (outbound listeners per service
-//     address, Options.ListenersPerAddress).
+//     address, Options.ListenersPerAddress), listener_memo.go (a port
+//     listener's HTTP chains kept as marshaled for its next build).
 //   - Routes: route.go (virtual hosts, default routes), route_vs.go (http
 //     routes), route_vs_select.go (which VirtualServices, shadowing),
 //     route_vs_delegate.go, route_vs_jwt.go (JWT claim routing),
