@@ -148,14 +148,27 @@ func (g *Generator) splitByAddress(cc, prev *ClassConfig) {
 		raw[ListenerType] = s
 	}
 	sets := maps.Clone(cc.Sets)
-	sets[ListenerType] = NewSet(ListenerType, rs)
+	// Patched from the previous served set: a service added adds a
+	// listener or two to some 2,000.
+	var ls *Set
+	var c []string
+	if prev != nil && prev.Sets[ListenerType] != nil {
+		ls, c = setPatched(ListenerType, prev.Sets[ListenerType], rs)
+	}
+	if ls == nil {
+		ls = NewSet(ListenerType, rs)
+		if prev != nil {
+			c = diffNames(prev.Sets[ListenerType], ls)
+		}
+	}
+	sets[ListenerType] = ls
 	cc.raw, cc.Sets, cc.split = raw, sets, split
 	if prev != nil {
 		changed := maps.Clone(cc.Changed)
 		if changed == nil {
 			changed = map[string][]string{}
 		}
-		if c := diffNames(prev.Sets[ListenerType], sets[ListenerType]); len(c) > 0 {
+		if len(c) > 0 {
 			changed[ListenerType] = c
 		} else {
 			delete(changed, ListenerType)
