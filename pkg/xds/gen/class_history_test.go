@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/meshplane/discovery/pkg/model"
-	"github.com/meshplane/discovery/pkg/xds/internal/worldtest"
 )
 
 // TestChangesSinceCoverEveryStep derives a class through a dozen changes,
@@ -17,16 +16,7 @@ func TestChangesSinceCoverEveryStep(t *testing.T) {
 	store := model.NewStore(model.StoreOptions{})
 	g := newForTest(quietLog())
 	p := sidecar(t, "ns")
-	apply := func(yaml string) {
-		t.Helper()
-		evs, err := worldtest.Decode([]byte(yaml))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := store.Apply(evs...); err != nil {
-			t.Fatal(err)
-		}
-	}
+	apply := func(yaml string) { applyYAML(t, store, yaml) }
 	service := func(name, ip string, port int) string {
 		return fmt.Sprintf(`
 apiVersion: v1

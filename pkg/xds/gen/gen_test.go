@@ -36,6 +36,20 @@ func vsEvent(ns, name, host, rv string, weights ...int32) model.Event {
 	return model.Event{Op: model.OpUpsert, Key: model.Key{Kind: model.KindVirtualService, Namespace: ns, Name: name}, Object: vs}
 }
 
+// applyYAML applies the Kubernetes-style YAML documents to store and
+// returns the World they make.
+func applyYAML(t testing.TB, store *model.Store, yaml string) *model.World {
+	t.Helper()
+	evs, err := worldtest.Decode([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Apply(evs...); err != nil {
+		t.Fatal(err)
+	}
+	return store.World()
+}
+
 // changed lists the names whose resource differs between two sets.
 func changed(a, b *Set) []string {
 	var out []string
