@@ -116,7 +116,8 @@
 //     (ALLOW_ANY / REGISTRY_ONLY), listener_vs_tcp.go (VirtualService tcp
 //     and tls routes), listener_grpc_server.go (xDS-enabled gRPC
 //     servers), listener_address.go (outbound listeners per service
-//     address, Options.ListenersPerAddress), listener_memo.go (a port
+//     address, Options.ListenersPerAddress; listener_address_reuse.go,
+//     what a split reuses from the previous one), listener_memo.go (a port
 //     listener's HTTP chains kept as marshaled for its next build).
 //   - Routes: route.go (virtual hosts, default routes), route_vs.go (http
 //     routes), route_vs_select.go (which VirtualServices, shadowing),

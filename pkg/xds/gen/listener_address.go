@@ -72,28 +72,6 @@ type addressSplit struct {
 	reading map[uint64]chainReading
 }
 
-// addrParts is what one address listener was built from.
-type addrParts struct {
-	res     *Resource
-	chains  [][]byte
-	withDef bool
-}
-
-// chainReading is what group read from a chain's match.
-type chainReading struct {
-	raw        []byte
-	addrs      []string
-	all, other bool
-	// byPort says the chain matches by destination port.
-	byPort bool
-}
-
-// sameFrame reports whether pl repeats in its address listeners what
-// sp's did.
-func (sp *addressSplit) sameFrame(pl *portListener) bool {
-	return sp != nil && sp.port == pl.port && bytes.Equal(sp.def, pl.def) && slices.EqualFunc(sp.shared, pl.shared, bytes.Equal)
-}
-
 // splitByAddress replaces the port listeners of cc's served listener set
 // by their splits; prev's splits are reused where the port listener did
 // not change. The set as built stays cc's base set (what the next
@@ -148,19 +126,7 @@ func (g *Generator) splitByAddress(cc, prev *ClassConfig) {
 		raw[ListenerType] = s
 	}
 	sets := maps.Clone(cc.Sets)
-	// Patched from the previous served set: a service added adds a
-	// listener or two to some 2,000.
-	var ls *Set
-	var c []string
-	if prev != nil && prev.Sets[ListenerType] != nil {
-		ls, c = setPatched(ListenerType, prev.Sets[ListenerType], rs)
-	}
-	if ls == nil {
-		ls = NewSet(ListenerType, rs)
-		if prev != nil {
-			c = diffNames(prev.Sets[ListenerType], ls)
-		}
-	}
+	ls, c := servedSet(prev, rs)
 	sets[ListenerType] = ls
 	cc.raw, cc.Sets, cc.split = raw, sets, split
 	if prev != nil {
@@ -448,9 +414,6 @@ func (pl *portListener) group(taken func(string) bool, known map[uint64]chainRea
 	}
 	return groups, nil
 }
-
-// chainSeed hashes the chains group has read.
-var chainSeed = maphash.MakeSeed()
 
 // addressListener marshals the listener of gr's address.
 func (pl *portListener) addressListener(gr *addressGroup) (*Resource, error) {
