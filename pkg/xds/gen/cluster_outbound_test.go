@@ -125,17 +125,7 @@ func TestHeadlessEndpointUpdates(t *testing.T) {
 		t.Fatal(err)
 	}
 	db := []model.NamespacedName{{Namespace: "default", Name: "db"}}
-	apply := func(yaml string) *model.World {
-		t.Helper()
-		evs, err := worldtest.Decode([]byte(yaml))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := store.Apply(evs...); err != nil {
-			t.Fatal(err)
-		}
-		return store.World()
-	}
+	apply := func(yaml string) *model.World { return applyYAML(t, store, yaml) }
 	const slice = `apiVersion: discovery.k8s.io/v1
 kind: EndpointSlice
 metadata: {name: db-1, namespace: default, labels: {kubernetes.io/service-name: db}}

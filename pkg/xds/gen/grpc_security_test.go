@@ -198,17 +198,7 @@ func TestIdentitiesChanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	echo := []model.NamespacedName{{Namespace: "ns1", Name: "echo"}}
-	apply := func(yaml string) *model.World {
-		t.Helper()
-		evs, err := worldtest.Decode([]byte(yaml))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := store.Apply(evs...); err != nil {
-			t.Fatal(err)
-		}
-		return store.World()
-	}
+	apply := func(yaml string) *model.World { return applyYAML(t, store, yaml) }
 	// The same pods behind a new slice: same accounts.
 	same := apply(`apiVersion: discovery.k8s.io/v1
 kind: EndpointSlice
