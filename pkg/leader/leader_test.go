@@ -124,6 +124,9 @@ func TestOneOfTwoReplicasLeadsAndTheOtherTakesOver(t *testing.T) {
 	}
 	waitFor(t, opts.LeaseDuration+opts.RetryPeriod*2, "the standby to lead", standby.r.IsLeader)
 	t.Logf("standby took over %s after the leader stopped", time.Since(stoppedAt).Round(time.Millisecond))
+	// Leading is reported before the components' goroutines have run:
+	// wait for the component to start, then check it started once.
+	waitFor(t, 5*time.Second, "the standby to run the leader-only component", func() bool { return standby.runs.Load() >= 1 })
 	if standby.runs.Load() != 1 {
 		t.Errorf("standby ran the leader-only component %d times, want 1", standby.runs.Load())
 	}
