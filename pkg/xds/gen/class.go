@@ -52,6 +52,10 @@ type ClassConfig struct {
 	// split holds the port listeners split by address, by name
 	// (Options.ListenersPerAddress, listener_address.go).
 	split map[string]*addressSplit
+	// presplit is set when the port listeners are built split by
+	// address: listeners per address, and no WasmPlugin or EnvoyFilter
+	// applies to the class, so nothing patches the port listeners whole.
+	presplit bool
 	// edsRefs and routeRefs are the EDS and RDS names the clusters and
 	// listeners reference, as checked by consistentSince: the next
 	// generation need not check again when neither they nor the names
@@ -72,6 +76,19 @@ type portUnit struct {
 	portRefs
 	// reads are what the listener was built from.
 	reads *Reads
+	// presplit is set when the listener was built split by address
+	// (ClassConfig.presplit): split holds the split, or is nil when the
+	// listener stays whole (listener_address.go).
+	presplit bool
+	split    *addressSplit
+}
+
+// resources are the listeners of the unit as built.
+func (pu *portUnit) resources() []*Resource {
+	if pu.split == nil {
+		return []*Resource{pu.listener}
+	}
+	return append([]*Resource{pu.split.rest}, pu.split.addrs...)
 }
 
 // Reads returns what the configuration was built from.
@@ -160,8 +177,13 @@ func (g *Generator) Class(mw *model.World, p *model.Proxy, prev *ClassConfig) (o
 			reuse = nil
 		}
 	}
+	// Port listeners are split by address as they are built unless a
+	// WasmPlugin or EnvoyFilter may patch them whole (their patches
+	// name 0.0.0.0_PORT and reach every chain of the port).
+	presplit := g.perAddress && !g.splitAfter && p.Type == model.ProxySidecar && !p.IsGRPC() &&
+		len(w.envoyFiltersFor(p)) == 0 && len(w.wasmSelected(p)) == 0
 	cc := &ClassConfig{
-		Class: key, WorldVersion: w.Version, at: w.unrecorded(), scope: sc, reads: reads, own: own, prov: &provIndex{},
+		Class: key, WorldVersion: w.Version, at: w.unrecorded(), scope: sc, reads: reads, own: own, prov: &provIndex{}, presplit: presplit,
 		EndpointsOf: make(map[model.NamespacedName][]string, len(sc.Services)), units: make(map[model.NamespacedName]*unit, len(sc.Services)),
 	}
 	bs := map[string]*builder{}
@@ -318,31 +340,19 @@ func (g *Generator) sidecarOutbound(sc *Scope, bs map[string]*builder, cc, prev 
 	ports, byPort := servicesByPort(sc)
 	cc.ports = map[int32]*portUnit{}
 	var refs []string
+	taken := func(name string) bool { return bs[ListenerType].out[name] != nil }
 	for _, port := range ports {
 		pu := prev.port(port)
-		if pu == nil || !pu.reads.stands(sc, cs) {
-			// The listener is reused with what it read.
-			lr := newReads()
-			lsc := sc.recording(lr)
-			lr.scope(scopeRead{q: qPortServices, port: port, svcs: byPort[port]})
-			var kept *chainMemo
-			if pu != nil {
-				kept = pu.memo
-			}
-			memo := newChainMemo(lsc.outTel(), kept)
-			l, prefs := g.outboundListener(lsc, port, byPort[port], memo)
-			lsc.applyOutboundPolicy(l)
-			lr.seal()
-			r, err := memo.resource(l)
-			if err != nil {
+		if pu == nil || pu.presplit != cc.presplit || !pu.reads.stands(sc, cs) || (pu.split != nil && !pu.split.stands(taken)) {
+			var err error
+			if pu, err = g.buildPort(sc, cc.presplit, port, byPort[port], prev.port(port), taken); err != nil {
 				bs[ListenerType].errs = append(bs[ListenerType].errs, err)
 				continue
 			}
-			pu = &portUnit{listener: r, memo: memo, portRefs: prefs, reads: lr}
 		}
 		cc.reads.add(pu.reads)
 		cc.ports[port] = pu
-		bs[ListenerType].reuse(pu.listener)
+		bs[ListenerType].reuseAll(pu.resources())
 		refs = append(refs, pu.refs...)
 		for _, n := range pu.unclaimed {
 			delete(bs[RouteType].out, n)
@@ -358,6 +368,56 @@ func (g *Generator) sidecarOutbound(sc *Scope, bs map[string]*builder, cc, prev 
 		}
 	}
 	return refs
+}
+
+// buildPort builds the outbound listener of port with svcs, taking the
+// HTTP chains of the port's previous unit (old, or nil) that stand. With
+// presplit it splits the listener by address as it is marshaled
+// (listener_address.go): no whole port listener is assembled, which at
+// M1 is a 2 MB buffer per port and class for every service added.
+// taken reports the listener names the class has.
+func (g *Generator) buildPort(sc *Scope, presplit bool, port int32, svcs []*model.Service, old *portUnit, taken func(string) bool) (*portUnit, error) {
+	// The listener is reused with what it read.
+	lr := newReads()
+	lsc := sc.recording(lr)
+	lr.scope(scopeRead{q: qPortServices, port: port, svcs: svcs})
+	var kept *chainMemo
+	if old != nil {
+		kept = old.memo
+	}
+	memo := newChainMemo(lsc.outTel(), kept)
+	l, prefs := g.outboundListener(lsc, port, svcs, memo)
+	lsc.applyOutboundPolicy(l)
+	lr.seal()
+	pu := &portUnit{memo: memo, portRefs: prefs, reads: lr, presplit: presplit}
+	var was *addressSplit
+	if old != nil {
+		was = old.split
+	}
+	if !presplit || len(memo.built) == 0 {
+		r, err := memo.resource(l)
+		if err != nil || !presplit {
+			pu.listener = r
+			return pu, err
+		}
+		// No chain kept as marshaled: split the listener as a whole.
+		if pu.split, err = splitResource(r, taken, was); pu.split == nil {
+			pu.listener = r
+		}
+		return pu, err
+	}
+	fs, err := memo.fields(l)
+	if err != nil {
+		return nil, err
+	}
+	if pu.split, err = splitFields(l.Name, fs, taken, was); err != nil {
+		return nil, err
+	}
+	if pu.split == nil {
+		// Left whole: assembled as memo.resource would.
+		pu.listener = assemble(l.Name, fs, memo)
+	}
+	return pu, nil
 }
 
 func (c *ClassConfig) port(p int32) *portUnit {

@@ -118,7 +118,8 @@
 //     servers), listener_address.go (outbound listeners per service
 //     address, Options.ListenersPerAddress; listener_address_reuse.go,
 //     what a split reuses from the previous one), listener_memo.go (a port
-//     listener's HTTP chains kept as marshaled for its next build).
+//     listener's HTTP chains kept as marshaled for its next build, and
+//     its fields for a split as built).
 //   - Routes: route.go (virtual hosts, default routes), route_vs.go (http
 //     routes), route_vs_select.go (which VirtualServices, shadowing),
 //     route_vs_delegate.go, route_vs_jwt.go (JWT claim routing),

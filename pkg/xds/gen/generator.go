@@ -29,6 +29,10 @@ type Generator struct {
 	efLastGood efLastGood
 	// perAddress is Options.ListenersPerAddress (listener_address.go).
 	perAddress bool
+	// splitAfter makes every class split its port listeners after
+	// generation, as a class that WasmPlugins or EnvoyFilters patch
+	// does: tests compare the two ways (buildPort).
+	splitAfter bool
 }
 
 // Options configure a Generator. They are fixed at construction: what a

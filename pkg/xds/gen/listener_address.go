@@ -6,6 +6,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -42,11 +43,16 @@ import (
 // chains match by destination prefix alone: no connection to the address
 // can miss them.
 //
-// The split is made on the class's listeners as they are served, after
-// WasmPlugins and EnvoyFilters patched them, so a patch sees the shape it
-// sees without the split (one naming 0.0.0.0_80 reaches every chain of
-// port 80). The next generation reuses an address listener when the port
-// listener it came from is the same (by hash).
+// Where a WasmPlugin or EnvoyFilter applies to the class, the split is
+// made on the class's listeners as they are served, after they patched
+// them, so a patch sees the shape it sees without the split (one naming
+// 0.0.0.0_80 reaches every chain of port 80); the next generation reuses
+// an address listener when the port listener it came from is the same
+// (by hash). Where none applies, nothing needs the port listener whole:
+// it is split as it is marshaled (buildPort, chainMemo.fields), its
+// kept chains referenced where they are, not copied into a 2 MB listener
+// for every class and service added. Both ways give the same listeners
+// (TestKeptChainsEqualFreshOnes compares them).
 //
 // The cost moves to the proxy: a listener per address on each port
 // instead of a chain (BENCHMARKS.md weighs it).
@@ -70,6 +76,11 @@ type addressSplit struct {
 	port    uint32
 	parts   map[string]addrParts
 	reading map[uint64]chainReading
+	// sawTaken is set when an address's listener name was taken by
+	// another listener of the class, which kept the address's chains on
+	// the port listener: the split is then made again by the next
+	// generation, which may find the name free.
+	sawTaken bool
 }
 
 // splitByAddress replaces the port listeners of cc's served listener set
@@ -77,29 +88,31 @@ type addressSplit struct {
 // not change. The set as built stays cc's base set (what the next
 // generation reuses and WasmPlugins and EnvoyFilters patch).
 func (g *Generator) splitByAddress(cc, prev *ClassConfig) {
-	s := cc.Sets[ListenerType]
-	rs := make(map[string]*Resource, len(s.Resources))
-	for n, r := range s.Resources {
-		rs[n] = r
-	}
-	taken := func(name string) bool { return s.Get(name) != nil }
 	split := map[string]*addressSplit{}
+	for _, pu := range cc.ports {
+		if pu.split != nil {
+			split[pu.split.rest.Name] = pu.split // split as built (buildPort)
+		}
+	}
+	s := cc.Sets[ListenerType]
+	taken := func(name string) bool { return s.Get(name) != nil }
+	var rs map[string]*Resource
 	for _, n := range s.Names {
 		if !strings.HasPrefix(n, "0.0.0.0_") {
 			continue
 		}
-		r := s.Resources[n]
-		var sp *addressSplit
-		if prev != nil {
-			if old := prev.split[n]; old != nil && old.from == r.Hash && !old.collides(taken) {
-				sp = old
-			}
+		if pu := cc.portNamed(n); pu != nil && pu.presplit {
+			continue // split as built, or left whole
 		}
-		if sp == nil {
-			var old *addressSplit
-			if prev != nil {
-				old = prev.split[n]
-			}
+		r := s.Resources[n]
+		var old *addressSplit
+		if prev != nil {
+			old = prev.split[n]
+		}
+		var sp *addressSplit
+		if old != nil && old.from == r.Hash && old.stands(taken) {
+			sp = old
+		} else {
 			var err error
 			if sp, err = splitResource(r, taken, old); err != nil {
 				g.report(cc.scope, cc.Class, err)
@@ -109,13 +122,19 @@ func (g *Generator) splitByAddress(cc, prev *ClassConfig) {
 		if sp == nil {
 			continue
 		}
+		if rs == nil {
+			rs = maps.Clone(s.Resources)
+		}
 		split[n] = sp
 		rs[n] = sp.rest
 		for _, a := range sp.addrs {
 			rs[a.Name] = a
 		}
 	}
-	if len(split) == 0 {
+	if len(split) > 0 {
+		cc.split = split
+	}
+	if rs == nil {
 		return
 	}
 	raw := maps.Clone(cc.raw)
@@ -128,7 +147,7 @@ func (g *Generator) splitByAddress(cc, prev *ClassConfig) {
 	sets := maps.Clone(cc.Sets)
 	ls, c := servedSet(prev, rs)
 	sets[ListenerType] = ls
-	cc.raw, cc.Sets, cc.split = raw, sets, split
+	cc.raw, cc.Sets = raw, sets
 	if prev != nil {
 		changed := maps.Clone(cc.Changed)
 		if changed == nil {
@@ -143,6 +162,13 @@ func (g *Generator) splitByAddress(cc, prev *ClassConfig) {
 	}
 }
 
+// stands reports whether sp, made in an earlier generation, is what
+// splitting its listener gives in a class whose listener names are
+// taken: no name it saw taken, and none of its listeners' is.
+func (sp *addressSplit) stands(taken func(string) bool) bool {
+	return !sp.sawTaken && !sp.collides(taken)
+}
+
 // collides reports whether a listener of sp has a name taken.
 func (sp *addressSplit) collides(taken func(string) bool) bool {
 	for _, a := range sp.addrs {
@@ -151,6 +177,15 @@ func (sp *addressSplit) collides(taken func(string) bool) bool {
 		}
 	}
 	return false
+}
+
+// portNamed returns the unit of the port listener named name, or nil.
+func (c *ClassConfig) portNamed(name string) *portUnit {
+	p, err := strconv.Atoi(strings.TrimPrefix(name, "0.0.0.0_"))
+	if err != nil {
+		return nil
+	}
+	return c.ports[int32(p)]
 }
 
 // splitOf returns the name of the port listener the address listener
@@ -184,6 +219,8 @@ var (
 type wireField struct {
 	num      protowire.Number
 	raw, val []byte
+	// name is a memoized chain's name (chainMemo.fields), else "".
+	name string
 }
 
 func wireFields(b []byte) ([]wireField, error) {
@@ -236,7 +273,21 @@ func chainMatch(chain []byte) (*listenerv3.FilterChainMatch, error) {
 // nil, lends its readings of the chains and the address listeners whose
 // parts did not change: after a service is added, only its own.
 func splitResource(r *Resource, taken func(string) bool, old *addressSplit) (*addressSplit, error) {
-	pl, err := parsePortListener(r.Any.GetValue())
+	fs, err := wireFields(r.Any.GetValue())
+	if err != nil {
+		return nil, err
+	}
+	sp, err := splitFields(r.Name, fs, taken, old)
+	if sp != nil {
+		sp.from = r.Hash
+	}
+	return sp, err
+}
+
+// splitFields splits the port listener name, marshaled as fs, as
+// splitResource does.
+func splitFields(name string, fs []wireField, taken func(string) bool, old *addressSplit) (*addressSplit, error) {
+	pl, err := portListenerOf(fs)
 	if pl == nil || err != nil {
 		return nil, err
 	}
@@ -258,8 +309,8 @@ func splitResource(r *Resource, taken func(string) bool, old *addressSplit) (*ad
 		return nil, nil // the port listener would be left with no chain
 	}
 	sp := &addressSplit{
-		from: r.Hash, shared: pl.shared, def: pl.def, port: pl.port,
-		parts: make(map[string]addrParts, len(groups)), reading: pl.reading,
+		shared: pl.shared, def: pl.def, port: pl.port,
+		parts: make(map[string]addrParts, len(groups)), reading: pl.reading, sawTaken: pl.sawTaken,
 	}
 	var rest []byte
 	for i, f := range pl.fs {
@@ -267,19 +318,19 @@ func splitResource(r *Resource, taken func(string) bool, old *addressSplit) (*ad
 			rest = append(rest, f.raw...)
 		}
 	}
-	sp.rest = rawResource(r.Name, ListenerType, rest)
+	sp.rest = rawResource(name, ListenerType, rest)
 	same := old.sameFrame(pl)
 	for _, gr := range groups {
 		withDef := gr.other && pl.def != nil
-		name := addressListenerName(gr.addr, pl.port)
+		an := addressListenerName(gr.addr, pl.port)
 		var a *Resource
-		if op, ok := old.partsOf(name); ok && same && op.withDef == withDef && slices.EqualFunc(op.chains, gr.chains, bytes.Equal) {
+		if op, ok := old.partsOf(an); ok && same && op.withDef == withDef && slices.EqualFunc(op.chains, gr.chains, bytes.Equal) {
 			a = op.res
 		} else if a, err = pl.addressListener(gr); err != nil {
 			return nil, err
 		}
 		sp.addrs = append(sp.addrs, a)
-		sp.parts[name] = addrParts{res: a, chains: gr.chains, withDef: withDef}
+		sp.parts[an] = addrParts{res: a, chains: gr.chains, withDef: withDef}
 	}
 	return sp, nil
 }
@@ -307,6 +358,8 @@ type portListener struct {
 	// reading is what group read from each chain, by the hash of its
 	// bytes (chainHash).
 	reading map[uint64]chainReading
+	// sawTaken is set when group found an address's listener name taken.
+	sawTaken bool
 }
 
 // addressGroup is what goes to the listener of one address.
@@ -318,15 +371,11 @@ type addressGroup struct {
 	other bool
 }
 
-// parsePortListener takes the listener b apart; nil when it is to stay
-// whole: it binds its port (a Sidecar egress listener without capture,
-// whose address listeners would bind service addresses), has a
+// portListenerOf takes the listener marshaled as fs apart; nil when it
+// is to stay whole: it binds its port (a Sidecar egress listener without
+// capture, whose address listeners would bind service addresses), has a
 // filter_chain_matcher, or no socket address.
-func parsePortListener(b []byte) (*portListener, error) {
-	fs, err := wireFields(b)
-	if err != nil {
-		return nil, err
-	}
+func portListenerOf(fs []wireField) (*portListener, error) {
 	pl := &portListener{fs: fs, moved: map[int]bool{}}
 	bound, socket := true, false // bind_to_port's default
 	for i, f := range fs {
@@ -398,7 +447,7 @@ func (pl *portListener) group(taken func(string) bool, known map[uint64]chainRea
 				continue
 			}
 			if taken(addressListenerName(a, pl.port)) {
-				keep = true
+				keep, pl.sawTaken = true, true
 				continue
 			}
 			gr := byAddr[a]

@@ -35,6 +35,10 @@ import (
 // (sniffedOutbound.add): they are built as before. The kept bytes are
 // slices of the listener as marshaled (portUnit.listener), which the
 // class holds anyway: the memo adds a map entry per chain, not a copy.
+// A listener split by address as it is built (buildPort) is never
+// assembled: its fields are the kept bytes where they are and the fresh
+// chains marshaled into one buffer (fields), which later generations
+// keep referring to while they keep its chains.
 
 // chainMemo is the marshaled HTTP service chains of one port listener,
 // and, while the listener is built, what the build took from them.
@@ -121,64 +125,123 @@ func (m *chainMemo) resource(l *listenerv3.Listener) (*Resource, error) {
 		m.kept = nil
 		return buildResource(l.Name, ListenerType, l)
 	}
+	_, b, err := m.marshal(l, true)
+	if err != nil {
+		return nil, err
+	}
+	return rawResource(l.Name, ListenerType, b), nil
+}
+
+// fields validates l and returns its marshaled top-level fields in order,
+// each chain its own field, and keeps the chains of this build for the
+// next one, as resource does without assembling the listener: a
+// placeholder's field is the kept bytes, fresh chains are marshaled into
+// a buffer of their own, the other fields are slices of the rest of the
+// listener marshaled.
+func (m *chainMemo) fields(l *listenerv3.Listener) ([]wireField, error) {
+	fs, _, err := m.marshal(l, false)
+	return fs, err
+}
+
+// assemble is the listener name marshaled as fs, one buffer; m's kept
+// chains become slices of it, which the class holds, not of the pieces
+// fs are slices of.
+func assemble(name string, fs []wireField, m *chainMemo) *Resource {
+	size := 0
+	for _, f := range fs {
+		size += len(f.raw)
+	}
+	b := make([]byte, 0, size)
+	for _, f := range fs {
+		start := len(b)
+		b = append(b, f.raw...)
+		if f.name != "" {
+			m.kept[f.name] = keptChain{ranges: m.kept[f.name].ranges, wire: b[start:len(b):len(b)]}
+		}
+	}
+	return rawResource(name, ListenerType, b)
+}
+
+// marshal is resource and fields: with whole, every field is marshaled
+// or copied into one buffer, the listener, which it returns; without,
+// the buffer holds the fresh chains alone. Either way it is allocated
+// once, never grown, so that the slices taken of it stay put.
+func (m *chainMemo) marshal(l *listenerv3.Listener, whole bool) ([]wireField, []byte, error) {
 	if err := l.ValidateAll(); err != nil {
 		// As buildResource refuses it: listeners have no stand-in.
-		return nil, &RefusedError{TypeURL: ListenerType, Name: l.Name, Err: fmt.Errorf("validate %s %q: %w", ShortType(ListenerType), l.Name, err)}
+		return nil, nil, &RefusedError{TypeURL: ListenerType, Name: l.Name, Err: fmt.Errorf("validate %s %q: %w", ShortType(ListenerType), l.Name, err)}
 	}
 	chains := l.FilterChains
 	l.FilterChains = nil
 	frame, err := marshalOpts.Marshal(l)
 	l.FilterChains = chains
 	if err != nil {
-		return nil, fmt.Errorf("marshal %s %q: %w", ShortType(ListenerType), l.Name, err)
+		return nil, nil, fmt.Errorf("marshal %s %q: %w", ShortType(ListenerType), l.Name, err)
 	}
 	fs, err := wireFields(frame)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	size := len(frame)
-	for _, fc := range chains {
+	sizes := make([]int, len(chains))
+	size := 0
+	if whole {
+		size = len(frame)
+	}
+	for i, fc := range chains {
 		if bc, ok := m.built[fc]; ok && bc.wire != nil {
-			size += len(bc.wire)
-		} else {
-			size += 2048
+			if whole {
+				size += len(bc.wire)
+			}
+			continue
 		}
+		sizes[i] = marshalOpts.Size(fc)
+		size += protowire.SizeTag(fieldChains) + protowire.SizeBytes(sizes[i])
 	}
-	b := make([]byte, 0, size)
+	buf := make([]byte, 0, size)
+	out := make([]wireField, 0, len(fs)+len(chains))
 	i := 0
 	for ; i < len(fs) && fs[i].num < fieldChains; i++ {
-		b = append(b, fs[i].raw...)
+		if whole {
+			buf = append(buf, fs[i].raw...)
+		}
+		out = append(out, fs[i])
 	}
-	type span struct {
-		bc         builtChain
-		start, end int
-	}
-	spans := make([]span, 0, len(m.built))
-	for _, fc := range chains {
-		start := len(b)
+	m.kept = make(map[string]keptChain, len(m.built))
+	for j, fc := range chains {
 		bc, memo := m.built[fc]
-		if memo && bc.wire != nil {
-			b = append(b, bc.wire...)
-		} else {
-			// Marshaled in place: a chain of its own would be garbage.
-			b = protowire.AppendTag(b, fieldChains, protowire.BytesType)
-			b = protowire.AppendVarint(b, uint64(marshalOpts.Size(fc)))
+		start := len(buf)
+		var raw []byte
+		switch {
+		case memo && bc.wire != nil && !whole:
+			raw = bc.wire
+		case memo && bc.wire != nil:
+			buf = append(buf, bc.wire...)
+		default:
+			buf = protowire.AppendTag(buf, fieldChains, protowire.BytesType)
+			buf = protowire.AppendVarint(buf, uint64(sizes[j]))
 			var err error
-			if b, err = marshalOpts.MarshalAppend(b, fc); err != nil {
-				return nil, fmt.Errorf("marshal %s %q chain %q: %w", ShortType(ListenerType), l.Name, fc.GetName(), err)
+			if buf, err = marshalOpts.MarshalAppend(buf, fc); err != nil {
+				return nil, nil, fmt.Errorf("marshal %s %q chain %q: %w", ShortType(ListenerType), l.Name, fc.GetName(), err)
 			}
 		}
-		if memo {
-			spans = append(spans, span{bc, start, len(b)})
+		if raw == nil {
+			raw = buf[start:len(buf):len(buf)]
 		}
+		_, _, n := protowire.ConsumeTag(raw)
+		val, _ := protowire.ConsumeBytes(raw[n:])
+		f := wireField{num: fieldChains, raw: raw, val: val}
+		if memo {
+			f.name = bc.name
+			m.kept[bc.name] = keptChain{ranges: bc.ranges, wire: raw}
+		}
+		out = append(out, f)
 	}
 	for ; i < len(fs); i++ {
-		b = append(b, fs[i].raw...)
-	}
-	m.kept = make(map[string]keptChain, len(spans))
-	for _, s := range spans {
-		m.kept[s.bc.name] = keptChain{ranges: s.bc.ranges, wire: b[s.start:s.end:s.end]}
+		if whole {
+			buf = append(buf, fs[i].raw...)
+		}
+		out = append(out, fs[i])
 	}
 	m.from, m.built = nil, nil
-	return rawResource(l.Name, ListenerType, b), nil
+	return out, buf, nil
 }

@@ -86,7 +86,7 @@ func (c *ClassConfig) readsOf(typeURL, name string) *Reads {
 			put(RouteType, u.routes, u.reads)
 		}
 		for _, pu := range c.ports {
-			put(ListenerType, []*Resource{pu.listener}, pu.reads)
+			put(ListenerType, pu.resources(), pu.reads)
 		}
 		c.prov.m = m
 	})
