@@ -410,12 +410,21 @@ func (g *Generator) buildPort(sc *Scope, presplit bool, port int32, svcs []*mode
 	if err != nil {
 		return nil, err
 	}
-	if pu.split, err = splitFields(l.Name, fs, taken, was); err != nil {
+	var where map[*byte][]byte
+	if pu.split, where, err = splitFields(l.Name, fs, taken, was); err != nil {
 		return nil, err
 	}
 	if pu.split == nil {
 		// Left whole: assembled as memo.resource would.
 		pu.listener = assemble(l.Name, fs, memo)
+		return pu, nil
+	}
+	// The kept chains are those the split's listeners hold: the fresh
+	// chains' buffer is garbage.
+	for n, k := range memo.kept {
+		if b, ok := where[&k.wire[0]]; ok {
+			memo.kept[n] = keptChain{ranges: k.ranges, wire: b}
+		}
 	}
 	return pu, nil
 }

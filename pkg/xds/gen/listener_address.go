@@ -277,7 +277,7 @@ func splitResource(r *Resource, taken func(string) bool, old *addressSplit) (*ad
 	if err != nil {
 		return nil, err
 	}
-	sp, err := splitFields(r.Name, fs, taken, old)
+	sp, _, err := splitFields(r.Name, fs, taken, old)
 	if sp != nil {
 		sp.from = r.Hash
 	}
@@ -286,10 +286,10 @@ func splitResource(r *Resource, taken func(string) bool, old *addressSplit) (*ad
 
 // splitFields splits the port listener name, marshaled as fs, as
 // splitResource does.
-func splitFields(name string, fs []wireField, taken func(string) bool, old *addressSplit) (*addressSplit, error) {
+func splitFields(name string, fs []wireField, taken func(string) bool, old *addressSplit) (*addressSplit, map[*byte][]byte, error) {
 	pl, err := portListenerOf(fs)
 	if pl == nil || err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var readings map[uint64]chainReading
 	if old != nil {
@@ -297,7 +297,7 @@ func splitFields(name string, fs []wireField, taken func(string) bool, old *addr
 	}
 	groups, err := pl.group(taken, readings)
 	if len(groups) == 0 || err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	kept := 0
 	for _, i := range pl.chains {
@@ -306,12 +306,17 @@ func splitFields(name string, fs []wireField, taken func(string) bool, old *addr
 		}
 	}
 	if pl.def == nil && kept == 0 {
-		return nil, nil // the port listener would be left with no chain
+		return nil, nil, nil // the port listener would be left with no chain
 	}
 	sp := &addressSplit{
 		shared: pl.shared, def: pl.def, port: pl.port,
 		parts: make(map[string]addrParts, len(groups)), reading: pl.reading, sawTaken: pl.sawTaken,
 	}
+	// where maps each chain, by its first byte, to its bytes in a
+	// listener of the split: what the split and the chain memo keep
+	// refers to those, not to what fs are slices of (for a listener
+	// split as built, a buffer nothing else needs).
+	where := make(map[*byte][]byte, len(pl.chains))
 	var rest []byte
 	for i, f := range pl.fs {
 		if !pl.moved[i] {
@@ -319,20 +324,39 @@ func splitFields(name string, fs []wireField, taken func(string) bool, old *addr
 		}
 	}
 	sp.rest = rawResource(name, ListenerType, rest)
+	at := 0
+	for i, f := range pl.fs {
+		if !pl.moved[i] {
+			if f.num == fieldChains {
+				where[&f.raw[0]] = rest[at : at+len(f.raw) : at+len(f.raw)]
+			}
+			at += len(f.raw)
+		}
+	}
 	same := old.sameFrame(pl)
 	for _, gr := range groups {
 		withDef := gr.other && pl.def != nil
 		an := addressListenerName(gr.addr, pl.port)
 		var a *Resource
+		var held [][]byte
 		if op, ok := old.partsOf(an); ok && same && op.withDef == withDef && slices.EqualFunc(op.chains, gr.chains, bytes.Equal) {
-			a = op.res
-		} else if a, err = pl.addressListener(gr); err != nil {
-			return nil, err
+			a, held = op.res, op.chains
+		} else if a, held, err = pl.addressListener(gr); err != nil {
+			return nil, nil, err
+		}
+		for k, c := range gr.chains {
+			where[&c[0]] = held[k]
 		}
 		sp.addrs = append(sp.addrs, a)
-		sp.parts[an] = addrParts{res: a, chains: gr.chains, withDef: withDef}
+		sp.parts[an] = addrParts{res: a, chains: held, withDef: withDef}
 	}
-	return sp, nil
+	for h, cr := range sp.reading {
+		if b, ok := where[&cr.raw[0]]; ok {
+			cr.raw = b
+			sp.reading[h] = cr
+		}
+	}
+	return sp, where, nil
 }
 
 // partsOf returns what sp's address listener name was built from.
@@ -464,27 +488,42 @@ func (pl *portListener) group(taken func(string) bool, known map[uint64]chainRea
 	return groups, nil
 }
 
-// addressListener marshals the listener of gr's address.
-func (pl *portListener) addressListener(gr *addressGroup) (*Resource, error) {
+// addressListener marshals the listener of gr's address; held are its
+// chains' bytes in it.
+func (pl *portListener) addressListener(gr *addressGroup) (*Resource, [][]byte, error) {
 	name := addressListenerName(gr.addr, pl.port)
 	addr, err := marshalOpts.Marshal(socketAddress(gr.addr, int32(pl.port)))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	b := protowire.AppendTag(nil, fieldName, protowire.BytesType)
+	size := protowire.SizeTag(fieldName) + protowire.SizeBytes(len(name)) + protowire.SizeTag(fieldAddress) + protowire.SizeBytes(len(addr))
+	for _, f := range pl.shared {
+		size += len(f)
+	}
+	for _, c := range gr.chains {
+		size += len(c)
+	}
+	if gr.other && pl.def != nil {
+		size += len(pl.def)
+	}
+	b := make([]byte, 0, size)
+	b = protowire.AppendTag(b, fieldName, protowire.BytesType)
 	b = protowire.AppendString(b, name)
 	b = protowire.AppendTag(b, fieldAddress, protowire.BytesType)
 	b = protowire.AppendBytes(b, addr)
 	for _, f := range pl.shared {
 		b = append(b, f...)
 	}
-	for _, c := range gr.chains {
+	held := make([][]byte, len(gr.chains))
+	for k, c := range gr.chains {
+		start := len(b)
 		b = append(b, c...)
+		held[k] = b[start:len(b):len(b)]
 	}
 	if gr.other && pl.def != nil {
 		b = append(b, pl.def...)
 	}
-	return rawResource(name, ListenerType, b), nil
+	return rawResource(name, ListenerType, b), held, nil
 }
 
 // addressListenerName names the listener of address a on port, as istiod

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"unsafe"
 
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	"google.golang.org/protobuf/proto"
@@ -121,6 +122,9 @@ spec:
 				if shape.perAddress {
 					checkSplitReused(t, st.name, prev, next)
 				}
+				if shape.perAddress && !shape.splitAfter {
+					checkHeldByListeners(t, st.name, next)
+				}
 				prev = next
 			}
 		})
@@ -181,6 +185,46 @@ func memoStep(t *testing.T, store *model.Store, g, fresh *Generator, prev *Class
 		}
 	}
 	return next
+}
+
+// checkHeldByListeners fails unless the chains port 80's memo and split
+// keep are bytes of the listeners the class serves: a listener split as
+// it is built leaves nothing else alive (its fresh chains' buffer is
+// garbage once split).
+func checkHeldByListeners(t *testing.T, step string, cc *ClassConfig) {
+	t.Helper()
+	pu := cc.ports[80]
+	if pu.split == nil {
+		t.Fatalf("%s: port 80's listener was not split as built", step)
+	}
+	within := func(b []byte) bool {
+		p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+		for _, r := range pu.resources() {
+			v := r.Any.GetValue()
+			start := uintptr(unsafe.Pointer(unsafe.SliceData(v)))
+			if p >= start && p+uintptr(len(b)) <= start+uintptr(len(v)) {
+				return true
+			}
+		}
+		return false
+	}
+	for n, k := range pu.memo.kept {
+		if !within(k.wire) {
+			t.Errorf("%s: the memo keeps chain %s outside the class's listeners", step, n)
+		}
+	}
+	for _, cr := range pu.split.reading {
+		if !within(cr.raw) {
+			t.Errorf("%s: the split keeps a chain it read outside the class's listeners", step)
+		}
+	}
+	for n, op := range pu.split.parts {
+		for _, c := range op.chains {
+			if !within(c) {
+				t.Errorf("%s: the split keeps a chain of %s outside the class's listeners", step, n)
+			}
+		}
+	}
 }
 
 // checkSplitReused fails unless every address listener of next that prev
