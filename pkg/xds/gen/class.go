@@ -345,7 +345,7 @@ func (g *Generator) sidecarOutbound(sc *Scope, bs map[string]*builder, cc, prev 
 		pu := prev.port(port)
 		if pu == nil || pu.presplit != cc.presplit || !pu.reads.stands(sc, cs) || (pu.split != nil && !pu.split.stands(taken)) {
 			var err error
-			if pu, err = g.buildPort(sc, cc.presplit, port, byPort[port], prev.port(port), taken); err != nil {
+			if pu, err = g.buildPort(sc, cc, port, byPort[port], prev.port(port), taken); err != nil {
 				bs[ListenerType].errs = append(bs[ListenerType].errs, err)
 				continue
 			}
@@ -370,13 +370,15 @@ func (g *Generator) sidecarOutbound(sc *Scope, bs map[string]*builder, cc, prev 
 	return refs
 }
 
-// buildPort builds the outbound listener of port with svcs, taking the
-// HTTP chains of the port's previous unit (old, or nil) that stand. With
-// presplit it splits the listener by address as it is marshaled
-// (listener_address.go): no whole port listener is assembled, which at
-// M1 is a 2 MB buffer per port and class for every service added.
-// taken reports the listener names the class has.
-func (g *Generator) buildPort(sc *Scope, presplit bool, port int32, svcs []*model.Service, old *portUnit, taken func(string) bool) (*portUnit, error) {
+// buildPort builds the outbound listener of port with svcs for cc,
+// taking the HTTP chains of the port's previous unit (old, or nil) that
+// stand. When cc.presplit it splits the listener by address as it is
+// marshaled (listener_address.go): no whole port listener is assembled,
+// which at M1 is a 2 MB buffer per port and class for every service
+// added. taken reports the listener names the class has. A listener the
+// split fails on is served whole, the failure reported, as
+// splitByAddress does.
+func (g *Generator) buildPort(sc *Scope, cc *ClassConfig, port int32, svcs []*model.Service, old *portUnit, taken func(string) bool) (*portUnit, error) {
 	// The listener is reused with what it read.
 	lr := newReads()
 	lsc := sc.recording(lr)
@@ -389,22 +391,24 @@ func (g *Generator) buildPort(sc *Scope, presplit bool, port int32, svcs []*mode
 	l, prefs := g.outboundListener(lsc, port, svcs, memo)
 	lsc.applyOutboundPolicy(l)
 	lr.seal()
-	pu := &portUnit{memo: memo, portRefs: prefs, reads: lr, presplit: presplit}
+	pu := &portUnit{memo: memo, portRefs: prefs, reads: lr, presplit: cc.presplit}
 	var was *addressSplit
 	if old != nil {
 		was = old.split
 	}
-	if !presplit || len(memo.built) == 0 {
+	if !cc.presplit || len(memo.built) == 0 {
 		r, err := memo.resource(l)
-		if err != nil || !presplit {
-			pu.listener = r
-			return pu, err
+		if err != nil {
+			return nil, err
 		}
-		// No chain kept as marshaled: split the listener as a whole.
-		if pu.split, err = splitResource(r, taken, was); pu.split == nil {
-			pu.listener = r
+		pu.listener = r
+		if cc.presplit {
+			// No chain kept as marshaled: split the listener as a whole.
+			if pu.split, err = splitResource(r, taken, was); err != nil {
+				g.report(cc.scope, cc.Class, err)
+			}
 		}
-		return pu, err
+		return pu, nil
 	}
 	fs, err := memo.fields(l)
 	if err != nil {
@@ -412,7 +416,7 @@ func (g *Generator) buildPort(sc *Scope, presplit bool, port int32, svcs []*mode
 	}
 	var where map[*byte][]byte
 	if pu.split, where, err = splitFields(l.Name, fs, taken, was); err != nil {
-		return nil, err
+		g.report(cc.scope, cc.Class, err)
 	}
 	if pu.split == nil {
 		// Left whole: assembled as memo.resource would.
