@@ -177,13 +177,8 @@ func (g *Generator) Class(mw *model.World, p *model.Proxy, prev *ClassConfig) (o
 			reuse = nil
 		}
 	}
-	// Port listeners are split by address as they are built unless a
-	// WasmPlugin or EnvoyFilter may patch them whole (their patches
-	// name 0.0.0.0_PORT and reach every chain of the port).
-	presplit := g.perAddress && !g.splitAfter && p.Type == model.ProxySidecar && !p.IsGRPC() &&
-		len(w.envoyFiltersFor(p)) == 0 && len(w.wasmSelected(p)) == 0
 	cc := &ClassConfig{
-		Class: key, WorldVersion: w.Version, at: w.unrecorded(), scope: sc, reads: reads, own: own, prov: &provIndex{}, presplit: presplit,
+		Class: key, WorldVersion: w.Version, at: w.unrecorded(), scope: sc, reads: reads, own: own, prov: &provIndex{}, presplit: g.presplit(w, p),
 		EndpointsOf: make(map[model.NamespacedName][]string, len(sc.Services)), units: make(map[model.NamespacedName]*unit, len(sc.Services)),
 	}
 	bs := map[string]*builder{}
@@ -368,6 +363,15 @@ func (g *Generator) sidecarOutbound(sc *Scope, bs map[string]*builder, cc, prev 
 		}
 	}
 	return refs
+}
+
+// presplit reports whether p's class builds its port listeners split by
+// address: listeners per address, and no WasmPlugin or EnvoyFilter that
+// may patch them whole (their patches name 0.0.0.0_PORT and reach every
+// chain of the port).
+func (g *Generator) presplit(w *view, p *model.Proxy) bool {
+	return g.perAddress && !g.splitAfter && p.Type == model.ProxySidecar && !p.IsGRPC() &&
+		len(w.envoyFiltersFor(p)) == 0 && len(w.wasmSelected(p)) == 0
 }
 
 // buildPort builds the outbound listener of port with svcs for cc,

@@ -116,8 +116,9 @@
 //     (ALLOW_ANY / REGISTRY_ONLY), listener_vs_tcp.go (VirtualService tcp
 //     and tls routes), listener_grpc_server.go (xDS-enabled gRPC
 //     servers), listener_address.go (outbound listeners per service
-//     address, Options.ListenersPerAddress; listener_address_reuse.go,
-//     what a split reuses from the previous one), listener_memo.go (a port
+//     address, Options.ListenersPerAddress; listener_address_build.go,
+//     the listeners it marshals; listener_address_reuse.go, what a split
+//     reuses from the previous one), listener_memo.go (a port
 //     listener's HTTP chains kept as marshaled for its next build, and
 //     its fields for a split as built).
 //   - Routes: route.go (virtual hosts, default routes), route_vs.go (http

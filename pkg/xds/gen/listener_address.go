@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"hash/maphash"
 	"maps"
-	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -137,12 +136,19 @@ func (g *Generator) splitByAddress(cc, prev *ClassConfig) {
 	if rs == nil {
 		return
 	}
+	cc.serveSplit(prev, rs)
+}
+
+// serveSplit makes rs, the listeners with the port listeners split after
+// generation, cc's served listener set; the set as built stays its base
+// set, for the next generation and patches.
+func (cc *ClassConfig) serveSplit(prev *ClassConfig, rs map[string]*Resource) {
 	raw := maps.Clone(cc.raw)
 	if raw == nil {
 		raw = map[string]*Set{}
 	}
 	if _, ok := raw[ListenerType]; !ok {
-		raw[ListenerType] = s
+		raw[ListenerType] = cc.Sets[ListenerType]
 	}
 	sets := maps.Clone(cc.Sets)
 	ls, c := servedSet(prev, rs)
@@ -317,22 +323,7 @@ func splitFields(name string, fs []wireField, taken func(string) bool, old *addr
 	// refers to those, not to what fs are slices of (for a listener
 	// split as built, a buffer nothing else needs).
 	where := make(map[*byte][]byte, len(pl.chains))
-	var rest []byte
-	for i, f := range pl.fs {
-		if !pl.moved[i] {
-			rest = append(rest, f.raw...)
-		}
-	}
-	sp.rest = rawResource(name, ListenerType, rest)
-	at := 0
-	for i, f := range pl.fs {
-		if !pl.moved[i] {
-			if f.num == fieldChains {
-				where[&f.raw[0]] = rest[at : at+len(f.raw) : at+len(f.raw)]
-			}
-			at += len(f.raw)
-		}
-	}
+	sp.rest = pl.rest(name, where)
 	same := old.sameFrame(pl)
 	for _, gr := range groups {
 		withDef := gr.other && pl.def != nil
@@ -486,76 +477,4 @@ func (pl *portListener) group(taken func(string) bool, known map[uint64]chainRea
 		pl.moved[i] = !keep
 	}
 	return groups, nil
-}
-
-// addressListener marshals the listener of gr's address; held are its
-// chains' bytes in it.
-func (pl *portListener) addressListener(gr *addressGroup) (*Resource, [][]byte, error) {
-	name := addressListenerName(gr.addr, pl.port)
-	addr, err := marshalOpts.Marshal(socketAddress(gr.addr, int32(pl.port)))
-	if err != nil {
-		return nil, nil, err
-	}
-	size := protowire.SizeTag(fieldName) + protowire.SizeBytes(len(name)) + protowire.SizeTag(fieldAddress) + protowire.SizeBytes(len(addr))
-	for _, f := range pl.shared {
-		size += len(f)
-	}
-	for _, c := range gr.chains {
-		size += len(c)
-	}
-	if gr.other && pl.def != nil {
-		size += len(pl.def)
-	}
-	b := make([]byte, 0, size)
-	b = protowire.AppendTag(b, fieldName, protowire.BytesType)
-	b = protowire.AppendString(b, name)
-	b = protowire.AppendTag(b, fieldAddress, protowire.BytesType)
-	b = protowire.AppendBytes(b, addr)
-	for _, f := range pl.shared {
-		b = append(b, f...)
-	}
-	held := make([][]byte, len(gr.chains))
-	for k, c := range gr.chains {
-		start := len(b)
-		b = append(b, c...)
-		held[k] = b[start:len(b):len(b)]
-	}
-	if gr.other && pl.def != nil {
-		b = append(b, pl.def...)
-	}
-	return rawResource(name, ListenerType, b), held, nil
-}
-
-// addressListenerName names the listener of address a on port, as istiod
-// names its listeners per service address: ADDRESS_PORT.
-func addressListenerName(a string, port uint32) string {
-	return a + "_" + itoa(int32(port))
-}
-
-// exactAddresses returns the single addresses a chain's destination
-// prefix ranges name (a /32 or /128), and whether every range is one;
-// false for a chain without ranges.
-func exactAddresses(m *listenerv3.FilterChainMatch) ([]string, bool) {
-	ranges := m.GetPrefixRanges()
-	all := len(ranges) > 0
-	var out []string
-	for _, r := range ranges {
-		a, err := netip.ParseAddr(r.GetAddressPrefix())
-		if err != nil || a.Zone() != "" || r.GetPrefixLen() == nil || int(r.GetPrefixLen().GetValue()) != a.BitLen() {
-			all = false
-			continue
-		}
-		out = append(out, a.String())
-	}
-	return out, all
-}
-
-// onlyPrefixes reports whether m matches by destination prefix alone.
-func onlyPrefixes(m *listenerv3.FilterChainMatch) bool {
-	if m == nil {
-		return true
-	}
-	c := proto.Clone(m).(*listenerv3.FilterChainMatch)
-	c.PrefixRanges = nil
-	return proto.Size(c) == 0
 }

@@ -162,6 +162,58 @@ func assemble(name string, fs []wireField, m *chainMemo) *Resource {
 	return rawResource(name, ListenerType, b)
 }
 
+// chainField appends the chain fc (size bytes marshaled, if fresh) to buf
+// as a listener field, unless it is kept and not whole, and returns the
+// field, kept for the next build if memoizable.
+func (m *chainMemo) chainField(buf []byte, fc *listenerv3.FilterChain, size int, whole bool) ([]byte, wireField, error) {
+	bc, memo := m.built[fc]
+	start := len(buf)
+	var raw []byte
+	switch {
+	case memo && bc.wire != nil && !whole:
+		raw = bc.wire
+	case memo && bc.wire != nil:
+		buf = append(buf, bc.wire...)
+	default:
+		buf = protowire.AppendTag(buf, fieldChains, protowire.BytesType)
+		buf = protowire.AppendVarint(buf, uint64(size))
+		var err error
+		if buf, err = marshalOpts.MarshalAppend(buf, fc); err != nil {
+			return buf, wireField{}, err
+		}
+	}
+	if raw == nil {
+		raw = buf[start:len(buf):len(buf)]
+	}
+	_, _, n := protowire.ConsumeTag(raw)
+	val, _ := protowire.ConsumeBytes(raw[n:])
+	f := wireField{num: fieldChains, raw: raw, val: val}
+	if memo {
+		f.name = bc.name
+		m.kept[bc.name] = keptChain{ranges: bc.ranges, wire: raw}
+	}
+	return buf, f, nil
+}
+
+// sizes returns the marshaled size of each fresh chain (0 for a kept
+// one) and the bytes the chains take as fields of the listener: all of
+// them with whole, else the fresh ones.
+func (m *chainMemo) sizes(chains []*listenerv3.FilterChain, whole bool) ([]int, int) {
+	sizes := make([]int, len(chains))
+	size := 0
+	for i, fc := range chains {
+		if bc, ok := m.built[fc]; ok && bc.wire != nil {
+			if whole {
+				size += len(bc.wire)
+			}
+			continue
+		}
+		sizes[i] = marshalOpts.Size(fc)
+		size += protowire.SizeTag(fieldChains) + protowire.SizeBytes(sizes[i])
+	}
+	return sizes, size
+}
+
 // marshal is resource and fields: with whole, every field is marshaled
 // or copied into one buffer, the listener, which it returns; without,
 // the buffer holds the fresh chains alone. Either way it is allocated
@@ -182,20 +234,9 @@ func (m *chainMemo) marshal(l *listenerv3.Listener, whole bool) ([]wireField, []
 	if err != nil {
 		return nil, nil, err
 	}
-	sizes := make([]int, len(chains))
-	size := 0
+	sizes, size := m.sizes(chains, whole)
 	if whole {
-		size = len(frame)
-	}
-	for i, fc := range chains {
-		if bc, ok := m.built[fc]; ok && bc.wire != nil {
-			if whole {
-				size += len(bc.wire)
-			}
-			continue
-		}
-		sizes[i] = marshalOpts.Size(fc)
-		size += protowire.SizeTag(fieldChains) + protowire.SizeBytes(sizes[i])
+		size += len(frame)
 	}
 	buf := make([]byte, 0, size)
 	out := make([]wireField, 0, len(fs)+len(chains))
@@ -208,31 +249,9 @@ func (m *chainMemo) marshal(l *listenerv3.Listener, whole bool) ([]wireField, []
 	}
 	m.kept = make(map[string]keptChain, len(m.built))
 	for j, fc := range chains {
-		bc, memo := m.built[fc]
-		start := len(buf)
-		var raw []byte
-		switch {
-		case memo && bc.wire != nil && !whole:
-			raw = bc.wire
-		case memo && bc.wire != nil:
-			buf = append(buf, bc.wire...)
-		default:
-			buf = protowire.AppendTag(buf, fieldChains, protowire.BytesType)
-			buf = protowire.AppendVarint(buf, uint64(sizes[j]))
-			var err error
-			if buf, err = marshalOpts.MarshalAppend(buf, fc); err != nil {
-				return nil, nil, fmt.Errorf("marshal %s %q chain %q: %w", ShortType(ListenerType), l.Name, fc.GetName(), err)
-			}
-		}
-		if raw == nil {
-			raw = buf[start:len(buf):len(buf)]
-		}
-		_, _, n := protowire.ConsumeTag(raw)
-		val, _ := protowire.ConsumeBytes(raw[n:])
-		f := wireField{num: fieldChains, raw: raw, val: val}
-		if memo {
-			f.name = bc.name
-			m.kept[bc.name] = keptChain{ranges: bc.ranges, wire: raw}
+		var f wireField
+		if buf, f, err = m.chainField(buf, fc, sizes[j], whole); err != nil {
+			return nil, nil, fmt.Errorf("marshal %s %q chain %q: %w", ShortType(ListenerType), l.Name, fc.GetName(), err)
 		}
 		out = append(out, f)
 	}
