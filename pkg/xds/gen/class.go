@@ -81,6 +81,13 @@ type portUnit struct {
 	// listener stays whole (listener_address.go).
 	presplit bool
 	split    *addressSplit
+	// svcs are the port's services it was built with; simple says the
+	// next generation may derive its listeners from these
+	// (listener_derive.go).
+	svcs   []*model.Service
+	simple bool
+	// derived is set when it was derived, not built.
+	derived bool
 }
 
 // resources are the listeners of the unit as built.
@@ -339,10 +346,12 @@ func (g *Generator) sidecarOutbound(sc *Scope, bs map[string]*builder, cc, prev 
 	for _, port := range ports {
 		pu := prev.port(port)
 		if pu == nil || pu.presplit != cc.presplit || !pu.reads.stands(sc, cs) || (pu.split != nil && !pu.split.stands(taken)) {
-			var err error
-			if pu, err = g.buildPort(sc, cc, port, byPort[port], prev.port(port), taken); err != nil {
-				bs[ListenerType].errs = append(bs[ListenerType].errs, err)
-				continue
+			if pu = g.derivePort(sc, cc, port, byPort[port], prev.port(port), taken); pu == nil {
+				var err error
+				if pu, err = g.buildPort(sc, cc, port, byPort[port], prev.port(port), taken); err != nil {
+					bs[ListenerType].errs = append(bs[ListenerType].errs, err)
+					continue
+				}
 			}
 		}
 		cc.reads.add(pu.reads)
@@ -434,6 +443,8 @@ func (g *Generator) buildPort(sc *Scope, cc *ClassConfig, port int32, svcs []*mo
 			memo.kept[n] = keptChain{ranges: k.ranges, wire: b}
 		}
 	}
+	pu.svcs = svcs
+	pu.simple = simplePort(sc.Proxy, port, svcs, pu)
 	return pu, nil
 }
 

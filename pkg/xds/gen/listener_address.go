@@ -79,7 +79,8 @@ type addressSplit struct {
 	// another listener of the class, which kept the address's chains on
 	// the port listener: the split is then made again by the next
 	// generation, which may find the name free.
-	sawTaken bool
+	sawTaken   bool // restChains counts the chains left on the port listener.
+	restChains int
 }
 
 // splitByAddress replaces the port listeners of cc's served listener set
@@ -316,7 +317,7 @@ func splitFields(name string, fs []wireField, taken func(string) bool, old *addr
 	}
 	sp := &addressSplit{
 		shared: pl.shared, def: pl.def, port: pl.port,
-		parts: make(map[string]addrParts, len(groups)), reading: pl.reading, sawTaken: pl.sawTaken,
+		parts: make(map[string]addrParts, len(groups)), reading: pl.reading, sawTaken: pl.sawTaken, restChains: kept,
 	}
 	// where maps each chain, by its first byte, to its bytes in a
 	// listener of the split: what the split and the chain memo keep
