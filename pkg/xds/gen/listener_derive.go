@@ -105,15 +105,7 @@ func (g *Generator) derivePort(sc *Scope, cc *ClassConfig, port int32, svcs []*m
 	}
 	memo.kept = maps.Clone(old.memo.kept)
 	for svc := range was { // removed, or changed
-		name := RouteName(svc.Hostname, port)
-		if k, ok := memo.kept[name]; ok {
-			delete(sp.reading, maphash.Bytes(chainSeed, k.wire))
-			delete(memo.kept, name)
-		}
-		addrs, _ := simpleService(sc.Proxy, port, svc)
-		for _, a := range addrs {
-			delete(sp.parts, addressListenerName(a, uint32(port)))
-		}
+		dropChain(sc.Proxy, port, svc, sp, memo)
 	}
 	for _, svc := range added {
 		if !g.deriveChain(lsc, port, svc, sp, memo, taken) {
@@ -135,6 +127,19 @@ func (g *Generator) derivePort(sc *Scope, cc *ClassConfig, port int32, svcs []*m
 	pu.portRoute = true
 	memo.from, memo.built = nil, nil
 	return pu
+}
+
+// dropChain takes svc's chain on port out of sp and memo.
+func dropChain(p *model.Proxy, port int32, svc *model.Service, sp *addressSplit, memo *chainMemo) {
+	name := RouteName(svc.Hostname, port)
+	if k, ok := memo.kept[name]; ok {
+		delete(sp.reading, maphash.Bytes(chainSeed, k.wire))
+		delete(memo.kept, name)
+	}
+	addrs, _ := simpleService(p, port, svc)
+	for _, a := range addrs {
+		delete(sp.parts, addressListenerName(a, uint32(port)))
+	}
 }
 
 // deriveChain adds svc's chain on port to sp and memo: an address
