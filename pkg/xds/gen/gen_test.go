@@ -50,6 +50,33 @@ func applyYAML(t testing.TB, store *model.Store, yaml string) *model.World {
 	return store.World()
 }
 
+// newTestGenerator is a Generator with o; splitAfter makes it split its
+// port listeners after generation (Generator.splitAfter).
+func newTestGenerator(t testing.TB, o Options, splitAfter bool) *Generator {
+	t.Helper()
+	g, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.splitAfter = splitAfter
+	return g
+}
+
+// applyStep applies yaml, if any, and deletes the Service ns/removed, if
+// named, and returns the World they make.
+func applyStep(t testing.TB, store *model.Store, yaml, ns, removed string) *model.World {
+	t.Helper()
+	if yaml != "" {
+		applyYAML(t, store, yaml)
+	}
+	if removed != "" {
+		if _, err := store.Apply(model.Event{Op: model.OpDelete, Key: model.Key{Kind: model.KindService, Namespace: ns, Name: removed}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return store.World()
+}
+
 // changed lists the names whose resource differs between two sets.
 func changed(a, b *Set) []string {
 	var out []string

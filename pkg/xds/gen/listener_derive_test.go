@@ -79,33 +79,17 @@ spec:
 	}
 	o := DefaultOptions(quietLog())
 	o.ListenersPerAddress = true
-	newGen := func(splitAfter bool) *Generator {
-		g, err := New(o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		g.splitAfter = splitAfter
-		return g
-	}
 	store := model.NewStore(model.StoreOptions{})
-	g := newGen(false)
+	g := newTestGenerator(t, o, false)
 	p := sidecar(t, "ns")
 	var prev *ClassConfig
 	for _, st := range steps {
-		if st.yaml != "" {
-			applyYAML(t, store, st.yaml)
-		}
-		if st.removed != "" {
-			if _, err := store.Apply(model.Event{Op: model.OpDelete, Key: model.Key{Kind: model.KindService, Namespace: "ns", Name: st.removed}}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		w := store.World()
+		w := applyStep(t, store, st.yaml, "ns", st.removed)
 		next, err := g.Class(w, p, prev)
 		if err != nil {
 			t.Fatalf("%s: %v", st.name, err)
 		}
-		fresh, err := newGen(true).Class(w, p, nil)
+		fresh, err := newTestGenerator(t, o, true).Class(w, p, nil)
 		if err != nil {
 			t.Fatalf("%s: %v", st.name, err)
 		}
@@ -117,7 +101,7 @@ spec:
 		if got := next.ports[80].derived; got != st.derived {
 			t.Errorf("%s: port 80's listeners derived %v, want %v", st.name, got, st.derived)
 		}
-		if st.name != "a TCP service" && st.name != "added beside it" && !next.ports[7070].derived && st.derived {
+		if st.derived && !next.ports[7070].derived {
 			t.Errorf("%s: port 7070's listeners were built", st.name)
 		}
 		checkHeldByListeners(t, st.name, next)

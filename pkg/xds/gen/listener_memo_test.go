@@ -104,21 +104,13 @@ spec:
 		t.Run(shape.name, func(t *testing.T) {
 			o := DefaultOptions(quietLog())
 			o.ListenersPerAddress = shape.perAddress
-			newGen := func(splitAfter bool) *Generator {
-				g, err := New(o)
-				if err != nil {
-					t.Fatal(err)
-				}
-				g.splitAfter = splitAfter
-				return g
-			}
 			store := model.NewStore(model.StoreOptions{})
-			g := newGen(shape.splitAfter)
+			g := newTestGenerator(t, o, shape.splitAfter)
 			var prev *ClassConfig
 			for _, st := range steps {
 				// From nothing, split after generation: a listener split
 				// as it is built must be the same.
-				next := memoStep(t, store, g, newGen(true), prev, st)
+				next := memoStep(t, store, g, newTestGenerator(t, o, true), prev, st)
 				if shape.perAddress {
 					checkSplitReused(t, st.name, prev, next)
 				}
@@ -146,15 +138,7 @@ type memoCase struct {
 func memoStep(t *testing.T, store *model.Store, g, fresh *Generator, prev *ClassConfig, st memoCase) *ClassConfig {
 	t.Helper()
 	p := sidecar(t, "ns")
-	if st.yaml != "" {
-		applyYAML(t, store, st.yaml)
-	}
-	if st.removed != "" {
-		if _, err := store.Apply(model.Event{Op: model.OpDelete, Key: model.Key{Kind: model.KindService, Namespace: "ns", Name: st.removed}}); err != nil {
-			t.Fatalf("%s: %v", st.name, err)
-		}
-	}
-	w := store.World()
+	w := applyStep(t, store, st.yaml, "ns", st.removed)
 	next, err := g.Class(w, p, prev)
 	if err != nil {
 		t.Fatalf("%s: %v", st.name, err)
