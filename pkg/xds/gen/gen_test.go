@@ -77,6 +77,17 @@ func applyStep(t testing.TB, store *model.Store, yaml, ns, removed string) *mode
 	return store.World()
 }
 
+// meshAccessLogs is a mesh-wide Telemetry that turns on Envoy's access
+// logs: it changes every connection manager.
+const meshAccessLogs = `
+apiVersion: telemetry.istio.io/v1
+kind: Telemetry
+metadata: {name: mesh-default, namespace: istio-system}
+spec:
+  accessLogging:
+  - providers: [{name: envoy}]
+`
+
 // changed lists the names whose resource differs between two sets.
 func changed(a, b *Set) []string {
 	var out []string

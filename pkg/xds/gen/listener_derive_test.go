@@ -48,14 +48,7 @@ func TestDerivedPortListenersEqualBuiltOnes(t *testing.T) {
 		{"the sharer removed", "", "zz-shared", false},
 		{"added again", deriveService("ns", "again", "10.96.2.9", ""), "", true},
 		// Telemetry changes every connection manager: built.
-		{"telemetry", `
-apiVersion: telemetry.istio.io/v1
-kind: Telemetry
-metadata: {name: mesh-default, namespace: istio-system}
-spec:
-  accessLogging:
-  - providers: [{name: envoy}]
-`, "", false},
+		{"telemetry", meshAccessLogs, "", false},
 		{"added under the new telemetry", deriveService("ns", "after-tel", "10.96.2.10", ""), "", true},
 		// A TCP service on port 80: built while it is there.
 		{"a TCP service", `

@@ -76,14 +76,7 @@ spec: {clusterIP: 10.96.1.2, ports: [{name: http, port: 80}]}
 `, 21, ""},
 		{"the first owner removed", "", 20, "svc-1"},
 		// Telemetry changes every connection manager: nothing is kept.
-		{"telemetry", `
-apiVersion: telemetry.istio.io/v1
-kind: Telemetry
-metadata: {name: mesh-default, namespace: istio-system}
-spec:
-  accessLogging:
-  - providers: [{name: envoy}]
-`, 0, ""},
+		{"telemetry", meshAccessLogs, 0, ""},
 		{"a service removed under the new telemetry", "", 20, "svc-2"},
 		// The port's listener filters change (no more sniffing), its
 		// HTTP chains do not.
