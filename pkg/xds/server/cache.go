@@ -55,9 +55,17 @@ func (wt watcher) CreateWatch(req *cachev3.Request, sub cachev3.Subscription, ch
 	}, nil
 }
 
-// CreateDeltaWatch answers or parks a delta watch.
-func (wt watcher) CreateDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Subscription, ch chan cachev3.DeltaResponse) (func(), error) {
-	v, ok := wt.s.reqs.LoadAndDelete(req)
+// CreateDeltaWatch is never called: delta streams are served by
+// serveDelta (deltastream.go), not by go-control-plane's delta server. It
+// completes the cachev3.Cache the state-of-the-world server needs.
+func (watcher) CreateDeltaWatch(*cachev3.DeltaRequest, cachev3.Subscription, chan cachev3.DeltaResponse) (func(), error) {
+	return nil, status.Error(codes.Internal, "delta streams are not served through go-control-plane here")
+}
+
+// deltaWatch applies a delta request to its type's subscription and
+// answers it or parks a watch; the returned func cancels the watch.
+func (s *Server) deltaWatch(req *discovery.DeltaDiscoveryRequest, ch chan cachev3.DeltaResponse) (func(), error) {
+	v, ok := s.reqs.LoadAndDelete(req)
 	if !ok {
 		return nil, status.Error(codes.Internal, "request from an unknown stream")
 	}
@@ -73,10 +81,8 @@ func (wt watcher) CreateDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Subscr
 		return func() {}, nil // a health report is never answered (register.go)
 	}
 	c.observe(t, req.GetResponseNonce(), "", req.GetErrorDetail())
-	if knownType(t) {
-		c.deltaSubscriptionChanged(t, req, sub)
-	}
-	w := &deltaWatch{req: req, sub: sub, ch: ch, initial: !ts.started}
+	c.subscribeDelta(t, req)
+	w := &deltaWatch{req: req, sub: ts.dsub, ch: ch, initial: !ts.started}
 	ts.started = true
 	if c.wave != nil {
 		defer c.checkWave() // after the answer below is handed over

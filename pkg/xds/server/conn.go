@@ -61,7 +61,7 @@ type inflight struct {
 
 type deltaWatch struct {
 	req *discovery.DeltaDiscoveryRequest
-	sub cachev3.Subscription
+	sub *deltaSub
 	ch  chan cachev3.DeltaResponse
 	// initial is set for the first request of its type on the stream,
 	// which is answered even when there is nothing to send. (Delta
@@ -137,14 +137,14 @@ type typeState struct {
 	// open watch: a push or an ACK then looks at those names only, not
 	// at every resource the proxy holds (thousands of endpoint names per
 	// proxy at 1,000 services). base is what the stream was last fully
-	// brought up to date with. dsubs is go-control-plane's set of
-	// subscribed names (its map, only read here); dnew the names the
-	// request being handled subscribes to that were not in it.
+	// brought up to date with. dsub is the stream's subscription
+	// (subscription.go); dnew the names the request being handled
+	// subscribes to that were not in it.
 	started bool
 	synced  bool
 	pending map[string]struct{}
 	base    typeBase
-	dsubs   map[string]struct{}
+	dsub    *deltaSub
 	dnew    []string
 
 	// debugAnswered holds the names a debug type was last answered for

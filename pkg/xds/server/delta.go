@@ -19,13 +19,13 @@ import (
 // was handed over.
 //
 // What the stream holds is its base (a configuration it was brought fully
-// up to date with) overridden by the map go-control-plane keeps for it
-// (returned; "" means it holds nothing of that name). Keeping a name ->
-// version map of every resource per stream was most of the server's memory
-// at 1,000 proxies (a megabyte each); the base is shared by the proxies of
-// a class. The map is updated in place (gcp.go): the delta server sends
-// every queued response before reading the next request, so none is
-// dropped.
+// up to date with) overridden by its subscription's map (returned; ""
+// means it holds nothing of that name). Keeping a name -> version map of
+// every resource per stream was most of the server's memory at 1,000
+// proxies (a megabyte each); the base is shared by the proxies of a
+// class. The map is updated in place: the stream's loop sends every
+// handed response before it reads the next request (deltastream.go), so
+// none is dropped.
 func (c *conn) respondDelta(w *deltaWatch, dirty []string) bool {
 	if c.cfg == nil {
 		return false
@@ -42,7 +42,7 @@ func (c *conn) respondDelta(w *deltaWatch, dirty []string) bool {
 		return c.deliverDelta(w, &discovery.DeltaDiscoveryResponse{TypeUrl: t}, map[string]string{})
 	}
 	ts := c.of(t)
-	returned := w.sub.ReturnedResources()
+	returned := w.sub.returned
 	dirty = c.deltaNames(w, dirty, returned)
 	send, removed := c.deltaDiff(w, dirty, returned)
 	version := c.cfg.Version(t)
@@ -66,8 +66,7 @@ func (c *conn) respondDelta(w *deltaWatch, dirty []string) bool {
 	if dirty == nil {
 		// Compared in full: once sent, every subscribed name holds the
 		// current version, so the current configuration becomes the base
-		// and the stream's map starts empty. (go-control-plane installs
-		// it when it sends the response.)
+		// and the stream's map starts empty (deliverDelta installs it).
 		if !c.deliverDelta(w, resp, map[string]string{}) {
 			ts.synced = false
 			return false
@@ -101,8 +100,8 @@ func (c *conn) deltaNames(w *deltaWatch, dirty []string, returned map[string]str
 		dirty = withPending(nil, ts.pending)
 	case dirty == nil && !w.initial && changesNamesOnly(w.req):
 		// A change of subscription on a stream that holds the rest: the
-		// names it subscribes (go-control-plane has dropped those it
-		// unsubscribes) and what pushes changed while no watch was open.
+		// names it subscribes (those it unsubscribes are dropped from the
+		// map already) and what pushes changed while no watch was open.
 		// After a service is added every proxy subscribes to its routes
 		// and endpoints; comparing every name then cost more than the
 		// push that caused it.
@@ -127,7 +126,7 @@ func changesNamesOnly(req *discovery.DeltaDiscoveryRequest) bool {
 // (nil: every subscribed name) and what it holds that is gone.
 func (c *conn) deltaDiff(w *deltaWatch, names []string, returned map[string]string) (send []*gen.Resource, removed []string) {
 	t := w.req.GetTypeUrl()
-	wildcard, subscribed := w.sub.IsWildcard(), w.sub.SubscribedResources()
+	wildcard, subscribed := w.sub.wildcard, &w.sub.names
 	base := c.of(t).base
 	has := func(n string) string {
 		if v, ok := returned[n]; ok {
@@ -150,7 +149,7 @@ func (c *conn) deltaDiff(w *deltaWatch, names []string, returned map[string]stri
 	switch {
 	case names != nil:
 		for _, n := range names {
-			if _, ok := subscribed[n]; ok || wildcard {
+			if wildcard || subscribed.has(n) {
 				visit(n)
 			}
 		}
@@ -169,7 +168,7 @@ func (c *conn) deltaDiff(w *deltaWatch, names []string, returned map[string]stri
 			}
 		}
 	default:
-		for n := range subscribed {
+		for n := range subscribed.all() {
 			visit(n)
 		}
 	}
@@ -211,42 +210,47 @@ func (b typeBase) names() []string {
 const maxDeltaOverrides = 512
 
 // noteDeltaRequest remembers which names a delta request subscribes to
-// anew, before go-control-plane adds them to the stream's set: a name
-// subscribed again (clients may repeat their whole list) is still held.
-// Called with c.mu held, on the stream's goroutine.
+// anew, before they join the stream's set: a name subscribed again
+// (clients may repeat their whole list) is still held. Called with c.mu
+// held, on the stream's goroutine.
 func (c *conn) noteDeltaRequest(t string, req *discovery.DeltaDiscoveryRequest) {
 	ts := c.of(t)
 	var fresh []string
 	for _, n := range req.GetResourceNamesSubscribe() {
-		if _, ok := ts.dsubs[n]; !ok {
+		if ts.dsub == nil || !ts.dsub.names.has(n) {
 			fresh = append(fresh, n)
 		}
 	}
 	ts.dnew = fresh
 }
 
-// deltaSubscriptionChanged records, for the names a delta request newly
-// subscribes or unsubscribes, that the stream holds nothing of them: the
-// base says otherwise for names it holds, and go-control-plane has just
-// dropped unsubscribed names from the stream's map. Called with c.mu held,
-// after go-control-plane applied the request.
-func (c *conn) deltaSubscriptionChanged(t string, req *discovery.DeltaDiscoveryRequest, sub cachev3.Subscription) {
+// subscribeDelta applies a delta request to the stream's subscription of
+// t, and records, for the names it newly subscribes or unsubscribes, that
+// the stream holds nothing of them: the base says otherwise for names it
+// holds, and unsubscribed names have just left the stream's map. Called
+// with c.mu held.
+func (c *conn) subscribeDelta(t string, req *discovery.DeltaDiscoveryRequest) {
 	ts := c.of(t)
-	ts.dsubs = sub.SubscribedResources()
+	if ts.dsub == nil {
+		ts.dsub = newDeltaSub(c.s.names, req, legacyWildcard(t))
+	} else {
+		ts.dsub.update(c.s.names, req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe())
+	}
 	fresh := ts.dnew
 	ts.dnew = nil
 	base := ts.base
-	if !base.set() {
+	if !knownType(t) || !base.set() {
 		return
 	}
-	markHeldNothing(sub, base, fresh)
-	markHeldNothing(sub, base, req.GetResourceNamesUnsubscribe())
+	markHeldNothing(ts.dsub.returned, base, fresh)
+	markHeldNothing(ts.dsub.returned, base, req.GetResourceNamesUnsubscribe())
 }
 
 func (c *conn) deliverDelta(w *deltaWatch, resp *discovery.DeltaDiscoveryResponse, next map[string]string) bool {
 	select {
 	case w.ch <- &cachev3.DeltaPassthroughResponse{DeltaRequest: w.req, DeltaDiscoveryResponse: resp, NextVersionMap: next}:
 		c.handed(resp.GetTypeUrl(), resp, nil, nil)
+		w.sub.returned = next
 	default:
 		c.logger().Error("xDS response channel full; response dropped", "type", resp.GetTypeUrl())
 		return false

@@ -9,24 +9,24 @@ import (
 // Every place this server writes into go-control-plane's own state is in
 // this file, and gcp_test.go holds go-control-plane to what these writes
 // assume; an upgrade that changes it fails there, not in production.
+// The same helpers write the returned maps of delta streams, which are
+// this server's own (deltastream.go, subscription.go).
 //
 // cachev3.Subscription's ReturnedResources says its map "must not be
-// altered by the Cache". This server alters it for Route, Endpoint and
-// Secret responses and for delta streams, because the alternative,
-// handing go-control-plane a new map with every response, copies the
-// map of every name the proxy holds (thousands of endpoint names per
-// proxy at 1,000 services) for every push to every proxy: that copy was
-// most of a push's cost. What makes the writes safe (gcp_test.go):
+// altered by the Cache". This server alters it for state-of-the-world
+// Route, Endpoint and Secret responses, because the alternative, handing
+// go-control-plane a new map with every response, copies the map of
+// every name the proxy holds (thousands of endpoint names per proxy at
+// 1,000 services) for every push to every proxy: that copy was most of a
+// push's cost. What makes the writes safe (gcp_test.go):
 //   - ReturnedResources is the map go-control-plane keeps for the
 //     stream and type, not a copy, and the map a response carries
-//     (PassthroughResponse.ReturnedResources,
-//     DeltaPassthroughResponse.NextVersionMap) becomes it, not a copy of
+//     (PassthroughResponse.ReturnedResources) becomes it, not a copy of
 //     it, when the response is sent;
 //   - go-control-plane changes the map only while handling a request
 //     (it swaps it on send, prunes unsubscribed names on a new
-//     request), and the handling of a request ends in CreateWatch or
-//     CreateDeltaWatch, which take the conn's mu, as every write here
-//     is made under it;
+//     request), and the handling of a request ends in CreateWatch,
+//     which takes the conn's mu, as every write here is made under it;
 //   - a state-of-the-world request gets a new map of subscribed names,
 //     which go-control-plane does not change after (unchanged keeps it).
 
@@ -66,11 +66,9 @@ func unmarkReturned(sub cachev3.Subscription, names []string) {
 }
 
 // markHeldNothing records, for a delta stream whose base holds a name the
-// client does not (subscribed anew, or just unsubscribed, which
-// go-control-plane dropped from the map), that the client holds nothing
-// of it.
-func markHeldNothing(sub cachev3.Subscription, base typeBase, names []string) {
-	returned := sub.ReturnedResources()
+// client does not (subscribed anew, or just unsubscribed, which left the
+// map), that the client holds nothing of it.
+func markHeldNothing(returned map[string]string, base typeBase, names []string) {
 	for _, n := range names {
 		if _, ok := returned[n]; !ok && base.get(n) != nil {
 			returned[n] = ""

@@ -10,18 +10,19 @@ import (
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
-	deltav3 "github.com/envoyproxy/go-control-plane/pkg/server/delta/v3"
 	sotwv3 "github.com/envoyproxy/go-control-plane/pkg/server/sotw/v3"
 	"google.golang.org/grpc"
 
 	"github.com/meshplane/discovery/pkg/xds/gen"
 )
 
-// The tests here hold go-control-plane's servers to what gcp.go assumes
-// when it writes into their maps. They drive the real servers with a
-// cache that records what it is given; a go-control-plane upgrade that
-// copies a map, or changes one outside the order gcp.go relies on, fails
-// here.
+// The tests here hold go-control-plane's state-of-the-world server to
+// what gcp.go assumes when it writes into its maps. They drive the real
+// server with a cache that records what it is given; a go-control-plane
+// upgrade that copies a map, or changes one outside the order gcp.go
+// relies on, fails here. (Delta streams are served by deltastream.go;
+// deltastream_test.go holds their subscriptions to go-control-plane's
+// rules.)
 
 // watchCall is one CreateWatch or CreateDeltaWatch the servers made.
 type watchCall struct {
@@ -193,49 +194,5 @@ func TestGoControlPlaneSotwMapContract(t *testing.T) {
 	unmarkReturned(c3.sub, []string{"a"})
 	if _, has := next["a"]; has {
 		t.Fatal("unmarkReturned did not reach the subscription's map")
-	}
-}
-
-func TestGoControlPlaneDeltaMapContract(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	rc := newRecordingCache()
-	srv := deltav3.NewServer(ctx, rc, nil)
-	st := newFakeStream[discovery.DeltaDiscoveryRequest, discovery.DeltaDiscoveryResponse](ctx)
-	go func() { _ = srv.DeltaStreamHandler(st, gen.EndpointType) }()
-
-	st.in <- &discovery.DeltaDiscoveryRequest{TypeUrl: gen.EndpointType, ResourceNamesSubscribe: []string{"a", "b"}}
-	c1 := rc.next(t)
-	next := map[string]string{}
-	c1.deltaCh <- &cachev3.DeltaPassthroughResponse{DeltaRequest: c1.deltaReq, DeltaDiscoveryResponse: &discovery.DeltaDiscoveryResponse{TypeUrl: gen.EndpointType}, NextVersionMap: next}
-	markReturned(next, []*gen.Resource{{Name: "a", Hash: "v1"}, {Name: "b", Hash: "v1"}})
-	markRemoved(next, []string{"gone"})
-	resp := st.recv(t)
-
-	st.in <- &discovery.DeltaDiscoveryRequest{TypeUrl: gen.EndpointType, ResponseNonce: resp.GetNonce()}
-	c2 := rc.next(t)
-	if !sameMap(c2.sub.ReturnedResources(), next) {
-		t.Fatal("go-control-plane copied the NextVersionMap a delta response carried: gcp.go's in-place writes are lost")
-	}
-	if got := c2.sub.ReturnedResources(); got["a"] != "v1" || got["gone"] != "" {
-		t.Fatalf("returned = %v after the writes", got)
-	}
-
-	// Unsubscribing a: cancelled first, then a leaves the same map (a
-	// non-wildcard subscription deletes it), and the map a later
-	// markHeldNothing writes into is the live one.
-	st.in <- &discovery.DeltaDiscoveryRequest{TypeUrl: gen.EndpointType, ResourceNamesUnsubscribe: []string{"a"}}
-	c3 := rc.next(t)
-	atCancel, ok := rc.cancelledWith(c2)
-	if !ok || atCancel["a"] != "v1" {
-		t.Fatalf("the watch was not cancelled before the subscription changed (cancelled: %v, map then: %v)", ok, atCancel)
-	}
-	if _, has := c3.sub.ReturnedResources()["a"]; has || !sameMap(c3.sub.ReturnedResources(), next) {
-		t.Fatalf("want a dropped from the same map; got %v", c3.sub.ReturnedResources())
-	}
-	base := typeBase{cls: gen.NewSet(gen.EndpointType, map[string]*gen.Resource{"a": {Name: "a", Hash: "v1"}})}
-	markHeldNothing(c3.sub, base, []string{"a"})
-	if v, has := next["a"]; !has || v != "" {
-		t.Fatalf("markHeldNothing did not reach the subscription's map: %v", next)
 	}
 }

@@ -89,7 +89,10 @@ func (c *conn) checkNames(typeURL string, req any, misses int) error {
 		// The stream's set after the request: what it held and the names
 		// new to it (a name subscribed again counts once).
 		ts := c.of(typeURL)
-		total = len(ts.dsubs) + len(ts.dnew)
+		total = len(ts.dnew)
+		if ts.dsub != nil {
+			total += ts.dsub.names.len()
+		}
 		// The names held are counted only when the request adds unknown
 		// ones: a request that adds none cannot raise what the client
 		// guessed (held names the configuration dropped since are a
@@ -133,8 +136,12 @@ func (c *conn) unknown(typeURL string, names []string) int {
 // targets), so only a client that guesses names, by the thousand, meets
 // the bound there.
 func (c *conn) unknownHeld(typeURL string) int {
+	sub := c.of(typeURL).dsub
+	if sub == nil {
+		return 0
+	}
 	n := 0
-	for name := range c.of(typeURL).dsubs {
+	for name := range sub.names.all() {
 		if c.cfg == nil || c.cfg.Get(typeURL, name) == nil {
 			n++
 		}

@@ -3,6 +3,8 @@ package server
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"iter"
+	"maps"
 	"sort"
 
 	adminv3 "github.com/envoyproxy/go-control-plane/envoy/admin/v3"
@@ -147,7 +149,7 @@ func (c *conn) denySecret(name, reason string) {
 
 // credentials resolves every subscribed name that exists and may be read.
 // A wildcard subscription names nothing: Secrets are asked for by name.
-func (c *conn) credentials(subscribed map[string]struct{}) map[string]*gen.Resource {
+func (c *conn) credentials(subscribed iter.Seq[string]) map[string]*gen.Resource {
 	out := map[string]*gen.Resource{}
 	for n := range subscribed {
 		if r := c.credential(n); r != nil {
@@ -161,7 +163,7 @@ func (c *conn) credentials(subscribed map[string]struct{}) map[string]*gen.Resou
 // any of them changed, or on the first request. Called with c.mu held.
 func (c *conn) respondSecretSotw(w *sotwWatch, initial bool) bool {
 	returned := w.sub.ReturnedResources()
-	cur := c.credentials(w.sub.SubscribedResources())
+	cur := c.credentials(maps.Keys(w.sub.SubscribedResources()))
 	next := make(map[string]string, len(cur))
 	changed := initial || len(cur) != len(returned)
 	for n, r := range cur {
@@ -183,8 +185,8 @@ func (c *conn) respondSecretSotw(w *sotwWatch, initial bool) bool {
 // respondSecretDelta sends the subscribed Secrets that changed and removes
 // those that are gone or may no longer be read. Called with c.mu held.
 func (c *conn) respondSecretDelta(w *deltaWatch) bool {
-	returned := w.sub.ReturnedResources()
-	cur := c.credentials(w.sub.SubscribedResources())
+	returned := w.sub.returned
+	cur := c.credentials(w.sub.names.all())
 	var send []*gen.Resource
 	for _, r := range sortedResources(cur) {
 		if returned[r.Name] != r.Hash {

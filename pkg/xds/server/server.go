@@ -53,8 +53,13 @@ type Server struct {
 	// (register.go); nil for none.
 	registrar Registrar
 
+	// xds serves state-of-the-world streams; delta streams are served by
+	// serveDelta (deltastream.go) and their subscriptions share names
+	// through names (subscription.go). xdsCtx ends both at shutdown.
 	xds       serverv3.Server
+	xdsCtx    context.Context
 	xdsCancel context.CancelFunc
+	names     *namePool
 
 	debouncer *push.Debouncer
 	queue     *push.Queue[*conn, *pushItem]
@@ -104,7 +109,8 @@ func New(opts Options, world World, log *slog.Logger, reg prometheus.Registerer)
 	s.history = newHistory(opts.PushStatusSize)
 	s.waves = newWaves(s)
 	ctx, cancel := context.WithCancel(context.Background())
-	s.xdsCancel = cancel
+	s.xdsCtx, s.xdsCancel = ctx, cancel
+	s.names = newNamePool()
 	s.xds = serverv3.NewServer(ctx, watcher{s}, callbacks{s}, sotwv3.WithOrderedADS(),
 		// An empty Route or Endpoint request names nothing; only Listener
 		// and Cluster requests may be Envoy's legacy wildcard.
@@ -237,7 +243,7 @@ func (a adsService) StreamAggregatedResources(st sotwStream) error {
 }
 
 func (a adsService) DeltaAggregatedResources(st deltaStream) error {
-	return guarded(a.s, st, a.s.xds.DeltaAggregatedResources)
+	return guarded(a.s, st, func(st deltaStream) error { return a.s.serveDelta(st, "") })
 }
 
 // typeService serves the per-type discovery services.
@@ -248,7 +254,7 @@ func (t typeService) StreamClusters(st sotwStream) error {
 }
 
 func (t typeService) DeltaClusters(st deltaStream) error {
-	return guarded(t.s, st, t.s.xds.DeltaClusters)
+	return guarded(t.s, st, func(st deltaStream) error { return t.s.serveDelta(st, gen.ClusterType) })
 }
 
 func (t typeService) StreamEndpoints(st sotwStream) error {
@@ -256,7 +262,7 @@ func (t typeService) StreamEndpoints(st sotwStream) error {
 }
 
 func (t typeService) DeltaEndpoints(st deltaStream) error {
-	return guarded(t.s, st, t.s.xds.DeltaEndpoints)
+	return guarded(t.s, st, func(st deltaStream) error { return t.s.serveDelta(st, gen.EndpointType) })
 }
 
 func (t typeService) StreamListeners(st sotwStream) error {
@@ -264,7 +270,7 @@ func (t typeService) StreamListeners(st sotwStream) error {
 }
 
 func (t typeService) DeltaListeners(st deltaStream) error {
-	return guarded(t.s, st, t.s.xds.DeltaListeners)
+	return guarded(t.s, st, func(st deltaStream) error { return t.s.serveDelta(st, gen.ListenerType) })
 }
 
 func (t typeService) StreamRoutes(st sotwStream) error {
@@ -272,7 +278,7 @@ func (t typeService) StreamRoutes(st sotwStream) error {
 }
 
 func (t typeService) DeltaRoutes(st deltaStream) error {
-	return guarded(t.s, st, t.s.xds.DeltaRoutes)
+	return guarded(t.s, st, func(st deltaStream) error { return t.s.serveDelta(st, gen.RouteType) })
 }
 
 func (t typeService) FetchClusters(ctx context.Context, r *discovery.DiscoveryRequest) (*discovery.DiscoveryResponse, error) {
