@@ -3,15 +3,19 @@
 // In: a model.Store (the current World and its Updates), proxies'
 // discovery requests over gRPC.
 //
-// Out: the AggregatedDiscoveryService (state of the world and delta,
-// ordered ADS) and the per-type CDS, EDS, LDS and RDS services, all built on
-// go-control-plane's server/v3 with this package's own cache behind it (see
-// conn.go). Updates go through push.Debouncer; each proxy for which a change
-// matters (push.Changes.For decides) gets one merged item in a push.Queue;
-// configuration is generated once per proxy class (push.Classes) and sent
-// as the difference from what the proxy already has. A rejected response (NACK) is counted and
-// logged; the proxy keeps its last good configuration and is sent nothing
-// more for that type until the configuration changes.
+// Out: the AggregatedDiscoveryService (state of the world and delta, ordered
+// ADS) and the per-type CDS, EDS, LDS and RDS services. State of the world
+// is served by go-control-plane's server/v3 with this package's own cache
+// behind it (see conn.go); delta streams by this package's own loop
+// (deltastream.go), which keeps go-control-plane's protocol rules but holds
+// each stream's subscribed names as a set shared with the streams that
+// subscribe to the same names (subscription.go). Updates go through
+// push.Debouncer; each proxy for which a change matters (push.Changes.For
+// decides) gets one merged item in a push.Queue; configuration is generated
+// once per proxy class (push.Classes) and sent as the difference from what
+// the proxy already has. A rejected response (NACK) is counted and logged;
+// the proxy keeps its last good configuration and is sent nothing more for
+// that type until the configuration changes.
 //
 // An Observer (SetObserver; verdict.go) learns of every NACK, and of ACKs
 // while it asks for them, as a Verdict naming the proxy, Envoy's error and
