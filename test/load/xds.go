@@ -66,7 +66,7 @@ func (o *XDSOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.Idle, "idle", o.Idle, "quiet period after the fleet connected, to measure the server's CPU at rest")
 	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "longest wait for a phase to reach every proxy")
 	fs.StringVar(&o.ToolProfile, "tool-cpu-profile", o.ToolProfile, "write the load tool's own CPU profile to this file (to tell the client's cost from the server's)")
-	fs.BoolVar(&o.Profile, "profile", o.Profile, "save CPU profiles of the server from the start of the connect phase and of the change phases, and heap profiles after each (needs --server-pprof or a running server with /debug/pprof on --monitoring-address)")
+	fs.BoolVar(&o.Profile, "profile", o.Profile, "save CPU profiles of the server from the start of the connect phase and of the change phases, and heap profiles after each, taken after a collection (needs --server-pprof or a running server with /debug/pprof on --monitoring-address)")
 	fs.DurationVar(&o.ProfileSeconds, "profile-seconds", o.ProfileSeconds, "length of each CPU profile")
 }
 
@@ -406,7 +406,9 @@ func (r *run) reconnectPhase(ctx context.Context, out io.Writer) error {
 // startProfile, when asked, fetches a CPU profile of the server over the
 // next ProfileSeconds under the name server-cpu-<name>.pprof; the
 // returned function waits for it and saves a heap profile
-// server-heap-<name>.pprof.
+// server-heap-<name>.pprof, taken after a collection (gc=1): what is
+// live once the phase is over, not what was at the last collection
+// during it.
 func (r *run) startProfile(ctx context.Context, name string) func() {
 	if !r.o.Profile {
 		return func() {}
@@ -422,7 +424,7 @@ func (r *run) startProfile(ctx context.Context, name string) func() {
 			r.report.Profiles = append(r.report.Profiles, cpu)
 		}
 		heap := filepath.Join(r.o.Out, "server-heap-"+name+".pprof")
-		if err := loadkit.FetchProfile(ctx, r.server.Pprof, "heap", heap); err != nil {
+		if err := loadkit.FetchProfile(ctx, r.server.Pprof, "heap?gc=1", heap); err != nil {
 			r.report.Notes = append(r.report.Notes, "heap profile: "+err.Error())
 		} else {
 			r.report.Profiles = append(r.report.Profiles, heap)

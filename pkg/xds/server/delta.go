@@ -132,10 +132,7 @@ func (c *conn) deltaDiff(w *deltaWatch, names []string, returned map[string]stri
 		if v, ok := returned[n]; ok {
 			return v
 		}
-		if r := base.get(n); r != nil {
-			return r.Hash
-		}
-		return ""
+		return base.hash(n)
 	}
 	visit := func(n string) {
 		r := c.cfg.Get(t, n)
@@ -175,33 +172,35 @@ func (c *conn) deltaDiff(w *deltaWatch, names []string, returned map[string]stri
 	return send, removed
 }
 
-// typeBase is the resources of one type a delta stream was last fully
-// brought up to date with: its class's set and its own. Only the sets are
-// kept, not the configuration around them (which would hold its World).
-type typeBase struct{ cls, own *gen.Set }
+// typeBase is what a delta stream was last fully brought up to date with
+// for one type: the versions of its class's set and of its own. Only the
+// versions are kept, not the sets (which would hold the marshaled
+// resources of that generation; see gen.Versions) nor the configuration
+// around them (which would hold its World).
+type typeBase struct{ cls, own *gen.Versions }
 
 func baseOf(cfg *gen.ProxyConfig, t string) typeBase {
-	return typeBase{cls: cfg.Class.Sets[t], own: cfg.Own[t]}
+	return typeBase{cls: cfg.Class.Sets[t].Versions(), own: cfg.Own[t].Versions()}
 }
 
 func (b typeBase) set() bool { return b.cls != nil || b.own != nil }
 
-func (b typeBase) get(n string) *gen.Resource {
-	if r := b.own.Get(n); r != nil {
-		return r
+// hash returns the version the base holds of n, "" if none.
+func (b typeBase) hash(n string) string {
+	if h, ok := b.own.Hash(n); ok {
+		return h
 	}
-	return b.cls.Get(n)
+	h, _ := b.cls.Hash(n)
+	return h
 }
 
+// has reports whether the base holds a version of n.
+func (b typeBase) has(n string) bool { return b.hash(n) != "" }
+
 func (b typeBase) names() []string {
-	var out []string
-	if b.cls != nil {
-		out = append(out, b.cls.Names...)
-	}
-	if b.own != nil {
-		out = append(out, b.own.Names...)
-	}
-	return out
+	out := make([]string, 0, b.cls.Len()+b.own.Len())
+	out = append(out, b.cls.Names()...)
+	return append(out, b.own.Names()...)
 }
 
 // maxDeltaOverrides is how many names a delta stream's own map may hold

@@ -70,7 +70,7 @@ func unmarkReturned(sub cachev3.Subscription, names []string) {
 // map), that the client holds nothing of it.
 func markHeldNothing(returned map[string]string, base typeBase, names []string) {
 	for _, n := range names {
-		if _, ok := returned[n]; !ok && base.get(n) != nil {
+		if _, ok := returned[n]; !ok && base.has(n) {
 			returned[n] = ""
 		}
 	}
