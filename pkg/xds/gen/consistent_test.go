@@ -28,7 +28,13 @@ func TestConsistencyIsCheckedAgainWhenReferencesChange(t *testing.T) {
 	// New contents, the same names: setFrom's shape.
 	b := newBuilder(RouteType)
 	b.out = routes("a", "b")
-	b.out["b"].Hash = "changed"
+	// Resources are shared by content (rawResource): b changes by being
+	// another resource, not by changing the one prev holds.
+	changedB, err := NewResource("b", RouteType, &routev3.RouteConfiguration{Name: "b", VirtualHosts: []*routev3.VirtualHost{{Name: "v", Domains: []string{"*"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.out["b"] = changedB
 	next, changed, known := b.setFrom(prevRoutes)
 	if !known || len(changed) != 1 || !sameNames(next, prevRoutes) {
 		t.Fatalf("setFrom = changed %v, known %v, same names %v; want [b], true, true", changed, known, sameNames(next, prevRoutes))
@@ -37,7 +43,7 @@ func TestConsistencyIsCheckedAgainWhenReferencesChange(t *testing.T) {
 	if err := consistentSince(prev, sets, nil, []string{"a", "b"}); err != nil {
 		t.Errorf("same names, same references: %v", err)
 	}
-	err := consistentSince(prev, sets, nil, []string{"a", "c"})
+	err = consistentSince(prev, sets, nil, []string{"a", "c"})
 	if !errors.Is(err, ErrInconsistent) {
 		t.Errorf("references changed to [a c] over routes [a b]: got %v, want ErrInconsistent", err)
 	}

@@ -22,16 +22,28 @@ func (pl *portListener) rest(name string, where map[*byte][]byte) *Resource {
 		}
 	}
 	b := make([]byte, 0, size)
+	var starts []int
 	for i, f := range pl.fs {
 		if !pl.moved[i] {
-			start := len(b)
+			starts = append(starts, len(b))
 			b = append(b, f.raw...)
-			if f.num == fieldChains {
-				where[&f.raw[0]] = b[start:len(b):len(b)]
-			}
 		}
 	}
-	return rawResource(name, ListenerType, b)
+	// The chains' bytes in the listener are taken of the resource
+	// rawResource returns, which may be an equal one built before.
+	r := rawResource(name, ListenerType, b)
+	v := r.Any.GetValue()
+	k := 0
+	for i, f := range pl.fs {
+		if !pl.moved[i] {
+			if f.num == fieldChains {
+				end := starts[k] + len(f.raw)
+				where[&f.raw[0]] = v[starts[k]:end:end]
+			}
+			k++
+		}
+	}
+	return r
 }
 
 // addressListener marshals the listener of gr's address; held are its
@@ -60,16 +72,24 @@ func (pl *portListener) addressListener(gr *addressGroup) (*Resource, [][]byte, 
 	for _, f := range pl.shared {
 		b = append(b, f...)
 	}
-	held := make([][]byte, len(gr.chains))
+	starts := make([]int, len(gr.chains))
 	for k, c := range gr.chains {
-		start := len(b)
+		starts[k] = len(b)
 		b = append(b, c...)
-		held[k] = b[start:len(b):len(b)]
 	}
 	if gr.other && pl.def != nil {
 		b = append(b, pl.def...)
 	}
-	return rawResource(name, ListenerType, b), held, nil
+	// held are slices of the resource rawResource returns, which may be
+	// an equal one another class built.
+	r := rawResource(name, ListenerType, b)
+	v := r.Any.GetValue()
+	held := make([][]byte, len(gr.chains))
+	for k, c := range gr.chains {
+		end := starts[k] + len(c)
+		held[k] = v[starts[k]:end:end]
+	}
+	return r, held, nil
 }
 
 // addressListenerName names the listener of address a on port, as istiod

@@ -125,11 +125,29 @@ func (m *chainMemo) resource(l *listenerv3.Listener) (*Resource, error) {
 		m.kept = nil
 		return buildResource(l.Name, ListenerType, l)
 	}
-	_, b, err := m.marshal(l, true)
+	fs, b, err := m.marshal(l, true)
 	if err != nil {
 		return nil, err
 	}
-	return rawResource(l.Name, ListenerType, b), nil
+	r := rawResource(l.Name, ListenerType, b)
+	m.keepFrom(fs, r)
+	return r, nil
+}
+
+// keepFrom makes m's kept chains slices of r, the listener marshaled as
+// fs one after the other (r may be an equal listener another class built:
+// rawResource): the class holds r, not the buffer its chains were
+// marshaled into.
+func (m *chainMemo) keepFrom(fs []wireField, r *Resource) {
+	v := r.Any.GetValue()
+	pos := 0
+	for _, f := range fs {
+		end := pos + len(f.raw)
+		if f.name != "" {
+			m.kept[f.name] = keptChain{ranges: m.kept[f.name].ranges, wire: v[pos:end:end]}
+		}
+		pos = end
+	}
 }
 
 // fields validates l and returns its marshaled top-level fields in order,
@@ -153,13 +171,11 @@ func assemble(name string, fs []wireField, m *chainMemo) *Resource {
 	}
 	b := make([]byte, 0, size)
 	for _, f := range fs {
-		start := len(b)
 		b = append(b, f.raw...)
-		if f.name != "" {
-			m.kept[f.name] = keptChain{ranges: m.kept[f.name].ranges, wire: b[start:len(b):len(b)]}
-		}
 	}
-	return rawResource(name, ListenerType, b)
+	r := rawResource(name, ListenerType, b)
+	m.keepFrom(fs, r)
+	return r
 }
 
 // chainField appends the chain fc (size bytes marshaled, if fresh) to buf
