@@ -26,7 +26,7 @@ const wildcardName = "*"
 
 // deltaSub is one delta stream's subscription to one type, with the same
 // meaning as go-control-plane's stream.Subscription (whose rules
-// subscription_test.go holds it to): the wildcard state, Envoy's legacy
+// deltastream_test.go holds it to): the wildcard state, Envoy's legacy
 // wildcard (an empty first request subscribes to everything until a name
 // is given), the names asked for, and the versions the stream holds
 // (returned; see delta.go for how it overrides the stream's base).
