@@ -57,6 +57,13 @@ type FleetOptions struct {
 	// after a failed connection); zero: gRPC's default (1 s, x1.6, up to
 	// 120 s).
 	Backoff backoff.Config
+	// InjectedLabels gives each proxy the labels Istio's injector adds to
+	// a pod, service.istio.io/canonical-name and canonical-revision (the
+	// service's name and "v1"), and pilot-agent sends with the pod's
+	// others. With tracing on they separate proxies of different services
+	// (the connection managers' tracing tags name them); without them the
+	// proxies of a namespace are alike.
+	InjectedLabels bool
 }
 
 // The fleet's decode modes (FleetOptions.Decode).
@@ -86,6 +93,7 @@ func (o *FleetOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.Resume, "resume", o.Resume, "a reconnecting proxy presents the versions it holds (delta initial_resource_versions), as Envoy does; otherwise it starts empty")
 	fs.StringVar(&o.Decode, "decode", o.Decode, "how much of each resource a proxy decodes: full (all of it, validated as Envoy would), light (only its name, references, endpoint addresses and route names, read from the wire: the light client mode, to measure the server rather than the fleet), both (light checked against full, for tests)")
 	fs.IntVar(&o.Window, "window", o.Window, "fix each proxy's gRPC flow-control windows at this many bytes (at least 65536; 0: gRPC's default, growing up to 16 MB): what the fleet has received and not yet read stays within proxies x window")
+	fs.BoolVar(&o.InjectedLabels, "injected-labels", o.InjectedLabels, "each proxy also sends the labels Istio's injector adds to a pod (service.istio.io/canonical-name and canonical-revision), as an injected pod's pilot-agent does: with tracing on, proxies of different services then differ")
 	fs.BoolVar(&o.Verify, "verify", o.Verify, "check at the end that every proxy holds the world's configuration (clusters, endpoint addresses, routes)")
 }
 
@@ -192,9 +200,14 @@ func NewFleet(opts FleetOptions, w *World) (*Fleet, error) {
 		ip := svc.Endpoints[(i/len(w.services))%(len(svc.Endpoints)-1)]
 		pod := fmt.Sprintf("%s-%d", svc.Name, i)
 		id := fmt.Sprintf("sidecar~%s~%s.%s~%s.svc.%s", ip, pod, svc.Namespace, svc.Namespace, w.opts.DomainSuffix)
+		labels := map[string]any{"app": svc.Name, "version": "v1"}
+		if opts.InjectedLabels {
+			labels["service.istio.io/canonical-name"] = svc.Name
+			labels["service.istio.io/canonical-revision"] = "v1"
+		}
 		md, err := structpb.NewStruct(map[string]any{
 			"NAMESPACE": svc.Namespace, "NAME": pod, "WORKLOAD_NAME": svc.Name, "SERVICE_ACCOUNT": svc.Name,
-			"LABELS": map[string]any{"app": svc.Name, "version": "v1"}, "INSTANCE_IPS": ip,
+			"LABELS": labels, "INSTANCE_IPS": ip,
 			"ISTIO_VERSION": opts.IstioVersion, "CLUSTER_ID": "Kubernetes", "MESH_ID": w.opts.DomainSuffix,
 			"INTERCEPTION_MODE": "REDIRECT",
 		})
