@@ -64,6 +64,10 @@ type ClassConfig struct {
 	// ancestors are what the configurations this one descends from
 	// changed, oldest first (class_history.go).
 	ancestors []ancestor
+	// variant is set when the configuration is a variant of another
+	// class's (class_variant.go). A variant is never the previous
+	// configuration of a generation: its base is.
+	variant *variant
 }
 
 // portUnit is the outbound listener of one port, reused by the next

@@ -41,6 +41,10 @@ func (c *ClassConfig) ChangesSince(prev *ClassConfig) (map[string][]string, bool
 	switch {
 	case c == nil || prev == nil:
 		return nil, false
+	case c.Class != prev.Class:
+		// A variant shares its base's history (class_variant.go), and
+		// differs from it all the same.
+		return nil, false
 	case c.ID == prev.ID:
 		return map[string][]string{}, true
 	case c.Base == 0:

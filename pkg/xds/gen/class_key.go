@@ -32,9 +32,10 @@ import (
 //	|tel=A,B       the Telemetry resources of p's namespace whose selector
 //	               or targetRefs select p, by name (telemetry_class.go)
 //	|trace=...     when tracing may apply (telemetry_tracing.go): what the
-//	               connection managers' tracing reads of p (its canonical
-//	               service and revision, mesh, cluster, node cluster and
-//	               PROXY_CONFIG tracing), when p has some; gateways too
+//	               connection managers' tracing reads of p (its node
+//	               cluster and PROXY_CONFIG tracing, and for gateways and
+//	               proxyless gRPC what |tags= holds for sidecars), when p
+//	               has some
 //	|ef=A@V,B@W#D  the EnvoyFilters that apply to p (its namespace's and
 //	               the root namespace's that select it), in the order
 //	               they apply, with their resource versions, and after
@@ -49,18 +50,36 @@ import (
 //	               its locality (failover), the from it matches of each
 //	               distribute list, its failoverPriority label values;
 //	               gateways too
+//	|tags=N,R,M,C  last, when tracing may apply to a sidecar: the
+//	               canonical service and revision, mesh and cluster its
+//	               connection managers' service tags name. The key
+//	               without it is the base class (VariantOf), of which this
+//	               class is a variant (class_variant.go)
 //
 // Without such configuration the key is p.Class(). Gateways' classes
 // already carry their labels (DestinationRule selectors, which do apply to
 // gateways, need nothing more), and Sidecars never apply to them. ClassKey
 // is cheap: what it needs of w is indexed once per World (and namespace).
-func ClassKey(w *model.World, p *model.Proxy) string {
-	key := p.Class()
+func ClassKey(w *model.World, p *model.Proxy) (key string) {
+	key = p.Class()
 	ix := indexFor(w)
+	var tags string
 	if ix.tracing {
-		if id := traceIdentity(p, ix.traceNodeCluster); id != "" {
-			key += "|trace=" + id
+		var rest string
+		tags, rest = traceIdentity(p, ix.traceNodeCluster)
+		if tags != "" && (!variantsApply(p) || strings.Contains(tags, "|")) {
+			// Not a variant (a value with the separator would not
+			// split back): the tags are the class's.
+			rest = tags + ";" + rest
+			tags = ""
 		}
+		if rest != "" {
+			key += "|trace=" + rest
+		}
+	}
+	if tags != "" {
+		// Last, so that the key without it is the base's (VariantOf).
+		defer func() { key += variantSep + tags }()
 	}
 	if d := ix.lb.forNamespace(p.Namespace); !d.empty() {
 		t := topologyOf(newView(w, nil), p) // ClassKey is recomputed for every change: unrecorded

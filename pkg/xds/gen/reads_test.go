@@ -37,6 +37,9 @@ var worldAllowed = map[string]bool{
 	"partCache.get": true,
 	// A refusal's log line names the class.
 	"Generator.addTo": true,
+	// A variant's telemetry reads what its base's read (the class key's
+	// |tel= part is its base's), recorded by the base's generation.
+	"Generator.Variant": true,
 }
 
 // TestGenerationReadsOnlyThroughViews: generation code cannot read the
@@ -204,6 +207,7 @@ var scopeAllowed = map[string]string{
 	"Scope.Visible": "the planner's question, not generation", "Scope.SeesNamespace": "the planner's question, not generation",
 	"autoPassthroughChains": "a gateway's listeners are its class's own, rebuilt by every generation",
 	"Generator.warnRules":   "a warning", "Generator.warnSidecar": "a warning",
+	"Generator.Variant": "sets the variant's telemetry, which reads what its base's recorded",
 }
 
 // TestScopeSelectionsAreRecorded: outside the recording machinery

@@ -145,27 +145,33 @@ func tracingMayApply(w *view) bool {
 }
 
 // traceIdentity is what a proxy's tracing reads of the proxy beyond its
-// class (p.Class: type, namespace, version): the tags' canonical service
-// and revision, mesh and cluster, the ProxyConfig it sends and, when
-// nodeCluster (some provider names spans after it), the node cluster; ""
-// when it has none of them. The node cluster is pilot-agent's
-// "<service>.<namespace>": keying on it always would give every service
-// its own class.
-func traceIdentity(p *model.Proxy, nodeCluster bool) string {
+// class (p.Class: type, namespace, version), in two parts. tags is what
+// only the connection managers' service tags read (serviceTags: the
+// canonical service and revision, mesh and cluster): proxies that differ
+// in nothing else get the same configuration but for those tags' values,
+// which a variant rewrites (class_variant.go). rest is the ProxyConfig
+// the proxy sends and, when nodeCluster (some provider names spans after
+// it), the node cluster. Each is "" when the proxy has none of it. The
+// node cluster is pilot-agent's "<service>.<namespace>": keying on it
+// always would give every service its own class.
+func traceIdentity(p *model.Proxy, nodeCluster bool) (tags, rest string) {
 	l := p.Labels()
 	name, rev, md := l[canonicalNameLabel], l[canonicalRevisionLabel], &p.Metadata
+	if name != "" || rev != "" || md.MeshID != "" || md.ClusterID != "" {
+		tags = strings.Join([]string{name, rev, md.MeshID, md.ClusterID}, ",")
+	}
 	sc := ""
 	if nodeCluster {
 		sc = p.ServiceCluster
 	}
-	if name == "" && rev == "" && md.MeshID == "" && md.ClusterID == "" && sc == "" && !md.ProxyConfig {
-		return ""
+	if sc != "" || md.ProxyConfig {
+		pc := "-"
+		if md.ProxyConfig {
+			pc = md.Tracing
+		}
+		rest = sc + "," + pc
 	}
-	pc := "-"
-	if md.ProxyConfig {
-		pc = md.Tracing
-	}
-	return strings.Join([]string{name, rev, md.MeshID, md.ClusterID, sc, pc}, ",")
+	return tags, rest
 }
 
 // tracingReadsNodeCluster reports whether some extension provider of the

@@ -19,6 +19,15 @@ type Classes struct {
 type classEntry struct {
 	mu  sync.Mutex
 	cfg *gen.ClassConfig
+	// rep is the proxy a base class was generated for, its
+	// representative: the variants rewrite its service tags
+	// (gen.Generator.Variant), so it stays while it is of the class.
+	rep *model.Proxy
+	// from is the base configuration a variant's was made from; own is
+	// set when the variant's configuration was generated for it instead
+	// (the generator refused to make it a variant).
+	from *gen.ClassConfig
+	own  bool
 }
 
 func (cc *Classes) entry(class string) *classEntry {
@@ -38,42 +47,139 @@ func (cc *Classes) entry(class string) *classEntry {
 // Full returns the class's configuration for w (or newer), generating it
 // once for all the class's proxies. On a generation failure it returns the
 // last good configuration, or nil if there is none.
+//
+// A class that is a variant of another (gen.VariantOf: classes that
+// differ in the tracing service tags alone) is made from its base's
+// configuration, which is generated once for all its variants.
 func (cc *Classes) Full(g *gen.Generator, w *model.World, p *model.Proxy) *gen.ClassConfig {
-	e := cc.entry(gen.ClassKey(w, p))
+	key := gen.ClassKey(w, p)
+	base, tags := gen.VariantOf(key)
+	if tags == "" {
+		e := cc.entry(key)
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if e.cfg != nil && e.cfg.WorldVersion >= w.Version {
+			return e.cfg
+		}
+		cfg, _ := g.Class(w, p, e.cfg)
+		if cfg != nil {
+			e.cfg = cfg
+		}
+		return e.cfg
+	}
+	b := cc.base(base, w, p, func(e *classEntry) {
+		cfg, _ := g.Class(w, e.rep, e.cfg)
+		if cfg != nil {
+			e.cfg = cfg
+		}
+	})
+	return cc.variant(g, w, p, key, b, func(e *classEntry) {
+		var prev *gen.ClassConfig
+		if e.own {
+			prev = e.cfg
+		}
+		if cfg, _ := g.Class(w, p, prev); cfg != nil {
+			e.cfg = cfg
+		}
+	})
+}
+
+// base returns the base class's configuration, brought up to w by
+// update (called with the entry locked) unless it is there already.
+func (cc *Classes) base(key string, w *model.World, p *model.Proxy, update func(*classEntry)) *gen.ClassConfig {
+	e := cc.entry(key)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.cfg != nil && e.cfg.WorldVersion >= w.Version {
 		return e.cfg
 	}
-	cfg, _ := g.Class(w, p, e.cfg)
-	if cfg != nil {
-		e.cfg = cfg
+	if e.rep == nil || !sameBase(gen.ClassKey(w, e.rep), key) {
+		// The representative left the class (a Sidecar now selects
+		// it): p stands for it now, and the next generation reuses
+		// less, since every service tag changes.
+		e.rep = p
 	}
+	update(e)
+	return e.cfg
+}
+
+func sameBase(key, base string) bool {
+	b, _ := gen.VariantOf(key)
+	return b == base
+}
+
+// variant returns the variant key's configuration for p made from b, its
+// base's, or, if the generator refuses to make it a variant, generated
+// by own (called with the entry locked).
+func (cc *Classes) variant(g *gen.Generator, w *model.World, p *model.Proxy, key string, b *gen.ClassConfig, own func(*classEntry)) *gen.ClassConfig {
+	if b == nil || b.Class == key {
+		// The representative's own class, or no base yet.
+		return b
+	}
+	e := cc.entry(key)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.cfg != nil && (e.from == b || e.own && e.cfg.WorldVersion >= w.Version) {
+		return e.cfg
+	}
+	if e.from != nil && e.from.WorldVersion > b.WorldVersion {
+		return e.cfg // made from a newer base already
+	}
+	var prev *gen.ClassConfig
+	if !e.own {
+		prev = e.cfg
+	}
+	if v, ok := g.Variant(b, key, p, prev); ok {
+		e.cfg, e.from, e.own = v, b, false
+		return e.cfg
+	}
+	own(e)
+	e.from, e.own = nil, true
 	return e.cfg
 }
 
 // Endpoints returns the class's configuration with the endpoints of svcs
 // taken from w, updating it once for all the class's proxies.
 func (cc *Classes) Endpoints(g *gen.Generator, w *model.World, p *model.Proxy, svcs []model.NamespacedName) *gen.ClassConfig {
-	e := cc.entry(gen.ClassKey(w, p))
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	switch {
-	case e.cfg == nil:
-		cfg, _ := g.Class(w, p, nil)
-		e.cfg = cfg
-	case e.cfg.WorldVersion < w.Version:
-		e.cfg, _ = g.UpdateEndpoints(e.cfg, w, svcs)
+	update := func(e *classEntry, q *model.Proxy) {
+		switch {
+		case e.cfg == nil:
+			e.cfg, _ = g.Class(w, q, nil)
+		case e.cfg.WorldVersion < w.Version:
+			e.cfg, _ = g.UpdateEndpoints(e.cfg, w, svcs)
+		}
 	}
-	return e.cfg
+	key := gen.ClassKey(w, p)
+	base, tags := gen.VariantOf(key)
+	if tags == "" {
+		e := cc.entry(key)
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		update(e, p)
+		return e.cfg
+	}
+	b := cc.base(base, w, p, func(e *classEntry) { update(e, e.rep) })
+	return cc.variant(g, w, p, key, b, func(e *classEntry) {
+		if !e.own {
+			e.cfg = nil
+		}
+		update(e, p)
+	})
 }
 
-// Forget drops classes without proxies, so their memory goes.
+// Forget drops classes without proxies, so their memory goes; a base
+// class stays while a variant of it has proxies.
 func (cc *Classes) Forget(keep map[string]bool) {
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
+	bases := map[string]bool{}
+	for k := range keep {
+		if b, tags := gen.VariantOf(k); tags != "" {
+			bases[b] = true
+		}
+	}
 	for k := range cc.entries {
-		if !keep[k] {
+		if !keep[k] && !bases[k] {
 			delete(cc.entries, k)
 		}
 	}

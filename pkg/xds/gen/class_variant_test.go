@@ -1,0 +1,238 @@
+package gen
+
+import (
+	"bytes"
+	"maps"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/meshplane/discovery/pkg/model"
+	"github.com/meshplane/discovery/pkg/xds/internal/worldtest"
+)
+
+// identities are proxies of one workload that differ in what the service
+// tags name: the representative first.
+func identities(t *testing.T, id string, meta map[string]any) []*model.Proxy {
+	t.Helper()
+	variants := []map[string]any{
+		{canonicalNameLabel: "reviews", canonicalRevisionLabel: "v1"},
+		{canonicalNameLabel: "ratings", canonicalRevisionLabel: "v2"},
+		{canonicalNameLabel: "a-much-longer-canonical-service-name-than-the-others"},
+		{"MESH_ID": "mesh-2", "CLUSTER_ID": "cluster-east"},
+	}
+	var out []*model.Proxy
+	for _, v := range variants {
+		m := maps.Clone(meta)
+		labels := map[string]any{}
+		if l, ok := m[model.MetaLabels].(map[string]any); ok {
+			maps.Copy(labels, l)
+		}
+		for k, val := range v {
+			if k == "MESH_ID" || k == "CLUSTER_ID" {
+				m[k] = val
+			} else {
+				labels[k] = val
+			}
+		}
+		m[model.MetaLabels] = labels
+		p, err := model.ParseProxy(id, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// sameSets reports the first difference between two sets of every type.
+func sameSets(t *testing.T, what string, got, want map[string]*Set) {
+	t.Helper()
+	for _, typ := range append(TypeURLs, "") {
+		g, w := got[typ], want[typ]
+		if g.Len() != w.Len() {
+			t.Errorf("%s %s: %d resources, want %d", what, ShortType(typ), g.Len(), w.Len())
+			continue
+		}
+		if w == nil {
+			continue
+		}
+		for _, n := range w.Names {
+			gr, wr := g.Get(n), w.Get(n)
+			if gr == nil {
+				t.Errorf("%s %s %s: missing", what, ShortType(typ), n)
+				continue
+			}
+			if !bytes.Equal(gr.Any.GetValue(), wr.Any.GetValue()) || gr.Hash != wr.Hash {
+				t.Errorf("%s %s %s: differs from the class generated for the proxy", what, ShortType(typ), n)
+			}
+		}
+	}
+}
+
+// A variant is byte for byte the configuration its class generates, class
+// and own parts, for every sidecar case of the golden tests, with port
+// listeners and listeners per address, for proxies whose service tags
+// differ in each value and in length.
+func TestVariantsAreTheirClasses(t *testing.T) {
+	dirs, err := filepath.Glob("testdata/*/node.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	variants := 0
+	for _, perAddress := range []bool{false, true} {
+		opts := DefaultOptions(quietLog())
+		opts.ListenersPerAddress = perAddress
+		for _, nodeFile := range dirs {
+			dir := filepath.Dir(nodeFile)
+			if _, err := os.Stat(filepath.Join(dir, "input.yaml")); err != nil {
+				continue // a case of another form
+			}
+			w, node := loadCase(t, dir)
+			if !variantsApply(node) {
+				continue
+			}
+			data, err := os.ReadFile(nodeFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var raw struct {
+				Metadata map[string]any `json:"metadata"`
+			}
+			if err := yaml.Unmarshal(data, &raw); err != nil {
+				t.Fatal(err)
+			}
+			ps := identities(t, node.ID, raw.Metadata)
+			rep := ps[0]
+			g, err := New(opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			base, err := g.Class(w, rep, nil)
+			if err != nil {
+				t.Fatalf("%s: %v", dir, err)
+			}
+			baseKey, tags := VariantOf(ClassKey(w, rep))
+			if tags == "" {
+				if base.Scope().outTel().tracing != nil {
+					t.Errorf("%s: a sidecar that traces has no variant key: %q", dir, ClassKey(w, rep))
+				}
+				continue
+			}
+			for _, p := range ps[1:] {
+				key := ClassKey(w, p)
+				if b, _ := VariantOf(key); b != baseKey {
+					t.Logf("%s: the labels change more than the tags: %q against %q", dir, key, baseKey)
+					continue
+				}
+				v, ok := g.Variant(base, key, p, nil)
+				if !ok {
+					t.Errorf("%s: Variant refused", dir)
+					continue
+				}
+				fresh, err := New(opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want, err := fresh.Class(w, p, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				what := filepath.Base(dir) + " " + key
+				sameSets(t, what, v.Sets, want.Sets)
+				sameSets(t, what+" own", g.Proxy(w, p, v).Own, fresh.Proxy(w, p, want).Own)
+				if v.Sets[ClusterType] != base.Sets[ClusterType] {
+					t.Errorf("%s: the variant does not share its base's clusters", what)
+				}
+				// Made again from itself, it takes every listener it rewrote.
+				again, ok := g.Variant(base, key, p, v)
+				if !ok {
+					t.Fatalf("%s: refused the second time", what)
+				}
+				for n, r := range again.Sets[ListenerType].Resources {
+					if r != v.Sets[ListenerType].Resources[n] {
+						t.Errorf("%s: listener %s rewritten again", what, n)
+					}
+				}
+				variants++
+			}
+		}
+	}
+	if variants < 20 {
+		t.Errorf("only %d variants compared: the cases lost their tracing", variants)
+	}
+}
+
+// A custom tag named like a service tag, beside Istio's: the connection
+// managers carry the name twice, the rewrite cannot tell which is the
+// proxy's, and the variant is refused (its class is generated). Without
+// Istio's tags the custom tag is the user's, the same for every proxy,
+// and left alone.
+func TestVariantRefusesTagsItCannotTell(t *testing.T) {
+	ns := "apiVersion: v1\nkind: Namespace\nmetadata: {name: default}\n---\n" +
+		"apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: default}\nspec:\n  ports: [{name: http, port: 80}]\n---\n" +
+		"apiVersion: v1\nkind: Service\nmetadata: {name: zipkin, namespace: istio-system}\nspec:\n  ports: [{name: http, port: 9411}]\n---\n"
+	tel := func(istioTags bool) string {
+		s := "apiVersion: telemetry.istio.io/v1\nkind: Telemetry\nmetadata: {name: mesh-default, namespace: default}\nspec:\n  tracing:\n  - customTags:\n      istio.canonical_service: {literal: {value: mine}}\n"
+		if !istioTags {
+			s += "    enableIstioTags: false\n"
+		}
+		return s
+	}
+	for _, istioTags := range []bool{true, false} {
+		store := loadWorld(t, ns+tel(istioTags))
+		ev, err := worldtest.MeshConfig("defaultProviders: {tracing: [zipkin]}\nextensionProviders: [{name: zipkin, zipkin: {service: zipkin.istio-system.svc.cluster.local, port: 9411}}]\n")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := store.Apply(ev); err != nil {
+			t.Fatal(err)
+		}
+		w := store.World()
+		ps := identities(t, "sidecar~10.9.0.1~pod.default~default.svc.cluster.local", map[string]any{model.MetaIstioVersion: "1.32.0"})
+		g := newForTest(quietLog())
+		base, err := g.Class(w, ps[0], nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(base.Scope().outTel().tracing.GetCustomTags()) == 0 {
+			t.Fatalf("istio tags %v: the test world does not trace", istioTags)
+		}
+		v, ok := g.Variant(base, ClassKey(w, ps[1]), ps[1], nil)
+		if istioTags {
+			if ok {
+				t.Errorf("a custom tag of a service tag's name beside Istio's: variant made")
+			}
+			continue
+		}
+		if !ok {
+			t.Fatalf("without Istio's tags: refused")
+		}
+		fresh := newForTest(quietLog())
+		want, err := fresh.Class(w, ps[1], nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameSets(t, "istio tags off", v.Sets, want.Sets)
+	}
+}
+
+// The key's variant part comes last and only for sidecars: gateways keep
+// the tags in their class.
+func TestVariantKeys(t *testing.T) {
+	w := loadWorld(t, "apiVersion: v1\nkind: Namespace\nmetadata: {name: default}\n").World()
+	a := labelled(t, "sidecar", "default", map[string]string{canonicalNameLabel: "reviews"})
+	b := labelled(t, "sidecar", "default", map[string]string{canonicalNameLabel: "ratings"})
+	ka, kb := ClassKey(w, a), ClassKey(w, b)
+	ba, ta := VariantOf(ka)
+	bb, tb := VariantOf(kb)
+	if ka == kb || ba != bb || ta == "" || tb == "" {
+		t.Errorf("sidecars: keys %q and %q, want one base and two tags", ka, kb)
+	}
+	gw := labelled(t, "router", "default", map[string]string{canonicalNameLabel: "ingress"})
+	if _, tags := VariantOf(ClassKey(w, gw)); tags != "" {
+		t.Errorf("gateway key %q has a variant part", ClassKey(w, gw))
+	}
+}

@@ -1,0 +1,114 @@
+package push
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand"
+	"slices"
+	"testing"
+
+	"github.com/meshplane/discovery/pkg/model"
+	"github.com/meshplane/discovery/pkg/xds/gen"
+)
+
+// Proxies of a namespace that differ in their canonical service (every
+// injected pod's labels) are variants of one class: through changes of
+// every kind, what Classes gives each of them, by a full push or an
+// endpoints one, is what generating its class from scratch gives, and the
+// variants share their base's clusters.
+func TestClassesServeVariantsAsTheirClasses(t *testing.T) {
+	trials := 40
+	if testing.Short() {
+		trials = 10
+	}
+	g, err := gen.New(gen.DefaultOptions(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	variants := 0
+	for trial := range trials {
+		rng := rand.New(rand.NewSource(int64(1000 + trial)))
+		pw := randomPlanWorld(rng)
+		store := model.NewStore(model.StoreOptions{})
+		evs, err := decodeVersioned(pw.yaml())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := store.Apply(append(evs, pw.slices()...)...); err != nil {
+			t.Fatal(err)
+		}
+		var ps []*model.Proxy
+		for i, s := range pw.services {
+			for j, name := range []string{s.name, s.name + "-canary"} {
+				ps = append(ps, planProxy(t, "sidecar", s.eps[0], fmt.Sprintf("%s-%d-%d", s.name, i, j), s.ns,
+					map[string]any{"app": s.name, "version": "v1", "service.istio.io/canonical-name": name, "service.istio.io/canonical-revision": "v1"}))
+			}
+		}
+		var cc Classes
+		check := func(w *model.World, desc string, get func(p *model.Proxy) *gen.ClassConfig) {
+			bases := map[string]*gen.Set{}
+			for _, p := range ps {
+				got := get(p)
+				want, err := g.Class(w, p, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got == nil || got.Class != want.Class {
+					t.Fatalf("trial %d (%s), %s: class %v, want %q", trial, desc, p.ID, got, want.Class)
+				}
+				for _, typ := range gen.TypeURLs {
+					a, b := got.Sets[typ], want.Sets[typ]
+					if !slices.Equal(a.Names, b.Names) {
+						t.Errorf("trial %d (%s), %s %s: names differ from the class generated afresh", trial, desc, p.ID, gen.ShortType(typ))
+						continue
+					}
+					for _, n := range b.Names {
+						if !bytes.Equal(a.Get(n).Any.GetValue(), b.Get(n).Any.GetValue()) {
+							t.Errorf("trial %d (%s), %s: %s %s differs from the class generated afresh", trial, desc, p.ID, gen.ShortType(typ), n)
+						}
+					}
+				}
+				base, tags := gen.VariantOf(got.Class)
+				if tags == "" {
+					continue
+				}
+				variants++
+				if s, ok := bases[base]; ok && s != got.Sets[gen.ClusterType] {
+					t.Errorf("trial %d (%s), %s: the variants of %s do not share their clusters", trial, desc, p.ID, base)
+				}
+				bases[base] = got.Sets[gen.ClusterType]
+			}
+		}
+		w := store.World()
+		check(w, "first", func(p *model.Proxy) *gen.ClassConfig { return cc.Full(g, w, p) })
+		for step := range 3 {
+			desc, change := pw.change(rng)
+			u, err := store.Apply(change...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if u == nil {
+				continue
+			}
+			w := u.World
+			ch := map[model.Key]model.Op{}
+			for _, c := range u.Changes {
+				ch[c.Key] = c.Op
+			}
+			sp := Split(ch)
+			desc = fmt.Sprintf("change %d: %s", step+1, desc)
+			if len(sp.Others) == 0 && len(sp.Endpoints) > 0 {
+				var svcs []model.NamespacedName
+				for nn := range sp.Endpoints {
+					svcs = append(svcs, nn)
+				}
+				check(w, desc, func(p *model.Proxy) *gen.ClassConfig { return cc.Endpoints(g, w, p, svcs) })
+				continue
+			}
+			check(w, desc, func(p *model.Proxy) *gen.ClassConfig { return cc.Full(g, w, p) })
+		}
+	}
+	if variants == 0 {
+		t.Fatal("no variants: the proxies' classes lost their tags")
+	}
+}
