@@ -5,6 +5,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 
 	"sigs.k8s.io/yaml"
@@ -65,7 +66,7 @@ func sameSets(t *testing.T, what string, got, want map[string]*Set) {
 				t.Errorf("%s %s %s: missing", what, ShortType(typ), n)
 				continue
 			}
-			if !bytes.Equal(gr.Any.GetValue(), wr.Any.GetValue()) || gr.Hash != wr.Hash {
+			if !bytes.Equal(gr.Wire().GetValue(), wr.Wire().GetValue()) || gr.Size() != wr.Size() || gr.lazy == nil && gr.Hash != wr.Hash {
 				t.Errorf("%s %s %s: differs from the class generated for the proxy", what, ShortType(typ), n)
 			}
 		}
@@ -234,5 +235,54 @@ func TestVariantKeys(t *testing.T) {
 	gw := labelled(t, "router", "default", map[string]string{canonicalNameLabel: "ingress"})
 	if _, tags := VariantOf(ClassKey(w, gw)); tags != "" {
 		t.Errorf("gateway key %q has a variant part", ClassKey(w, gw))
+	}
+}
+
+// A variant's rewritten listeners are held as the means to make them:
+// their bytes go with the last holder and are made again, the same, when
+// asked for.
+func TestVariantListenersAreMadeWhenAsked(t *testing.T) {
+	w, node := loadCase(t, "testdata/bookinfo")
+	ps := identities(t, node.ID, map[string]any{model.MetaIstioVersion: "1.32.0", "NAMESPACE": "default"})
+	g := newForTest(quietLog())
+	base, err := g.Class(w, ps[0], nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, ok := g.Variant(base, ClassKey(w, ps[1]), ps[1], nil)
+	if !ok {
+		t.Fatal("Variant refused")
+	}
+	lazy := 0
+	for n, r := range v.Sets[ListenerType].Resources {
+		if r.lazy == nil {
+			continue
+		}
+		lazy++
+		first := bytes.Clone(r.Wire().GetValue())
+		if r.Size() != len(first) {
+			t.Errorf("%s: size %d, made %d bytes", n, r.Size(), len(first))
+		}
+		runtime.GC()
+		runtime.GC()
+		if r.lazy.held.Value() != nil {
+			t.Errorf("%s: its bytes outlived their holders", n)
+		}
+		if again := r.Wire().GetValue(); !bytes.Equal(first, again) {
+			t.Errorf("%s: made again, differs", n)
+		}
+	}
+	if lazy == 0 {
+		t.Fatal("no listener of the variant was rewritten")
+	}
+	// Another workload's rewrite of the same listener is another version.
+	other, ok := g.Variant(base, ClassKey(w, ps[2]), ps[2], nil)
+	if !ok {
+		t.Fatal("Variant refused")
+	}
+	for n, r := range v.Sets[ListenerType].Resources {
+		if o := other.Sets[ListenerType].Get(n); r.lazy != nil && o.Hash == r.Hash {
+			t.Errorf("%s: the variants of two workloads have one version", n)
+		}
 	}
 }

@@ -276,7 +276,7 @@ func (r *efRun) patchSet(typeURL string, s *Set, want func(string) bool, newMsg 
 			continue
 		}
 		m := newMsg()
-		if err := proto.Unmarshal(s.Resources[name].Any.GetValue(), m); err != nil {
+		if err := proto.Unmarshal(s.Resources[name].Wire().GetValue(), m); err != nil {
 			continue
 		}
 		applied := envoyfilter.Applied{}

@@ -53,13 +53,63 @@ func ShortType(typeURL string) string {
 // Resource is one validated resource, marshaled once and shared.
 type Resource struct {
 	Name string
-	Any  *anypb.Any
+	// Any is the resource marshaled; nil for a lazy resource. Wire
+	// gives it either way: read it only where no lazy resource can be.
+	Any *anypb.Any
 	// Hash identifies the content; it is the resource's version in delta xDS.
 	Hash string
+	lazy *lazyWire
+	// plan is where a base listener's service tags are (class_variant.go).
+	plan atomic.Pointer[retagPlan]
 }
 
 // Size is the resource's marshaled size in bytes.
-func (r *Resource) Size() int { return len(r.Any.GetValue()) }
+func (r *Resource) Size() int {
+	if r.lazy != nil {
+		return r.lazy.size
+	}
+	return len(r.Any.GetValue())
+}
+
+// Wire is the resource marshaled. A lazy resource's bytes are made again
+// when the last ones were collected.
+func (r *Resource) Wire() *anypb.Any {
+	if r.lazy == nil {
+		return r.Any
+	}
+	return r.lazy.get()
+}
+
+// lazyWire is a resource's marshaled form, held weakly and made when
+// asked for after it was collected. A variant's listeners
+// (class_variant.go) are each a few bytes of a base listener rewritten:
+// 2 MB each at M1, one per workload, and sent once or a few times per
+// change; holding them would hold a copy of every base listener per
+// workload.
+type lazyWire struct {
+	typeURL string
+	size    int
+	make    func() []byte
+	mu      sync.Mutex
+	held    weak.Pointer[anypb.Any]
+}
+
+func (l *lazyWire) get() *anypb.Any {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if a := l.held.Value(); a != nil {
+		return a
+	}
+	a := &anypb.Any{TypeUrl: l.typeURL, Value: l.make()}
+	l.held = weak.Make(a)
+	return a
+}
+
+// lazyResource is a resource of version hash and size bytes, made by
+// make when asked for (Wire); nothing holds them in between.
+func lazyResource(name, typeURL, hash string, size int, make func() []byte) *Resource {
+	return &Resource{Name: name, Hash: hash, lazy: &lazyWire{typeURL: typeURL, size: size, make: make}}
+}
 
 type validator interface{ ValidateAll() error }
 

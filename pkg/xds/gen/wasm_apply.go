@@ -114,7 +114,7 @@ func (g *Generator) wasmListeners(s *Set, wps []*wasmPlugin, server bool, skip f
 			}
 		}
 		l := &listenerv3.Listener{}
-		if err := proto.Unmarshal(s.Resources[name].Any.GetValue(), l); err != nil {
+		if err := proto.Unmarshal(s.Resources[name].Wire().GetValue(), l); err != nil {
 			continue
 		}
 		port := l.GetAddress().GetSocketAddress().GetPortValue()

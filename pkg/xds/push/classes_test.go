@@ -63,7 +63,7 @@ func TestClassesServeVariantsAsTheirClasses(t *testing.T) {
 						continue
 					}
 					for _, n := range b.Names {
-						if !bytes.Equal(a.Get(n).Any.GetValue(), b.Get(n).Any.GetValue()) {
+						if !bytes.Equal(a.Get(n).Wire().GetValue(), b.Get(n).Wire().GetValue()) {
 							t.Errorf("trial %d (%s), %s: %s %s differs from the class generated afresh", trial, desc, p.ID, gen.ShortType(typ), n)
 						}
 					}

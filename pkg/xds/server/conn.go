@@ -436,7 +436,7 @@ func (c *conn) setConfig(cfg *gen.ProxyConfig, dirty map[string][]string, first 
 func anys(rs []*gen.Resource) []*anypb.Any {
 	out := make([]*anypb.Any, len(rs))
 	for i, r := range rs {
-		out[i] = r.Any
+		out[i] = r.Wire()
 	}
 	return out
 }

@@ -164,7 +164,7 @@ func (c *conn) configDump() (*adminv3.ConfigDump, error) {
 	c.mu.Unlock()
 	each := func(t string, fn func(name string, m *anypb.Any)) {
 		for _, n := range cfg.Names(t) {
-			fn(n, cfg.Get(t, n).Any)
+			fn(n, cfg.Get(t, n).Wire())
 		}
 	}
 	clusters := &adminv3.ClustersConfigDump{VersionInfo: versions[gen.ClusterType]}

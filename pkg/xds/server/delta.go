@@ -60,7 +60,7 @@ func (c *conn) respondDelta(w *deltaWatch, dirty []string) bool {
 	sort.Strings(removed)
 	res := make([]*discovery.Resource, len(send))
 	for i, r := range send {
-		res[i] = &discovery.Resource{Name: r.Name, Version: r.Hash, Resource: r.Any}
+		res[i] = &discovery.Resource{Name: r.Name, Version: r.Hash, Resource: r.Wire()}
 	}
 	resp := &discovery.DeltaDiscoveryResponse{SystemVersionInfo: version, TypeUrl: t, Resources: res, RemovedResources: removed}
 	if dirty == nil {

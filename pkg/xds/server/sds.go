@@ -205,7 +205,7 @@ func (c *conn) respondSecretDelta(w *deltaWatch) bool {
 	sort.Strings(removed)
 	res := make([]*discovery.Resource, len(send))
 	for i, r := range send {
-		res[i] = &discovery.Resource{Name: r.Name, Version: r.Hash, Resource: r.Any}
+		res[i] = &discovery.Resource{Name: r.Name, Version: r.Hash, Resource: r.Wire()}
 	}
 	resp := &discovery.DeltaDiscoveryResponse{
 		SystemVersionInfo: secretsVersion(sortedResources(cur)),
