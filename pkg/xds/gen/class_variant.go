@@ -70,8 +70,10 @@ func VariantOf(key string) (base, tags string) {
 type variant struct {
 	// base is the configuration it was made from.
 	base *ClassConfig
-	// retagged maps each of base's listeners to the variant's.
-	retagged map[*Resource]*Resource
+	// blobs are the tracings of base's listeners (retagPlan) rewritten
+	// with the variant's values, by their bytes: the listeners of a
+	// class share a few.
+	blobs map[string][]byte
 }
 
 // tagValues is the value of each of the service tags a variant rewrites.
@@ -91,52 +93,94 @@ var errNotVariant = errors.New("the tracing tags are not the representative's se
 // Variant returns the configuration of the class key for p, a variant of
 // base's class (VariantOf): base's, with the service tags of its
 // listeners naming p's values. prev is the variant's previous
-// configuration, or nil: the listeners it rewrote from listeners base
-// still has are taken as they are. It returns false when base's listeners
-// do not carry the tags as generation puts them (errNotVariant): then the
-// class key's configuration must be generated for p (Class).
+// configuration, or nil: when base descends from prev's base, only the
+// listeners base changed since are rewritten (none after an endpoint
+// change, which then costs nothing here). It returns false when base's
+// listeners do not carry the tags as generation puts them
+// (errNotVariant): then the class key's configuration must be generated
+// for p (Class).
 func (g *Generator) Variant(base *ClassConfig, key string, p *model.Proxy, prev *ClassConfig) (*ClassConfig, bool) {
 	if base.scope == nil || base.scope.Proxy == nil {
 		return nil, false
 	}
 	rt := newRetag(tagValues(base.scope.Proxy), tagValues(p))
-	v := &variant{base: base, retagged: map[*Resource]*Resource{}}
-	var kept map[*Resource]*Resource
-	if prev != nil && prev.variant != nil {
-		kept = prev.variant.retagged
-	}
+	v := &variant{base: base, blobs: map[string][]byte{}}
 	ls := base.Sets[ListenerType]
-	out := make(map[string]*Resource, ls.Len())
-	for name, r := range ls.Resources {
-		if k := kept[r]; k != nil {
-			out[name], v.retagged[r] = k, k
-			continue
+	// Which listeners to rewrite: those base changed since prev's base,
+	// if it tells; else all.
+	names := ls.Names
+	var from *Set
+	if prev != nil && prev.variant != nil {
+		if cs, ok := base.ChangesSince(prev.variant.base); ok {
+			names, from = cs[ListenerType], prev.Sets[ListenerType]
+			v.blobs = prev.variant.blobs
 		}
-		plan, err := retagPlanOf(r, rt.from)
-		switch {
-		case err != nil:
-			g.log.Debug("class generated for a variant", "class", key, "listener", name, "reason", err)
-			return nil, false
-		case len(plan.spans) == 0 || maps.Equal(rt.from, rt.to):
-			out[name] = r
-		default:
-			blobs := plan.rewritten(rt)
-			out[name] = lazyResource(name, ListenerType, rt.version(r), plan.size(r.Wire().GetValue(), rt, blobs), func() []byte {
-				return plan.apply(r.Wire().GetValue(), rt, blobs)
-			})
+	}
+	var set *Set
+	switch {
+	case from != nil && len(names) == 0:
+		set = from
+	default:
+		out := make(map[string]*Resource, ls.Len())
+		var sum uint64
+		if from != nil {
+			maps.Copy(out, from.Resources)
+			sum = from.sum
 		}
-		v.retagged[r] = out[name]
+		for _, name := range names {
+			if old := out[name]; old != nil {
+				sum -= entryHash(name, old)
+				delete(out, name)
+			}
+			r := ls.Resources[name]
+			if r == nil {
+				continue // removed
+			}
+			nr, err := v.rewrite(r, rt)
+			if err != nil {
+				g.log.Debug("class generated for a variant", "class", key, "listener", name, "reason", err)
+				return nil, false
+			}
+			out[name] = nr
+			sum += entryHash(name, nr)
+		}
+		set = newSetSorted(ListenerType, out, ls.Names, sum)
 	}
 	c := *base
 	c.Class = key
 	c.Sets = maps.Clone(base.Sets)
-	c.Sets[ListenerType] = newSetSorted(ListenerType, out, ls.Names, ls.replaced(out, ls.Names))
+	c.Sets[ListenerType] = set
 	c.variant = v
 	sc := *base.scope
 	sc.Proxy = p
 	sc.tel = g.classTelemetry(sc.w.unrecorded(), p)
 	c.scope = &sc
 	return &c, true
+}
+
+// rewrite returns base's listener r with t's values: r itself when it
+// has no service tags or they would not change, else a resource made
+// when sent (lazyResource).
+func (v *variant) rewrite(r *Resource, t retag) (*Resource, error) {
+	plan, err := retagPlanOf(r, t.from)
+	switch {
+	case err != nil:
+		return nil, err
+	case len(plan.spans) == 0 || maps.Equal(t.from, t.to):
+		return r, nil
+	}
+	blobs := make([][]byte, len(plan.blobs))
+	for i, b := range plan.blobs {
+		nb, ok := v.blobs[string(b.b)]
+		if !ok {
+			nb = b.plan.apply(b.b, t, nil)
+			v.blobs[string(b.b)] = nb
+		}
+		blobs[i] = nb
+	}
+	return lazyResource(r.Name, ListenerType, t.version(r), plan.size(r.Wire().GetValue(), t, blobs), func() []byte {
+		return plan.apply(r.Wire().GetValue(), t, blobs)
+	}), nil
 }
 
 // retag rewrites the service tags of listeners' connection managers
@@ -422,15 +466,6 @@ func (p *retagPlan) sizes(t retag, blobs [][]byte) []int {
 	}
 	for _, s := range p.spans {
 		size(s)
-	}
-	return out
-}
-
-// rewritten returns the plan's blobs with t's values.
-func (p *retagPlan) rewritten(t retag) [][]byte {
-	out := make([][]byte, len(p.blobs))
-	for i, b := range p.blobs {
-		out[i] = b.plan.apply(b.b, t, nil)
 	}
 	return out
 }
