@@ -37,11 +37,13 @@ import (
 // base is generated once, for the first proxy that asks (its
 // representative), and a variant is the base's configuration with the
 // literal values of the four tags in its listeners rewritten from the
-// representative's to its own, on the wire (retag), and its scope's
+// representative's to its own, on the wire (retagPlan), and its scope's
 // telemetry built for it (its own inbound listeners are built from that).
 // Everything else, clusters, endpoints, routes, what generation read, is
-// the base's. The rewrite is byte for byte what generating the variant's
-// class gives (TestVariantsAreTheirClasses); where a connection manager's
+// the base's. A variant's listeners are not kept: each is made when sent
+// (lazyResource), from its base listener and the variant's values. The
+// rewrite is byte for byte what generating the variant's class gives
+// (TestVariantsAreTheirClasses); where a connection manager's
 // tags are not exactly Istio's service tags with the representative's
 // values (a custom tag of the same name), the rewrite refuses and the
 // variant is generated as a class of its own.

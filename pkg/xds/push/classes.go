@@ -44,6 +44,16 @@ func (cc *Classes) entry(class string) *classEntry {
 	return e
 }
 
+// locked returns the class key's configuration after update, called
+// with its entry locked.
+func (cc *Classes) locked(key string, update func(*classEntry)) *gen.ClassConfig {
+	e := cc.entry(key)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	update(e)
+	return e.cfg
+}
+
 // Full returns the class's configuration for w (or newer), generating it
 // once for all the class's proxies. On a generation failure it returns the
 // last good configuration, or nil if there is none.
@@ -55,17 +65,14 @@ func (cc *Classes) Full(g *gen.Generator, w *model.World, p *model.Proxy) *gen.C
 	key := gen.ClassKey(w, p)
 	base, tags := gen.VariantOf(key)
 	if tags == "" {
-		e := cc.entry(key)
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		if e.cfg != nil && e.cfg.WorldVersion >= w.Version {
-			return e.cfg
-		}
-		cfg, _ := g.Class(w, p, e.cfg)
-		if cfg != nil {
-			e.cfg = cfg
-		}
-		return e.cfg
+		return cc.locked(key, func(e *classEntry) {
+			if e.cfg != nil && e.cfg.WorldVersion >= w.Version {
+				return
+			}
+			if cfg, _ := g.Class(w, p, e.cfg); cfg != nil {
+				e.cfg = cfg
+			}
+		})
 	}
 	b := cc.base(base, w, p, func(e *classEntry) {
 		cfg, _ := g.Class(w, e.rep, e.cfg)
@@ -152,11 +159,7 @@ func (cc *Classes) Endpoints(g *gen.Generator, w *model.World, p *model.Proxy, s
 	key := gen.ClassKey(w, p)
 	base, tags := gen.VariantOf(key)
 	if tags == "" {
-		e := cc.entry(key)
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		update(e, p)
-		return e.cfg
+		return cc.locked(key, func(e *classEntry) { update(e, p) })
 	}
 	b := cc.base(base, w, p, func(e *classEntry) { update(e, e.rep) })
 	return cc.variant(g, w, p, key, b, func(e *classEntry) {
