@@ -112,6 +112,10 @@ bench: build
 # 1,000 delta proxies connecting at once), with server CPU and heap
 # profiles from a measurement build that adds net/http/pprof through a
 # build-time overlay (the server's code is unchanged). About 5 minutes.
+# M1_ARGS adds load tool flags, e.g. M1_ARGS=--injected-labels (the labels
+# Istio's injector gives every pod) or
+# M1_ARGS=--server-arg=--xds-listeners-per-address.
+M1_ARGS ?=
 .PHONY: bench-m1
 bench-m1: build
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/discovery-load ./test/load
@@ -119,7 +123,7 @@ bench-m1: build
 	rm -rf out/bench/m1
 	$(BIN)/discovery-load xds --server-binary $(BIN)/discovery-pprof --server-pprof --profile --out out/bench/m1 \
 	  --services 1000 --namespaces 50 --ports 2 --endpoints 10 --virtual-services 100 --proxies 1000 \
-	  --endpoint-changes 20 --vs-changes 20 --service-changes 10 --reconnects 20 --rate 1 --idle 20s --timeout 10m
+	  --endpoint-changes 20 --vs-changes 20 --service-changes 10 --reconnects 20 --rate 1 --idle 20s --timeout 10m $(M1_ARGS)
 
 # Workload M1 in API-server mode (as istiod was measured): the world is
 # written into a real kube-apiserver (internal/testenv) and discovery serve
