@@ -158,7 +158,7 @@ func checkJSON(t *testing.T, path string) {
 		t.Fatal(err)
 	}
 	for _, p := range doc.Phases {
-		for _, k := range []string{"perProxy", "allProxies", "pushes", "bytesPerProxyPerChange", "nacks", "server", "missed"} {
+		for _, k := range []string{"perProxy", "allProxies", "firstProxy", "pushes", "bytesPerProxyPerChange", "nacks", "server", "missed"} {
 			if _, ok := p[k]; !ok {
 				t.Errorf("phase %v: no %q in the JSON", p["name"], k)
 			}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -244,17 +245,20 @@ func (r *run) end(ctx context.Context, name string, changes []*loadkit.Change, o
 	if p.Seconds > 0 {
 		p.MachineBusyCores = (m1 - r.m0) / p.Seconds
 	}
-	var all, last []time.Duration
+	var all, first, last []time.Duration
 	for _, c := range changes {
 		got, missed := c.Times()
 		all = append(all, got...)
 		p.Converged += len(got)
 		p.Missed += missed
 		if missed == 0 && len(got) > 0 {
-			last = append(last, slicesMax(got))
+			last = append(last, slices.Max(got))
+		}
+		if len(got) > 0 {
+			first = append(first, slices.Min(got))
 		}
 	}
-	p.PerProxy, p.AllProxies = loadkit.PercentilesOf(all), loadkit.PercentilesOf(last)
+	p.PerProxy, p.AllProxies, p.FirstProxy = loadkit.PercentilesOf(all), loadkit.PercentilesOf(last), loadkit.PercentilesOf(first)
 	switch name {
 	case loadkit.KindConnect: // one full configuration per proxy
 		p.BytesPerProxyPerChange = float64(p.Bytes) / float64(r.o.Fleet.Proxies)
@@ -267,14 +271,6 @@ func (r *run) end(ctx context.Context, name string, changes []*loadkit.Change, o
 	fmt.Fprintf(out, "%-15s %4d changes  p50 %8.1f ms  p99 %8.1f ms  max %8.1f ms  missed %d  NACKs %d  server %.1f CPU s, peak %.0f MiB\n",
 		name, p.Changes, p.PerProxy.P50, p.PerProxy.P99, p.PerProxy.Max, p.Missed, p.NACKs, p.Server.CPUSeconds, p.Server.PeakRSSMiB)
 	return p
-}
-
-func slicesMax(ds []time.Duration) time.Duration {
-	var m time.Duration
-	for _, d := range ds {
-		m = max(m, d)
-	}
-	return m
 }
 
 // connect starts the fleet and waits until every proxy holds a complete
