@@ -1,6 +1,7 @@
 package gen
 
 import (
+	"maps"
 	"slices"
 	"sort"
 
@@ -16,18 +17,20 @@ func (g *Generator) UpdateEndpoints(prev *ClassConfig, mw *model.World, services
 	sc := prev.scope.in(mw)
 	w := sc.w
 	eds := prev.Sets[EndpointType]
-	next := make(map[string]*Resource, len(eds.Resources))
-	for n, r := range eds.Resources {
-		next[n] = r
+	// maps.Clone copies a map's table as it is, several times faster
+	// than inserting its thousands of entries again.
+	next := maps.Clone(eds.Resources)
+	if next == nil {
+		next = map[string]*Resource{}
 	}
 	cc := *prev
 	cc.prov = &provIndex{}
 	cc.WorldVersion = w.Version
 	cc.ID = g.ids.Add(1)
 	cc.derive(prev)
-	cc.units = make(map[model.NamespacedName]*unit, len(prev.units))
-	for k, u := range prev.units {
-		cc.units[k] = u
+	cc.units = maps.Clone(prev.units)
+	if cc.units == nil {
+		cc.units = map[model.NamespacedName]*unit{}
 	}
 	var changed []string
 	added := false
@@ -58,10 +61,7 @@ func (g *Generator) UpdateEndpoints(prev *ClassConfig, mw *model.World, services
 		}
 		cc.units[nn] = &nu
 	}
-	sets := make(map[string]*Set, len(prev.Sets))
-	for t, s := range prev.Sets {
-		sets[t] = s
-	}
+	sets := maps.Clone(prev.Sets)
 	switch {
 	case added:
 		sets[EndpointType] = NewSet(EndpointType, next)

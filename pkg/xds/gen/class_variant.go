@@ -65,6 +65,8 @@ type variant struct {
 	// with the variant's values, by their bytes: the listeners of a
 	// class share a few.
 	blobs map[string][]byte
+	// rt rewrites the representative's values into the variant's.
+	rt retag
 }
 
 // tagValues is the value of each of the service tags a variant rewrites.
@@ -94,8 +96,22 @@ func (g *Generator) Variant(base *ClassConfig, key string, p *model.Proxy, prev 
 	if base.scope == nil || base.scope.Proxy == nil {
 		return nil, false
 	}
-	rt := newRetag(tagValues(base.scope.Proxy), tagValues(p))
+	// What the previous configuration of this variant already worked
+	// out stands as long as its base's representative and telemetry do:
+	// the values (a class key names them) and the telemetry built for p.
+	// After an endpoint change (UpdateEndpoints keeps the scope's
+	// telemetry) a variant then costs a few map copies.
+	var last *variant
+	if prev != nil && prev.variant != nil && prev.Class == key && prev.variant.base.scope.Proxy == base.scope.Proxy {
+		last = prev.variant
+	}
 	v := &variant{base: base, blobs: map[string][]byte{}}
+	if last != nil {
+		v.rt = last.rt
+	} else {
+		v.rt = newRetag(tagValues(base.scope.Proxy), tagValues(p))
+	}
+	rt := v.rt
 	ls := base.Sets[ListenerType]
 	// Which listeners to rewrite: those base changed since prev's base,
 	// if it tells; else all.
@@ -144,7 +160,11 @@ func (g *Generator) Variant(base *ClassConfig, key string, p *model.Proxy, prev 
 	c.variant = v
 	sc := *base.scope
 	sc.Proxy = p
-	sc.tel = g.classTelemetry(sc.w.unrecorded(), p)
+	if last != nil && last.base.scope.tel == base.scope.tel {
+		sc.tel = prev.scope.tel
+	} else {
+		sc.tel = g.classTelemetry(sc.w.unrecorded(), p)
+	}
 	c.scope = &sc
 	return &c, true
 }

@@ -68,6 +68,25 @@ func TestClassesServeVariantsAsTheirClasses(t *testing.T) {
 						}
 					}
 				}
+				// The proxy's own part (its inbound listeners) is built
+				// from its class's scope, whose telemetry a variant
+				// keeps or rebuilds for its own values.
+				gotOwn, wantOwn := g.Proxy(w, p, got).Own, g.Proxy(w, p, want).Own
+				for _, typ := range gen.TypeURLs {
+					a, b := gotOwn[typ], wantOwn[typ]
+					if a.Len() != b.Len() {
+						t.Errorf("trial %d (%s), %s: %d own %s, %d generated afresh", trial, desc, p.ID, a.Len(), gen.ShortType(typ), b.Len())
+						continue
+					}
+					if b == nil {
+						continue
+					}
+					for _, n := range b.Names {
+						if !bytes.Equal(a.Get(n).Wire().GetValue(), b.Get(n).Wire().GetValue()) {
+							t.Errorf("trial %d (%s), %s: own %s %s differs from the one generated afresh", trial, desc, p.ID, gen.ShortType(typ), n)
+						}
+					}
+				}
 				base, tags := gen.VariantOf(got.Class)
 				if tags == "" {
 					continue
