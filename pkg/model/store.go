@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -113,6 +114,13 @@ func (s *Store) publish(b *builder) *Update {
 	}
 	b.w.Version++
 	b.w.log.add(b.w.Version, b.changes)
+	kinds := map[Kind]bool{}
+	for name := range b.cloned {
+		if k, ok := strings.CutPrefix(name, "configs/"); ok {
+			kinds[Kind(k)] = true
+		}
+	}
+	b.w.sorted = b.w.sorted.next(b.cloned["services"], kinds)
 	u := &Update{World: b.w, Changes: b.changes}
 	s.world.Store(b.w)
 	for _, h := range s.handlers {

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -259,5 +260,67 @@ func TestStoreMarksStatusOnlyConfigChanges(t *testing.T) {
 				t.Error("the World does not hold the newest object (its status is read by the auditor)")
 			}
 		})
+	}
+}
+
+// Services and Configs are listed once per map and shared by the Worlds
+// that did not change it: every World's listing is still its own, sorted,
+// and a caller's changes to one do not reach the next caller.
+func TestWorldListingsFollowTheirMaps(t *testing.T) {
+	s := NewStore(StoreOptions{})
+	names := func(ss []*Service) (out []string) {
+		for _, x := range ss {
+			out = append(out, x.Namespace+"/"+x.Name)
+		}
+		return out
+	}
+	vsNames := func(cs []*Config) (out []string) {
+		for _, c := range cs {
+			out = append(out, c.Key.Namespace+"/"+c.Key.Name)
+		}
+		return out
+	}
+	vs := func(ns, name string) Event {
+		v := &networkingv1.VirtualService{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, ResourceVersion: "1"}}
+		v.Spec.Hosts = []string{name}
+		return Event{Op: OpUpsert, Key: Key{KindVirtualService, ns, name}, Object: v}
+	}
+	mustApply(t, s, Event{Op: OpUpsert, Key: Key{KindService, "shop", "b"}, Object: svc("shop", "b")},
+		Event{Op: OpUpsert, Key: Key{KindService, "app", "z"}, Object: svc("app", "z")}, vs("shop", "r2"))
+	w1 := s.World()
+	if got := names(w1.Services()); !slices.Equal(got, []string{"app/z", "shop/b"}) {
+		t.Fatalf("services %v", got)
+	}
+	w1.Services()[0] = nil // a caller's copy
+	if got := names(w1.Services()); !slices.Equal(got, []string{"app/z", "shop/b"}) {
+		t.Fatalf("a caller's change reached the listing: %v", got)
+	}
+	// A config change shares the services' listing and lists its kind anew.
+	mustApply(t, s, vs("app", "r1"))
+	w2 := s.World()
+	if w2.sorted.services != w1.sorted.services {
+		t.Error("a VirtualService change listed the services again")
+	}
+	if got := vsNames(w2.Configs(KindVirtualService)); !slices.Equal(got, []string{"app/r1", "shop/r2"}) {
+		t.Errorf("VirtualServices %v", got)
+	}
+	if got := vsNames(w1.Configs(KindVirtualService)); !slices.Equal(got, []string{"shop/r2"}) {
+		t.Errorf("the earlier World's VirtualServices %v", got)
+	}
+	// A service change lists the services anew and shares the configs'.
+	mustApply(t, s, Event{Op: OpUpsert, Key: Key{KindService, "shop", "a"}, Object: svc("shop", "a")})
+	w3 := s.World()
+	if got := names(w3.Services()); !slices.Equal(got, []string{"app/z", "shop/a", "shop/b"}) {
+		t.Errorf("services after an addition %v", got)
+	}
+	if got := names(w2.Services()); !slices.Equal(got, []string{"app/z", "shop/b"}) {
+		t.Errorf("the earlier World's services %v", got)
+	}
+	if w3.sorted.configList(KindVirtualService) != w2.sorted.configList(KindVirtualService) {
+		t.Error("a service change listed the VirtualServices again")
+	}
+	mustApply(t, s, Event{Op: OpDelete, Key: Key{KindVirtualService, "shop", "r2"}})
+	if got := vsNames(s.World().Configs(KindVirtualService)); !slices.Equal(got, []string{"app/r1"}) {
+		t.Errorf("VirtualServices after a deletion %v", got)
 	}
 }

@@ -1,7 +1,9 @@
 package model
 
 import (
+	"slices"
 	"sort"
+	"sync"
 
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -39,6 +41,67 @@ type World struct {
 	// log is the change log shared by the Worlds of one Store
 	// (changelog.go).
 	log *changeLog
+	// sorted holds Services and Configs sorted, made once per map: a
+	// World shares it with the Worlds before it until they change the
+	// map (Store.publish). Each class's generation lists the services;
+	// sorting 1,000 of them 50 times per change was a tenth of a
+	// VirtualService edit's generation.
+	sorted *sortedLists
+}
+
+// sortedLists are a World's sorted listings, each made at its first use
+// and shared with the next Worlds while their map stays the same.
+type sortedLists struct {
+	services *lazyList[*Service]
+	mu       sync.Mutex
+	configs  map[Kind]*lazyList[*Config]
+}
+
+// lazyList is a list made once, at its first use.
+type lazyList[T any] struct {
+	once sync.Once
+	list []T
+}
+
+func (l *lazyList[T]) get(build func() []T) []T {
+	l.once.Do(func() { l.list = build() })
+	return l.list
+}
+
+// configList is the listing of kind.
+func (sl *sortedLists) configList(kind Kind) *lazyList[*Config] {
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	l := sl.configs[kind]
+	if l == nil {
+		l = &lazyList[*Config]{}
+		sl.configs[kind] = l
+	}
+	return l
+}
+
+// next returns the listings of the World made from this one: new ones for
+// its services when their map is new, and for each kind of configs whose
+// map is.
+func (sl *sortedLists) next(services bool, configs map[Kind]bool) *sortedLists {
+	if sl != nil && !services && len(configs) == 0 {
+		return sl
+	}
+	n := &sortedLists{services: &lazyList[*Service]{}, configs: map[Kind]*lazyList[*Config]{}}
+	if sl == nil {
+		return n
+	}
+	if !services {
+		n.services = sl.services
+	}
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	for k, l := range sl.configs {
+		if !configs[k] {
+			n.configs[k] = l
+		}
+	}
+	return n
 }
 
 // Protocol is a service port's application protocol, as Istio reads it from
@@ -223,6 +286,13 @@ func (w *World) ServiceByHost(host string) *Service { return w.byHost[host] }
 
 // Services returns every Service, sorted by namespace and name.
 func (w *World) Services() []*Service {
+	if w.sorted == nil {
+		return w.sortServices()
+	}
+	return slices.Clone(w.sorted.services.get(w.sortServices))
+}
+
+func (w *World) sortServices() []*Service {
 	out := make([]*Service, 0, len(w.services))
 	for _, s := range w.services {
 		out = append(out, s)
@@ -265,6 +335,14 @@ func (w *World) Config(kind Kind, ns, name string) *Config {
 
 // Configs returns every Istio config of kind, sorted by namespace and name.
 func (w *World) Configs(kind Kind) []*Config {
+	sortKind := func() []*Config { return w.sortConfigs(kind) }
+	if w.sorted == nil {
+		return sortKind()
+	}
+	return slices.Clone(w.sorted.configList(kind).get(sortKind))
+}
+
+func (w *World) sortConfigs(kind Kind) []*Config {
 	m := w.configs[kind]
 	out := make([]*Config, 0, len(m))
 	for _, c := range m {
