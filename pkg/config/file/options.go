@@ -25,19 +25,20 @@ type Options struct {
 	EmptyGrace time.Duration
 }
 
-// DefaultOptions returns the defaults: no directory, a 20 ms debounce, a
+// DefaultOptions returns the defaults: no directory, a 5 ms debounce, a
 // 2 s grace for empty reads.
 // A write or an atomic rename arrives as a few events within a millisecond
-// or two; 20 ms gathers them, and a copy of many files that takes longer
-// is read again at most every 200 ms. The xDS server debounces again
-// (--debounce-after): a longer wait here only added to every change's
-// latency (100 ms before, measured in BENCHMARKS.md).
+// or two; 5 ms gathers them, and a copy of many files that takes longer
+// is read again at most every 50 ms. The xDS server debounces again
+// (--debounce-endpoints-after, --debounce-config-after, growing under a
+// burst): a longer wait here only adds to every change's latency (100 ms
+// before, then 20 ms, measured in BENCHMARKS.md).
 //
 // A tool that truncates a file and writes it again leaves it empty for as
 // long as it takes to produce the content; 2 s covers a slow renderer
 // without keeping a file that was emptied on purpose in force for long.
 func DefaultOptions() Options {
-	return Options{Debounce: 20 * time.Millisecond, EmptyGrace: 2 * time.Second}
+	return Options{Debounce: 5 * time.Millisecond, EmptyGrace: 2 * time.Second}
 }
 
 // AddFlags registers the options' flags on fs.
