@@ -45,6 +45,17 @@ func (c *ClassConfig) Touches(k model.Key, cur *model.World) bool {
 	return c.reads.Touches(k, c.scope.w.w, cur)
 }
 
+// TouchesFrom is what Touches answers from: configurations with the same
+// (a base class and its variants, which share its reads and World) answer
+// alike, and a planner asks one of them.
+type TouchesFrom struct {
+	reads *Reads
+	view  *view // of the World the reads were made in
+}
+
+// TouchesFrom returns what c's Touches answers from.
+func (c *ClassConfig) TouchesFrom() TouchesFrom { return TouchesFrom{c.reads, c.scope.w} }
+
 // Touches reports whether a change of k can alter c (Touched).
 func (c *ProxyConfig) Touches(k model.Key, cur *model.World) bool {
 	class, own := c.Touched(k, cur)

@@ -28,22 +28,26 @@ type Plan struct {
 type Changes struct {
 	Endpoints map[model.NamespacedName]bool
 	Others    []model.Key
-	// classes remembers, per class configuration, whether Others touch
-	// it: the proxies of a class share the answer.
+	// classes remembers, per what a class configuration's answer comes
+	// from, whether Others touch it: the proxies of a class share the
+	// answer, and so do the variants of a base class (1,000 of them at
+	// M1 with injected pods: asking each was most of a VirtualService
+	// edit's planning).
 	classes *classMemo
 }
 
 type classMemo struct {
 	mu sync.Mutex
-	m  map[*gen.ClassConfig]bool
+	m  map[gen.TouchesFrom]bool
 }
 
-// classTouched reports whether any of ch.Others touches cls, asking cls
-// once for all its proxies.
+// classTouched reports whether any of ch.Others touches cls, asking once
+// for all the configurations that answer alike.
 func (ch Changes) classTouched(cls *gen.ClassConfig, w *model.World) bool {
+	from := cls.TouchesFrom()
 	if ch.classes != nil {
 		ch.classes.mu.Lock()
-		touched, ok := ch.classes.m[cls]
+		touched, ok := ch.classes.m[from]
 		ch.classes.mu.Unlock()
 		if ok {
 			return touched
@@ -52,7 +56,7 @@ func (ch Changes) classTouched(cls *gen.ClassConfig, w *model.World) bool {
 	touched := slices.ContainsFunc(ch.Others, func(k model.Key) bool { return cls.Touches(k, w) })
 	if ch.classes != nil {
 		ch.classes.mu.Lock()
-		ch.classes.m[cls] = touched
+		ch.classes.m[from] = touched
 		ch.classes.mu.Unlock()
 	}
 	return touched
@@ -61,7 +65,7 @@ func (ch Changes) classTouched(cls *gen.ClassConfig, w *model.World) bool {
 // Split sorts changes for planning. EndpointSlice changes are left out:
 // their effect arrives as KindEndpoints changes.
 func Split(changes map[model.Key]model.Op) Changes {
-	ch := Changes{Endpoints: map[model.NamespacedName]bool{}, classes: &classMemo{m: map[*gen.ClassConfig]bool{}}}
+	ch := Changes{Endpoints: map[model.NamespacedName]bool{}, classes: &classMemo{m: map[gen.TouchesFrom]bool{}}}
 	for k := range changes {
 		switch k.Kind {
 		case model.KindEndpoints:
