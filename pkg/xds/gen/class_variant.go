@@ -66,7 +66,7 @@ type variant struct {
 	// class share a few.
 	blobs map[string][]byte
 	// rt rewrites the representative's values into the variant's.
-	rt retag
+	rt *retag
 }
 
 // tagValues is the value of each of the service tags a variant rewrites.
@@ -109,7 +109,8 @@ func (g *Generator) Variant(base *ClassConfig, key string, p *model.Proxy, prev 
 	if last != nil {
 		v.rt = last.rt
 	} else {
-		v.rt = newRetag(tagValues(base.scope.Proxy), tagValues(p))
+		rt := newRetag(tagValues(base.scope.Proxy), tagValues(p))
+		v.rt = &rt
 	}
 	rt := v.rt
 	ls := base.Sets[ListenerType]
@@ -152,6 +153,7 @@ func (g *Generator) Variant(base *ClassConfig, key string, p *model.Proxy, prev 
 			sum += entryHash(name, nr)
 		}
 		set = newSetSorted(ListenerType, out, ls.Names, sum)
+		set.derived, set.suffix = ls, rt.suffix
 	}
 	c := *base
 	c.Class = key
@@ -172,7 +174,7 @@ func (g *Generator) Variant(base *ClassConfig, key string, p *model.Proxy, prev 
 // rewrite returns base's listener r with t's values: r itself when it
 // has no service tags or they would not change, else a resource made
 // when sent (lazyResource).
-func (v *variant) rewrite(r *Resource, t retag) (*Resource, error) {
+func (v *variant) rewrite(r *Resource, t *retag) (*Resource, error) {
 	plan, err := retagPlanOf(r, t.from)
 	switch {
 	case err != nil:
@@ -184,12 +186,13 @@ func (v *variant) rewrite(r *Resource, t retag) (*Resource, error) {
 	for i, b := range plan.blobs {
 		nb, ok := v.blobs[string(b.b)]
 		if !ok {
-			nb = b.plan.apply(b.b, t, nil)
+			nb = b.plan.apply(b.b, *t, nil)
 			v.blobs[string(b.b)] = nb
 		}
 		blobs[i] = nb
 	}
-	return lazyResource(r.Name, ListenerType, t.version(r), plan.size(r.Wire().GetValue(), t, blobs), func() []byte {
-		return plan.apply(r.Wire().GetValue(), t, blobs)
+	return lazyResource(r.Name, t.version(r), &lazyWire{
+		typeURL: ListenerType, size: plan.size(r.Wire().GetValue(), *t, blobs),
+		base: r, plan: plan, rt: t, blobs: blobs,
 	}), nil
 }

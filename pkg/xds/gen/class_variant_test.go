@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"testing"
 
 	"sigs.k8s.io/yaml"
@@ -284,5 +285,79 @@ func TestVariantListenersAreMadeWhenAsked(t *testing.T) {
 		if o := other.Sets[ListenerType].Get(n); r.lazy != nil && o.Hash == r.Hash {
 			t.Errorf("%s: the variants of two workloads have one version", n)
 		}
+	}
+}
+
+// A variant's listener set keeps no version per listener: its Versions
+// finds them in its base's, with the variant's suffix, and keeps the
+// others. They answer as versions built from the resources would, for
+// every name and for names the set lacks; and the listeners of the
+// base's plans share their tracings' plans.
+func TestVariantVersionsAreDerived(t *testing.T) {
+	w, node := loadCase(t, "testdata/bookinfo")
+	ps := identities(t, node.ID, map[string]any{model.MetaIstioVersion: "1.32.0", "NAMESPACE": "default"})
+	// Per address, the listeners are many and their tracings alike.
+	opts := DefaultOptions(quietLog())
+	opts.ListenersPerAddress = true
+	g, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := g.Class(w, ps[0], nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ps[1:] {
+		v, ok := g.Variant(base, ClassKey(w, p), p, nil)
+		if !ok {
+			t.Fatal("Variant refused")
+		}
+		set := v.Sets[ListenerType]
+		got := set.Versions()
+		if got.from == nil {
+			t.Fatal("the variant's versions are not derived from its base's")
+		}
+		rewritten := 0
+		for _, n := range set.Names {
+			h, ok := got.Hash(n)
+			if r := set.Resources[n]; !ok || h != r.Hash {
+				t.Errorf("%s: version %q (%v), the resource's %q", n, h, ok, r.Hash)
+			}
+			if _, kept := got.hash[n]; !kept {
+				rewritten++
+			}
+		}
+		if rewritten == 0 {
+			t.Error("every version kept: none derived")
+		}
+		if got.Len() != set.Len() || !slices.Equal(got.Names(), set.Names) {
+			t.Errorf("versions of %d names %v, the set has %d", got.Len(), got.Names(), set.Len())
+		}
+		if h, ok := got.Hash("no-such-listener"); ok {
+			t.Errorf("a name the set lacks has version %q", h)
+		}
+	}
+	// A set of other names than its base's is versioned in full.
+	ls := base.Sets[ListenerType]
+	odd := newSetSorted(ListenerType, ls.Resources, slices.Clone(ls.Names), ls.sum)
+	odd.derived, odd.suffix = ls, ".x"
+	if v := odd.Versions(); v.from != nil || len(v.hash) != ls.Len() {
+		t.Errorf("a set not of its base's names derived its versions (%d kept)", len(v.hash))
+	}
+	// Tracings are planned once for all the listeners that carry them.
+	subs := map[*retagPlan]int{}
+	for _, r := range ls.Resources {
+		if p := r.plan.Load(); p != nil {
+			for _, b := range p.blobs {
+				subs[b.plan]++
+			}
+		}
+	}
+	shared := false
+	for _, n := range subs {
+		shared = shared || n > 1
+	}
+	if len(subs) == 0 || !shared {
+		t.Errorf("the listeners' tracings have %d plans, none shared: %v", len(subs), subs)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"maps"
 	"slices"
+	"strings"
+	"sync"
 
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
@@ -24,14 +26,22 @@ type retag struct {
 	from, to map[string]string
 	// toBytes is to's values, converted once.
 	toBytes map[string][]byte
+	// suffix ends the version of every listener rewritten to to
+	// (version).
+	suffix string
 }
 
 func newRetag(from, to map[string]string) retag {
 	tb := make(map[string][]byte, len(to))
-	for k, v := range to {
-		tb[k] = []byte(v)
+	h := sha256.New()
+	for _, k := range slices.Sorted(maps.Keys(to)) {
+		tb[k] = []byte(to[k])
+		h.Write([]byte{0})
+		h.Write([]byte(k))
+		h.Write([]byte{0})
+		h.Write([]byte(to[k]))
 	}
-	return retag{from: from, to: to, toBytes: tb}
+	return retag{from: from, to: to, toBytes: tb, suffix: "." + hex.EncodeToString(h.Sum(nil)[:6])}
 }
 
 // dryRunMark is a tag generation puts beside the service tags and only
@@ -207,6 +217,63 @@ func (p *retagPlan) tracing(tr []byte) (*span, error) {
 	if i, ok := p.index[string(tr)]; ok {
 		return &span{blob: i}, nil
 	}
+	sub, err := tracingPlanOf(tr, p.from, p.tracingPlan)
+	if sub == nil || err != nil {
+		return nil, err
+	}
+	p.index[string(tr)] = len(p.blobs)
+	p.blobs = append(p.blobs, blob{b: tr, plan: sub})
+	return &span{blob: len(p.blobs) - 1}, nil
+}
+
+// tracingPlans are the plans of the tracings seen, by their bytes and the
+// representative's values: a base's listeners share a few tracings
+// (every connection manager built under one telemetry has the same), and
+// a plan per listener was most of the plans' memory (100 MB at M1 per
+// address). Bounded: emptied when it grows past tracingPlansMax, as
+// after many telemetry changes.
+var tracingPlans = struct {
+	sync.Mutex
+	m map[string]tracingPlanned
+}{m: map[string]tracingPlanned{}}
+
+const tracingPlansMax = 4096
+
+type tracingPlanned struct {
+	sub *retagPlan
+	err error
+}
+
+// tracingPlanOf returns build's plan of tr for the values from, found once.
+func tracingPlanOf(tr []byte, from map[string]string, build func([]byte) (*retagPlan, error)) (*retagPlan, error) {
+	var key strings.Builder
+	key.Write(tr)
+	for _, k := range slices.Sorted(maps.Keys(from)) {
+		key.WriteByte(0)
+		key.WriteString(k)
+		key.WriteByte(0)
+		key.WriteString(from[k])
+	}
+	k := key.String()
+	tracingPlans.Lock()
+	got, ok := tracingPlans.m[k]
+	tracingPlans.Unlock()
+	if ok {
+		return got.sub, got.err
+	}
+	sub, err := build(tr)
+	tracingPlans.Lock()
+	if len(tracingPlans.m) >= tracingPlansMax {
+		clear(tracingPlans.m)
+	}
+	tracingPlans.m[k] = tracingPlanned{sub: sub, err: err}
+	tracingPlans.Unlock()
+	return sub, err
+}
+
+// tracingPlan is the plan of a tracing's service tags' values, nil when
+// it has none (istioTags).
+func (p *retagPlan) tracingPlan(tr []byte) (*retagPlan, error) {
 	if ok, err := p.istioTags(tr); !ok || err != nil {
 		return nil, err
 	}
@@ -239,9 +306,7 @@ func (p *retagPlan) tracing(tr []byte) (*span, error) {
 		return nil, err
 	}
 	sub.spans = spans
-	p.index[string(tr)] = len(p.blobs)
-	p.blobs = append(p.blobs, blob{b: tr, plan: sub})
-	return &span{blob: len(p.blobs) - 1}, nil
+	return sub, nil
 }
 
 // istioTags reports whether a tracing has Istio's service tags, each
@@ -397,19 +462,13 @@ func eachField(m []byte, fn func(protowire.Number, []byte) error) error {
 	return nil
 }
 
-// version is the version of base's listener rewritten: a hash of base's
-// version and the values written, not of the bytes (hashing every
+// version is the version of base's listener rewritten: base's version
+// and a hash of the values written (48 bits: variants of one base and
+// version differ in it), not a hash of the bytes (hashing every
 // rewritten listener would read 4 MB per workload and change at M1).
-// Equal listeners made from different bases or values get different
-// versions: at worst a proxy is sent again what it has.
+// A variant's set keeps no version of its own for such listeners
+// (Set.derived). Equal listeners made from different bases or values get
+// different versions: at worst a proxy is sent again what it has.
 func (t retag) version(base *Resource) string {
-	h := sha256.New()
-	h.Write([]byte(base.Hash))
-	for _, k := range slices.Sorted(maps.Keys(t.to)) {
-		h.Write([]byte{0})
-		h.Write([]byte(k))
-		h.Write([]byte{0})
-		h.Write([]byte(t.to[k]))
-	}
-	return "v" + hex.EncodeToString(h.Sum(nil)[:12])
+	return base.Hash + t.suffix
 }

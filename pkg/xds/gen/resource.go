@@ -8,6 +8,7 @@ import (
 	"hash/fnv"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"weak"
@@ -86,12 +87,21 @@ func (r *Resource) Wire() *anypb.Any {
 // 2 MB each at M1, one per workload, and sent once or a few times per
 // change; holding them would hold a copy of every base listener per
 // workload.
+//
+// What it is made from is kept in the fields rather than a closure: at M1
+// per address a variant has 2,000 listeners, and the closures were a
+// tenth of the heap.
 type lazyWire struct {
 	typeURL string
 	size    int
-	make    func() []byte
-	mu      sync.Mutex
-	held    weak.Pointer[anypb.Any]
+	// base's bytes rewritten by plan with rt's values and blobs (its
+	// tracings rewritten: retagPlan.apply).
+	base  *Resource
+	plan  *retagPlan
+	rt    *retag
+	blobs [][]byte
+	mu    sync.Mutex
+	held  weak.Pointer[anypb.Any]
 }
 
 func (l *lazyWire) get() *anypb.Any {
@@ -100,15 +110,15 @@ func (l *lazyWire) get() *anypb.Any {
 	if a := l.held.Value(); a != nil {
 		return a
 	}
-	a := &anypb.Any{TypeUrl: l.typeURL, Value: l.make()}
+	a := &anypb.Any{TypeUrl: l.typeURL, Value: l.plan.apply(l.base.Wire().GetValue(), *l.rt, l.blobs)}
 	l.held = weak.Make(a)
 	return a
 }
 
-// lazyResource is a resource of version hash and size bytes, made by
-// make when asked for (Wire); nothing holds them in between.
-func lazyResource(name, typeURL, hash string, size int, make func() []byte) *Resource {
-	return &Resource{Name: name, Hash: hash, lazy: &lazyWire{typeURL: typeURL, size: size, make: make}}
+// lazyResource is the resource of version hash and size bytes that w
+// makes when asked for (Wire); nothing holds its bytes in between.
+func lazyResource(name, hash string, w *lazyWire) *Resource {
+	return &Resource{Name: name, Hash: hash, lazy: w}
 }
 
 type validator interface{ ValidateAll() error }
@@ -210,6 +220,12 @@ type Set struct {
 	sum uint64
 	// versions is built on first use (Versions).
 	versions atomic.Pointer[Versions]
+	// derived, when set, says that most of the set's resources are
+	// versioned as derived's resource of the same name with suffix
+	// appended (a variant's listeners): its Versions then keeps only the
+	// exceptions.
+	derived *Set
+	suffix  string
 }
 
 // entryHash identifies one name and content. Resource hashes are
@@ -287,6 +303,11 @@ type Versions struct {
 	// names are the Set's, sorted.
 	names []string
 	hash  map[string]string
+	// from, when set, versions every name hash lacks: from's version
+	// with suffix appended (Set.derived). A variant's 2,000 listeners
+	// per address would otherwise be 2,000 entries per workload.
+	from   *Versions
+	suffix string
 }
 
 // Versions returns the versions of s's resources, built once per Set
@@ -298,14 +319,44 @@ func (s *Set) Versions() *Versions {
 	if v := s.versions.Load(); v != nil {
 		return v
 	}
-	v := &Versions{names: s.Names, hash: make(map[string]string, len(s.Resources))}
-	for n, r := range s.Resources {
-		v.hash[n] = r.Hash
+	v := derivedVersions(s)
+	if v == nil {
+		v = &Versions{names: s.Names, hash: make(map[string]string, len(s.Resources))}
+		for n, r := range s.Resources {
+			v.hash[n] = r.Hash
+		}
 	}
 	if !s.versions.CompareAndSwap(nil, v) {
 		return s.versions.Load()
 	}
 	return v
+}
+
+// derivedVersions are the Versions of s, a set derived from another
+// (Set.derived) of the same names: the names whose version is not the
+// other's with s's suffix are kept, the rest are found in the other's.
+// nil when s is not derived so.
+func derivedVersions(s *Set) *Versions {
+	if s.derived == nil || !sameSlice(s.Names, s.derived.Names) {
+		return nil
+	}
+	from := s.derived.Versions()
+	if from.from != nil {
+		return nil // one step only: from.hash holds every name
+	}
+	v := &Versions{names: s.Names, hash: map[string]string{}, from: from, suffix: s.suffix}
+	for n, r := range s.Resources {
+		if fh, ok := from.hash[n]; !ok || len(r.Hash) != len(fh)+len(s.suffix) ||
+			!strings.HasPrefix(r.Hash, fh) || !strings.HasSuffix(r.Hash, s.suffix) {
+			v.hash[n] = r.Hash
+		}
+	}
+	return v
+}
+
+// sameSlice reports whether a and b are one slice.
+func sameSlice(a, b []string) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
 // Hash returns the version of name, and false if the Set had no resource
@@ -314,8 +365,14 @@ func (v *Versions) Hash(name string) (string, bool) {
 	if v == nil {
 		return "", false
 	}
-	h, ok := v.hash[name]
-	return h, ok
+	if h, ok := v.hash[name]; ok || v.from == nil {
+		return h, ok
+	}
+	h, ok := v.from.Hash(name)
+	if !ok {
+		return "", false
+	}
+	return h + v.suffix, true
 }
 
 // Names returns the names, sorted. The caller must not change the slice.
@@ -331,7 +388,7 @@ func (v *Versions) Len() int {
 	if v == nil {
 		return 0
 	}
-	return len(v.hash)
+	return len(v.names)
 }
 
 // Bytes is the total marshaled size of the set.
