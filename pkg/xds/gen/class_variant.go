@@ -61,12 +61,39 @@ func VariantOf(key string) (base, tags string) {
 type variant struct {
 	// base is the configuration it was made from.
 	base *ClassConfig
-	// blobs are the tracings of base's listeners (retagPlan) rewritten
-	// with the variant's values, by their bytes: the listeners of a
-	// class share a few.
-	blobs map[string][]byte
-	// rt rewrites the representative's values into the variant's.
-	rt *retag
+	// tab is what its listeners are rewritten with.
+	tab *retagTable
+}
+
+// retagTable is what a variant's listeners are rewritten with: the
+// values, and the tracings of base's listeners (retagPlan) rewritten
+// with them, by their plan (the listeners of a class share a few, and
+// their plans: tracingPlanOf). A table does not change once a listener
+// refers to it: a later generation of the variant that rewrites a new
+// tracing makes a new table.
+type retagTable struct {
+	rt    *retag
+	blobs map[*retagPlan][]byte
+}
+
+// blob returns b rewritten with t's values, adding it to t (which no
+// listener may refer to yet) if it is new.
+func (t *retagTable) blob(b blob) []byte {
+	nb, ok := t.blobs[b.plan]
+	if !ok {
+		nb = b.plan.apply(b.b, *t.rt, nil)
+		t.blobs[b.plan] = nb
+	}
+	return nb
+}
+
+// of returns the rewritten blobs of plan's tracings, in its order.
+func (t *retagTable) of(plan *retagPlan) [][]byte {
+	out := make([][]byte, len(plan.blobs))
+	for i, b := range plan.blobs {
+		out[i] = t.blobs[b.plan]
+	}
+	return out
 }
 
 // tagValues is the value of each of the service tags a variant rewrites.
@@ -105,14 +132,14 @@ func (g *Generator) Variant(base *ClassConfig, key string, p *model.Proxy, prev 
 	if prev != nil && prev.variant != nil && prev.Class == key && prev.variant.base.scope.Proxy == base.scope.Proxy {
 		last = prev.variant
 	}
-	v := &variant{base: base, blobs: map[string][]byte{}}
+	v := &variant{base: base}
 	if last != nil {
-		v.rt = last.rt
+		v.tab = last.tab
 	} else {
 		rt := newRetag(tagValues(base.scope.Proxy), tagValues(p))
-		v.rt = &rt
+		v.tab = &retagTable{rt: &rt, blobs: map[*retagPlan][]byte{}}
 	}
-	rt := v.rt
+	rt := v.tab.rt
 	ls := base.Sets[ListenerType]
 	// Which listeners to rewrite: those base changed since prev's base,
 	// if it tells; else all.
@@ -121,8 +148,12 @@ func (g *Generator) Variant(base *ClassConfig, key string, p *model.Proxy, prev 
 	if prev != nil && prev.variant != nil {
 		if cs, ok := base.ChangesSince(prev.variant.base); ok {
 			names, from = cs[ListenerType], prev.Sets[ListenerType]
-			v.blobs = prev.variant.blobs
 		}
+	}
+	if len(names) > 0 && last != nil {
+		// prev's listeners refer to its table: a copy takes the new
+		// tracings.
+		v.tab = &retagTable{rt: rt, blobs: maps.Clone(last.tab.blobs)}
 	}
 	var set *Set
 	switch {
@@ -144,7 +175,7 @@ func (g *Generator) Variant(base *ClassConfig, key string, p *model.Proxy, prev 
 			if r == nil {
 				continue // removed
 			}
-			nr, err := v.rewrite(r, rt)
+			nr, err := v.tab.rewrite(r)
 			if err != nil {
 				g.log.Debug("class generated for a variant", "class", key, "listener", name, "reason", err)
 				return nil, false
@@ -174,25 +205,19 @@ func (g *Generator) Variant(base *ClassConfig, key string, p *model.Proxy, prev 
 // rewrite returns base's listener r with t's values: r itself when it
 // has no service tags or they would not change, else a resource made
 // when sent (lazyResource).
-func (v *variant) rewrite(r *Resource, t *retag) (*Resource, error) {
-	plan, err := retagPlanOf(r, t.from)
+func (t *retagTable) rewrite(r *Resource) (*Resource, error) {
+	plan, err := retagPlanOf(r, t.rt.from)
 	switch {
 	case err != nil:
 		return nil, err
-	case len(plan.spans) == 0 || maps.Equal(t.from, t.to):
+	case len(plan.spans) == 0 || maps.Equal(t.rt.from, t.rt.to):
 		return r, nil
 	}
 	blobs := make([][]byte, len(plan.blobs))
 	for i, b := range plan.blobs {
-		nb, ok := v.blobs[string(b.b)]
-		if !ok {
-			nb = b.plan.apply(b.b, *t, nil)
-			v.blobs[string(b.b)] = nb
-		}
-		blobs[i] = nb
+		blobs[i] = t.blob(b)
 	}
-	return lazyResource(r.Name, t.version(r), &lazyWire{
-		typeURL: ListenerType, size: plan.size(r.Wire().GetValue(), *t, blobs),
-		base: r, plan: plan, rt: t, blobs: blobs,
+	return lazyResource(r.Name, t.rt.version(r), &lazyWire{
+		size: plan.size(r.Wire().GetValue(), *t.rt, blobs), base: r, plan: plan, tab: t,
 	}), nil
 }

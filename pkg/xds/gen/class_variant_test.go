@@ -361,3 +361,79 @@ func TestVariantVersionsAreDerived(t *testing.T) {
 		t.Errorf("the listeners' tracings have %d plans, none shared: %v", len(subs), subs)
 	}
 }
+
+// A variant made again after its base's listeners changed (a MeshConfig
+// that sets the sampling changes every tracing) rewrites them with a table of
+// its own: the listeners of the earlier generation, which a stream may
+// still be sending, are made as before.
+func TestVariantTablesOutliveTheirGeneration(t *testing.T) {
+	store, err := worldtest.LoadFile("testdata/bookinfo/input.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, node := loadCase(t, "testdata/bookinfo")
+	ps := identities(t, node.ID, map[string]any{model.MetaIstioVersion: "1.32.0", "NAMESPACE": "default"})
+	g := newForTest(quietLog())
+	w1 := store.World()
+	base1, err := g.Class(w1, ps[0], nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v1, ok := g.Variant(base1, ClassKey(w1, ps[1]), ps[1], nil)
+	if !ok {
+		t.Fatal("Variant refused")
+	}
+	before := map[string][]byte{}
+	for n, r := range v1.Sets[ListenerType].Resources {
+		if r.lazy != nil {
+			before[n] = bytes.Clone(r.Wire().GetValue())
+		}
+	}
+	if len(before) == 0 {
+		t.Fatal("no listener of the variant was rewritten")
+	}
+	tab1, blobs1 := v1.variant.tab, len(v1.variant.tab.blobs)
+	mesh, err := worldtest.MeshConfig("defaultConfig:\n  tracing:\n    sampling: 42\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := []model.Event{mesh}
+	u, err := store.Apply(evs...)
+	if err != nil || u == nil {
+		t.Fatalf("Apply = %v, %v", u, err)
+	}
+	w2 := u.World
+	base2, err := g.Class(w2, ps[0], base1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v2, ok := g.Variant(base2, ClassKey(w2, ps[1]), ps[1], v1)
+	if !ok {
+		t.Fatal("Variant refused")
+	}
+	if v2.variant.tab == tab1 || len(tab1.blobs) != blobs1 {
+		t.Errorf("the later generation wrote into the earlier one's table (%d blobs, had %d)", len(tab1.blobs), blobs1)
+	}
+	changed := 0
+	for n, r := range v2.Sets[ListenerType].Resources {
+		if old, ok := before[n]; ok && r.lazy != nil && !bytes.Equal(old, r.Wire().GetValue()) {
+			changed++
+		}
+	}
+	if changed == 0 {
+		t.Fatal("the Telemetry changed no listener of the variant: the test shows nothing")
+	}
+	runtime.GC()
+	runtime.GC()
+	for n, r := range v1.Sets[ListenerType].Resources {
+		if want, ok := before[n]; ok && !bytes.Equal(r.Wire().GetValue(), want) {
+			t.Errorf("%s of the earlier generation is made otherwise now", n)
+		}
+	}
+	// And the variant is still its own class.
+	want, err := g.Class(w2, ps[1], nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameSets(t, "after the Telemetry", v2.Sets, want.Sets)
+}

@@ -92,16 +92,14 @@ func (r *Resource) Wire() *anypb.Any {
 // per address a variant has 2,000 listeners, and the closures were a
 // tenth of the heap.
 type lazyWire struct {
-	typeURL string
-	size    int
-	// base's bytes rewritten by plan with rt's values and blobs (its
-	// tracings rewritten: retagPlan.apply).
-	base  *Resource
-	plan  *retagPlan
-	rt    *retag
-	blobs [][]byte
-	mu    sync.Mutex
-	held  weak.Pointer[anypb.Any]
+	size int
+	// The listener is base's bytes rewritten by plan with tab's values
+	// and tracings (retagPlan.apply).
+	base *Resource
+	plan *retagPlan
+	tab  *retagTable
+	mu   sync.Mutex
+	held weak.Pointer[anypb.Any]
 }
 
 func (l *lazyWire) get() *anypb.Any {
@@ -110,7 +108,7 @@ func (l *lazyWire) get() *anypb.Any {
 	if a := l.held.Value(); a != nil {
 		return a
 	}
-	a := &anypb.Any{TypeUrl: l.typeURL, Value: l.plan.apply(l.base.Wire().GetValue(), *l.rt, l.blobs)}
+	a := &anypb.Any{TypeUrl: ListenerType, Value: l.plan.apply(l.base.Wire().GetValue(), *l.tab.rt, l.tab.of(l.plan))}
 	l.held = weak.Make(a)
 	return a
 }
