@@ -2,6 +2,7 @@ package gen
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"maps"
 	"slices"
@@ -395,28 +396,42 @@ func (p *retagPlan) sized(b []byte, sz []int) int {
 // apply is the message b with t's values, its blobs rewritten as blobs.
 func (p *retagPlan) apply(b []byte, t retag, blobs [][]byte) []byte {
 	sz := p.sizes(t, blobs)
-	out := make([]byte, 0, p.sized(b, sz))
+	out := &appender{b: make([]byte, 0, p.sized(b, sz))}
+	p.write(out, b, t, blobs, sz)
+	return out.b
+}
+
+// write writes base listener b with t's values and blobs to w, in parts:
+// b's own bytes between the spans, the new lengths, the rewritten
+// tracings and values. sz is p.sizes(t, blobs).
+func (p *retagPlan) write(w WireWriter, b []byte, t retag, blobs [][]byte, sz []int) {
+	var varint [binary.MaxVarintLen64]byte
 	var emit func(spans []*span, start, end int)
 	emit = func(spans []*span, start, end int) {
 		pos := start
 		for _, s := range spans {
-			out = append(out, b[pos:s.lenAt]...)
-			out = protowire.AppendVarint(out, uint64(sz[s.id]))
+			w.Share(b[pos:s.lenAt])
+			w.Copy(protowire.AppendVarint(varint[:0], uint64(sz[s.id])))
 			switch {
 			case s.blob >= 0:
-				out = append(out, blobs[s.blob]...)
+				w.Share(blobs[s.blob])
 			case s.children == nil:
-				out = append(out, t.toBytes[s.tag]...)
+				w.Share(t.toBytes[s.tag])
 			default:
 				emit(s.children, s.start, s.end)
 			}
 			pos = s.end
 		}
-		out = append(out, b[pos:end]...)
+		w.Share(b[pos:end])
 	}
 	emit(p.spans, 0, len(b))
-	return out
 }
+
+// appender is a WireWriter that copies every part into b.
+type appender struct{ b []byte }
+
+func (a *appender) Copy(b []byte)  { a.b = append(a.b, b...) }
+func (a *appender) Share(b []byte) { a.b = append(a.b, b...) }
 
 // customTag reads a marshaled CustomTag's name and, if it is a literal,
 // its value.

@@ -11,6 +11,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/meshplane/discovery/pkg/xds/gen"
 )
 
 // Codec returns the gRPC codec for the xDS server: gRPC's proto codec,
@@ -46,7 +48,9 @@ func (c xdsCodec) Marshal(v any) (mem.BufferSlice, error) {
 	case *discovery.DiscoveryResponse:
 		err = w.sotw(m)
 	case *discovery.DeltaDiscoveryResponse:
-		err = w.delta(m)
+		err = w.delta(m, nil)
+	case *deltaWire:
+		err = w.delta(m.resp, m.lazy)
 	default:
 		return c.fallback.Marshal(v)
 	}
@@ -156,7 +160,20 @@ func (w *sliceWriter) sotw(m *discovery.DiscoveryResponse) error {
 	return nil
 }
 
-func (w *sliceWriter) delta(m *discovery.DeltaDiscoveryResponse) error {
+// deltaWire is a delta response whose resource i, when lazy[i] is set,
+// is written from that lazy resource (gen.Resource.WriteWire), its Any
+// in resp having its type alone (lazyDeltaResponse). Only this codec can
+// marshal it.
+type deltaWire struct {
+	resp *discovery.DeltaDiscoveryResponse
+	lazy []*gen.Resource
+}
+
+// Copy and Share make sliceWriter a gen.WireWriter.
+func (w *sliceWriter) Copy(b []byte)  { w.buf = append(w.buf, b...) }
+func (w *sliceWriter) Share(b []byte) { w.share(b) }
+
+func (w *sliceWriter) delta(m *discovery.DeltaDiscoveryResponse, lazy []*gen.Resource) error {
 	head, err := without(m, deltaResources)
 	if err != nil {
 		return err
@@ -165,9 +182,20 @@ func (w *sliceWriter) delta(m *discovery.DeltaDiscoveryResponse) error {
 	for _, r := range m.GetResources() {
 		n += 32 + len(r.GetName()) + len(r.GetVersion()) + len(r.GetResource().GetTypeUrl()) + inlined(r.GetResource())
 	}
+	// A lazy resource is written in a few parts (lazyBuffers).
+	lazyN := 0
+	for _, lz := range lazy {
+		if lz != nil {
+			lazyN++
+		}
+	}
 	w.buf = append(make([]byte, 0, n), head...)
-	w.grow(len(m.GetResources()))
-	for _, r := range m.GetResources() {
+	w.grow(len(m.GetResources()) + lazyBuffers*lazyN)
+	for i, r := range m.GetResources() {
+		if lazy != nil && lazy[i] != nil {
+			w.lazyResource(r, lazy[i])
+			continue
+		}
 		if !plainResource(r) {
 			// Rare: marshal the resource whole.
 			b, err := proto.Marshal(r)
@@ -194,6 +222,33 @@ func (w *sliceWriter) delta(m *discovery.DeltaDiscoveryResponse) error {
 		}
 	}
 	return nil
+}
+
+// lazyBuffers is about how many buffers more than a plain resource's a
+// lazy one takes: its base's bytes around one rewritten tracing, and the
+// tracing.
+const lazyBuffers = 4
+
+// lazyResource appends r, whose resource is lz (of r's type URL), as
+// the delta response's resources field, writing lz's bytes in parts: the
+// buffers of a lazy resource's parts grow the message by a few per
+// rewritten span, not by a copy of the resource.
+func (w *sliceWriter) lazyResource(r *discovery.Resource, lz *gen.Resource) {
+	typeURL := r.GetResource().GetTypeUrl()
+	value := lz.Size()
+	anyLen := stringField(anyTypeURL, typeURL) + protowire.SizeTag(anyValue) + protowire.SizeBytes(value)
+	size := stringField(resourceVersionField, r.GetVersion()) + stringField(resourceNameField, r.GetName()) +
+		protowire.SizeTag(resourceAny) + protowire.SizeBytes(anyLen)
+	w.buf = protowire.AppendTag(w.buf, deltaResources, protowire.BytesType)
+	w.buf = protowire.AppendVarint(w.buf, uint64(size))
+	w.buf = appendString(w.buf, resourceVersionField, r.GetVersion())
+	w.buf = appendString(w.buf, resourceNameField, r.GetName())
+	w.buf = protowire.AppendTag(w.buf, resourceAny, protowire.BytesType)
+	w.buf = protowire.AppendVarint(w.buf, uint64(anyLen))
+	w.buf = appendString(w.buf, anyTypeURL, typeURL)
+	w.buf = protowire.AppendTag(w.buf, anyValue, protowire.BytesType)
+	w.buf = protowire.AppendVarint(w.buf, uint64(value))
+	lz.WriteWire(w)
 }
 
 // plainResource reports whether r has nothing but a name, a version and a

@@ -6,6 +6,7 @@ import (
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/meshplane/discovery/pkg/xds/gen"
 )
@@ -59,22 +60,35 @@ func (c *conn) respondDelta(w *deltaWatch, dirty []string) bool {
 	sort.Slice(send, func(i, j int) bool { return send[i].Name < send[j].Name })
 	sort.Strings(removed)
 	res := make([]*discovery.Resource, len(send))
+	// A lazy resource (a variant's listener) is not made here: the
+	// response carries its type alone, and the codec writes its bytes
+	// from the parts they are made of (deltaWire).
+	var lazy []*gen.Resource
 	for i, r := range send {
-		res[i] = &discovery.Resource{Name: r.Name, Version: r.Hash, Resource: r.Wire()}
+		a := (*anypb.Any)(nil)
+		if r.Lazy() {
+			if lazy == nil {
+				lazy = make([]*gen.Resource, len(send))
+			}
+			lazy[i], a = r, &anypb.Any{TypeUrl: t}
+		} else {
+			a = r.Wire()
+		}
+		res[i] = &discovery.Resource{Name: r.Name, Version: r.Hash, Resource: a}
 	}
 	resp := &discovery.DeltaDiscoveryResponse{SystemVersionInfo: version, TypeUrl: t, Resources: res, RemovedResources: removed}
 	if dirty == nil {
 		// Compared in full: once sent, every subscribed name holds the
 		// current version, so the current configuration becomes the base
 		// and the stream's map starts empty (deliverDelta installs it).
-		if !c.deliverDelta(w, resp, map[string]string{}) {
+		if !c.deliverLazy(w, resp, map[string]string{}, lazy) {
 			ts.synced = false
 			return false
 		}
 		ts.base = baseOf(c.cfg, t)
 		return true
 	}
-	if !c.deliverDelta(w, resp, returned) {
+	if !c.deliverLazy(w, resp, returned, lazy) {
 		ts.synced = false
 		return false
 	}
@@ -246,8 +260,18 @@ func (c *conn) subscribeDelta(t string, req *discovery.DeltaDiscoveryRequest) {
 }
 
 func (c *conn) deliverDelta(w *deltaWatch, resp *discovery.DeltaDiscoveryResponse, next map[string]string) bool {
+	return c.deliverLazy(w, resp, next, nil)
+}
+
+// deliverLazy is deliverDelta for a response whose resources at the
+// indexes lazy names are sent from those lazy resources (nil: none).
+func (c *conn) deliverLazy(w *deltaWatch, resp *discovery.DeltaDiscoveryResponse, next map[string]string, lazy []*gen.Resource) bool {
+	var r cachev3.DeltaResponse = &cachev3.DeltaPassthroughResponse{DeltaRequest: w.req, DeltaDiscoveryResponse: resp, NextVersionMap: next}
+	if lazy != nil {
+		r = &lazyDeltaResponse{DeltaPassthroughResponse: r.(*cachev3.DeltaPassthroughResponse), lazy: lazy}
+	}
 	select {
-	case w.ch <- &cachev3.DeltaPassthroughResponse{DeltaRequest: w.req, DeltaDiscoveryResponse: resp, NextVersionMap: next}:
+	case w.ch <- r:
 		c.handed(resp.GetTypeUrl(), resp, nil, nil)
 		w.sub.returned = next
 	default:
@@ -255,11 +279,23 @@ func (c *conn) deliverDelta(w *deltaWatch, resp *discovery.DeltaDiscoveryRespons
 		return false
 	}
 	size := 0
-	for _, r := range resp.GetResources() {
+	for i, r := range resp.GetResources() {
+		if lazy != nil && lazy[i] != nil {
+			size += lazy[i].Size()
+			continue
+		}
 		size += len(r.GetResource().GetValue())
 	}
 	c.deliveredSize(resp.GetTypeUrl(), size)
 	return true
+}
+
+// lazyDeltaResponse is a response some of whose resources are lazy
+// (gen.Resource.Lazy): lazy[i], when set, is resource i's, whose Any in
+// the response has its type alone. The stream sends it as a deltaWire.
+type lazyDeltaResponse struct {
+	*cachev3.DeltaPassthroughResponse
+	lazy []*gen.Resource
 }
 
 // deferDelta records names of t changed while the delta stream had no open

@@ -202,12 +202,16 @@ type guardedStream[Req, Resp any] struct {
 
 func (g *guardedStream[Req, Resp]) Context() context.Context { return g.ctx }
 
-func (g *guardedStream[Req, Resp]) Send(m *Resp) error {
+func (g *guardedStream[Req, Resp]) Send(m *Resp) error { return g.SendMsg(m) }
+
+// SendMsg sends m, a *Resp or a message the codec writes as one
+// (deltaWire), giving up after the send timeout.
+func (g *guardedStream[Req, Resp]) SendMsg(m any) error {
 	if g.timeout <= 0 {
-		return g.BidiStreamingServer.Send(m)
+		return g.BidiStreamingServer.SendMsg(m)
 	}
 	done := make(chan error, 1)
-	go func() { done <- g.BidiStreamingServer.Send(m) }()
+	go func() { done <- g.BidiStreamingServer.SendMsg(m) }()
 	t := time.NewTimer(g.timeout)
 	defer t.Stop()
 	select {
