@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"slices"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc/encoding"
@@ -71,8 +72,11 @@ type sliceWriter struct {
 	out mem.BufferSlice
 	buf []byte
 	// slices backs out's buffers: a pointer into it makes a mem.Buffer
-	// without an allocation per resource. Sized before use, never grown.
+	// without an allocation per resource. Sized before use, never grown
+	// in place (a lazy resource's parts may start a new one).
 	slices []mem.SliceBuffer
+	// parts gathers a lazy resource's parts (lazyResource).
+	parts lazyParts
 }
 
 // grow sizes the writer for a message of n resources.
@@ -169,10 +173,6 @@ type deltaWire struct {
 	lazy []*gen.Resource
 }
 
-// Copy and Share make sliceWriter a gen.WireWriter.
-func (w *sliceWriter) Copy(b []byte)  { w.buf = append(w.buf, b...) }
-func (w *sliceWriter) Share(b []byte) { w.share(b) }
-
 func (w *sliceWriter) delta(m *discovery.DeltaDiscoveryResponse, lazy []*gen.Resource) error {
 	head, err := without(m, deltaResources)
 	if err != nil {
@@ -182,15 +182,8 @@ func (w *sliceWriter) delta(m *discovery.DeltaDiscoveryResponse, lazy []*gen.Res
 	for _, r := range m.GetResources() {
 		n += 32 + len(r.GetName()) + len(r.GetVersion()) + len(r.GetResource().GetTypeUrl()) + inlined(r.GetResource())
 	}
-	// A lazy resource is written in a few parts (lazyBuffers).
-	lazyN := 0
-	for _, lz := range lazy {
-		if lz != nil {
-			lazyN++
-		}
-	}
 	w.buf = append(make([]byte, 0, n), head...)
-	w.grow(len(m.GetResources()) + lazyBuffers*lazyN)
+	w.grow(len(m.GetResources()))
 	for i, r := range m.GetResources() {
 		if lazy != nil && lazy[i] != nil {
 			w.lazyResource(r, lazy[i])
@@ -224,11 +217,6 @@ func (w *sliceWriter) delta(m *discovery.DeltaDiscoveryResponse, lazy []*gen.Res
 	return nil
 }
 
-// lazyBuffers is about how many buffers more than a plain resource's a
-// lazy one takes: its base's bytes around one rewritten tracing, and the
-// tracing.
-const lazyBuffers = 4
-
 // lazyResource appends r, whose resource is lz (of r's type URL), as
 // the delta response's resources field, writing lz's bytes in parts: the
 // buffers of a lazy resource's parts grow the message by a few per
@@ -248,8 +236,59 @@ func (w *sliceWriter) lazyResource(r *discovery.Resource, lz *gen.Resource) {
 	w.buf = appendString(w.buf, anyTypeURL, typeURL)
 	w.buf = protowire.AppendTag(w.buf, anyValue, protowire.BytesType)
 	w.buf = protowire.AppendVarint(w.buf, uint64(value))
-	lz.WriteWire(w)
+	// The parts are gathered first, so that the header buffer and the
+	// buffer list grow once: a port listener of 1,000 chains is some
+	// 10,000 parts, and growing by doubling as they came was most of
+	// what a service change allocated.
+	w.parts.reset()
+	lz.WriteWire(&w.parts)
+	copied, shared := 0, 0
+	for _, pt := range w.parts.list {
+		if n := pt.end - pt.start; pt.copied || n < inlineBelow {
+			copied += n
+		} else {
+			shared++
+		}
+	}
+	w.buf = slices.Grow(w.buf, copied)
+	if free := cap(w.slices) - len(w.slices); free < 2*shared {
+		// Pushed buffers point into w.slices: the old array stays
+		// theirs, a new one takes the rest.
+		w.slices = make([]mem.SliceBuffer, 0, 2*shared+cap(w.slices))
+		w.out = slices.Grow(w.out, 2*shared)
+	}
+	for _, pt := range w.parts.list {
+		if pt.copied {
+			w.buf = append(w.buf, w.parts.arena[pt.start:pt.end]...)
+		} else {
+			w.share(pt.b[pt.start:pt.end])
+		}
+	}
 }
+
+// lazyParts gathers a lazy resource's parts (gen.WireWriter): the shared
+// ones as they are, the copied ones into an arena reused from one
+// resource to the next.
+type lazyParts struct {
+	arena []byte
+	list  []lazyPart
+}
+
+// lazyPart is b[start:end], or arena[start:end] when copied.
+type lazyPart struct {
+	b          []byte
+	start, end int
+	copied     bool
+}
+
+func (p *lazyParts) reset() { p.arena, p.list = p.arena[:0], p.list[:0] }
+
+func (p *lazyParts) Copy(b []byte) {
+	p.list = append(p.list, lazyPart{start: len(p.arena), end: len(p.arena) + len(b), copied: true})
+	p.arena = append(p.arena, b...)
+}
+
+func (p *lazyParts) Share(b []byte) { p.list = append(p.list, lazyPart{b: b, end: len(b)}) }
 
 // plainResource reports whether r has nothing but a name, a version and a
 // resource: the resources this server sends. Those are written directly,
