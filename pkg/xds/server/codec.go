@@ -75,8 +75,6 @@ type sliceWriter struct {
 	// without an allocation per resource. Sized before use, never grown
 	// in place (a lazy resource's parts may start a new one).
 	slices []mem.SliceBuffer
-	// parts gathers a lazy resource's parts (lazyResource).
-	parts lazyParts
 }
 
 // grow sizes the writer for a message of n resources.
@@ -236,59 +234,40 @@ func (w *sliceWriter) lazyResource(r *discovery.Resource, lz *gen.Resource) {
 	w.buf = appendString(w.buf, anyTypeURL, typeURL)
 	w.buf = protowire.AppendTag(w.buf, anyValue, protowire.BytesType)
 	w.buf = protowire.AppendVarint(w.buf, uint64(value))
-	// The parts are gathered first, so that the header buffer and the
+	// The parts are counted first, so that the header buffer and the
 	// buffer list grow once: a port listener of 1,000 chains is some
-	// 10,000 parts, and growing by doubling as they came was most of
-	// what a service change allocated.
-	w.parts.reset()
-	lz.WriteWire(&w.parts)
-	copied, shared := 0, 0
-	for _, pt := range w.parts.list {
-		if n := pt.end - pt.start; pt.copied || n < inlineBelow {
-			copied += n
-		} else {
-			shared++
-		}
-	}
-	w.buf = slices.Grow(w.buf, copied)
-	if free := cap(w.slices) - len(w.slices); free < 2*shared {
+	// thousands of parts, and growing by doubling as they came was most
+	// of what a service change allocated.
+	c := partCounter{small: inlineBelow}
+	lz.WriteWire(&c)
+	w.buf = slices.Grow(w.buf, c.copied)
+	if free := cap(w.slices) - len(w.slices); free < 2*c.shared {
 		// Pushed buffers point into w.slices: the old array stays
 		// theirs, a new one takes the rest.
-		w.slices = make([]mem.SliceBuffer, 0, 2*shared+cap(w.slices))
-		w.out = slices.Grow(w.out, 2*shared)
+		w.slices = make([]mem.SliceBuffer, 0, 2*c.shared+cap(w.slices))
+		w.out = slices.Grow(w.out, 2*c.shared)
 	}
-	for _, pt := range w.parts.list {
-		if pt.copied {
-			w.buf = append(w.buf, w.parts.arena[pt.start:pt.end]...)
-		} else {
-			w.share(pt.b[pt.start:pt.end])
-		}
+	lz.WriteWire(w)
+}
+
+// Copy and Share make sliceWriter a gen.WireWriter.
+func (w *sliceWriter) Copy(b []byte)  { w.buf = append(w.buf, b...) }
+func (w *sliceWriter) Share(b []byte) { w.share(b) }
+
+// partCounter is a gen.WireWriter that counts what sliceWriter would do
+// with the parts: the bytes it copies (parts shorter than small, and
+// every Copy) and the parts it shares.
+type partCounter struct{ small, copied, shared int }
+
+func (c *partCounter) Copy(b []byte) { c.copied += len(b) }
+
+func (c *partCounter) Share(b []byte) {
+	if len(b) < c.small {
+		c.copied += len(b)
+	} else {
+		c.shared++
 	}
 }
-
-// lazyParts gathers a lazy resource's parts (gen.WireWriter): the shared
-// ones as they are, the copied ones into an arena reused from one
-// resource to the next.
-type lazyParts struct {
-	arena []byte
-	list  []lazyPart
-}
-
-// lazyPart is b[start:end], or arena[start:end] when copied.
-type lazyPart struct {
-	b          []byte
-	start, end int
-	copied     bool
-}
-
-func (p *lazyParts) reset() { p.arena, p.list = p.arena[:0], p.list[:0] }
-
-func (p *lazyParts) Copy(b []byte) {
-	p.list = append(p.list, lazyPart{start: len(p.arena), end: len(p.arena) + len(b), copied: true})
-	p.arena = append(p.arena, b...)
-}
-
-func (p *lazyParts) Share(b []byte) { p.list = append(p.list, lazyPart{b: b, end: len(b)}) }
 
 // plainResource reports whether r has nothing but a name, a version and a
 // resource: the resources this server sends. Those are written directly,
