@@ -437,3 +437,62 @@ func TestVariantTablesOutliveTheirGeneration(t *testing.T) {
 	}
 	sameSets(t, "after the Telemetry", v2.Sets, want.Sets)
 }
+
+// shapeWriter counts what a sliceWriter-like writer would copy and share.
+type shapeWriter struct{ small, copied, shared int }
+
+func (c *shapeWriter) Copy(b []byte) { c.copied += len(b) }
+func (c *shapeWriter) Share(b []byte) {
+	if len(b) < c.small {
+		c.copied += len(b)
+	} else {
+		c.shared++
+	}
+}
+
+// WireShape bounds what WriteWire writes, for a lazy listener counted
+// from its plan and for one whose bytes are held; and WriteWire writes
+// the listener's bytes.
+func TestWireShapeBoundsWriteWire(t *testing.T) {
+	w, node := loadCase(t, "testdata/bookinfo")
+	ps := identities(t, node.ID, map[string]any{model.MetaIstioVersion: "1.32.0", "NAMESPACE": "default"})
+	g := newForTest(quietLog())
+	base, err := g.Class(w, ps[0], nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, ok := g.Variant(base, ClassKey(w, ps[1]), ps[1], nil)
+	if !ok {
+		t.Fatal("Variant refused")
+	}
+	lazy := 0
+	for n, r := range v.Sets[ListenerType].Resources {
+		if !r.Lazy() {
+			continue
+		}
+		lazy++
+		for _, small := range []int{1, 64, 256, 1 << 20} {
+			runtime.GC()
+			runtime.GC()
+			copied, shared := r.WireShape(small)
+			got := shapeWriter{small: small}
+			r.WriteWire(&got)
+			if got.shared != shared || got.copied > copied || copied > got.copied+5*r.lazy.plan.count {
+				t.Errorf("%s, small %d: shape %d copied, %d shared; written %d, %d", n, small, copied, shared, got.copied, got.shared)
+			}
+		}
+		var a appender
+		r.WriteWire(&a)
+		if !bytes.Equal(a.b, r.Wire().GetValue()) {
+			t.Errorf("%s: written in parts, differs from the listener made", n)
+		}
+		held := r.Wire() // held while in use: one part
+		if c, s := r.WireShape(256); c != 0 || s != 1 {
+			t.Errorf("%s held: shape %d copied, %d shared, want one shared part", n, c, s)
+		}
+		runtime.KeepAlive(held)
+	}
+	if lazy == 0 {
+		t.Fatal("no lazy listener")
+	}
+}

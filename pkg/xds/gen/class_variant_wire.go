@@ -427,6 +427,39 @@ func (p *retagPlan) write(w WireWriter, b []byte, t retag, blobs [][]byte, sz []
 	emit(p.spans, 0, len(b))
 }
 
+// shape counts, without writing or sizing anything, what write would
+// write: the bytes of the parts shorter than small, with 5 for each new
+// length (lengths here are under 2^35), and the parts as long or longer.
+func (p *retagPlan) shape(b []byte, t *retagTable, small int) (copied, shared int) {
+	part := func(n int) {
+		if n < small {
+			copied += n
+		} else {
+			shared++
+		}
+	}
+	var walk func(spans []*span, start, end int)
+	walk = func(spans []*span, start, end int) {
+		pos := start
+		for _, s := range spans {
+			part(s.lenAt - pos)
+			copied += 5
+			switch {
+			case s.blob >= 0:
+				part(len(t.blobs[p.blobs[s.blob].plan]))
+			case s.children == nil:
+				part(len(t.rt.toBytes[s.tag]))
+			default:
+				walk(s.children, s.start, s.end)
+			}
+			pos = s.end
+		}
+		part(end - pos)
+	}
+	walk(p.spans, 0, len(b))
+	return copied, shared
+}
+
 // appender is a WireWriter that copies every part into b.
 type appender struct{ b []byte }
 

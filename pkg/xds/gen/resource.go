@@ -104,6 +104,29 @@ func (r *Resource) WriteWire(w WireWriter) {
 	r.lazy.write(w)
 }
 
+// WireShape bounds what WriteWire writes: the bytes in parts shorter
+// than small and in Copy calls (copied), and the parts as long or longer
+// (shared). A lazy resource counts them from its plan, making and sizing
+// nothing.
+func (r *Resource) WireShape(small int) (copied, shared int) {
+	var b []byte
+	if r.lazy == nil {
+		b = r.Any.GetValue()
+	} else {
+		r.lazy.mu.Lock()
+		a := r.lazy.held.Value()
+		r.lazy.mu.Unlock()
+		if a == nil {
+			return r.lazy.plan.shape(r.lazy.base.Wire().GetValue(), r.lazy.tab, small)
+		}
+		b = a.GetValue()
+	}
+	if len(b) < small {
+		return len(b), 0
+	}
+	return 0, 1
+}
+
 // Lazy reports whether the resource's bytes are made when asked for
 // (WriteWire writes them without making them).
 func (r *Resource) Lazy() bool { return r.lazy != nil }

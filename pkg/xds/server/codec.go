@@ -234,18 +234,18 @@ func (w *sliceWriter) lazyResource(r *discovery.Resource, lz *gen.Resource) {
 	w.buf = appendString(w.buf, anyTypeURL, typeURL)
 	w.buf = protowire.AppendTag(w.buf, anyValue, protowire.BytesType)
 	w.buf = protowire.AppendVarint(w.buf, uint64(value))
-	// The parts are counted first, so that the header buffer and the
-	// buffer list grow once: a port listener of 1,000 chains is some
-	// thousands of parts, and growing by doubling as they came was most
-	// of what a service change allocated.
-	c := partCounter{small: inlineBelow}
-	lz.WriteWire(&c)
-	w.buf = slices.Grow(w.buf, c.copied)
-	if free := cap(w.slices) - len(w.slices); free < 2*c.shared {
+	// The parts are counted first (from the plan, making nothing), so
+	// that the header buffer and the buffer list grow once: a port
+	// listener of 1,000 chains is some thousands of parts, and growing
+	// by doubling as they came was most of what a service change
+	// allocated.
+	copied, shared := lz.WireShape(inlineBelow)
+	w.buf = slices.Grow(w.buf, copied)
+	if free := cap(w.slices) - len(w.slices); free < 2*shared {
 		// Pushed buffers point into w.slices: the old array stays
 		// theirs, a new one takes the rest.
-		w.slices = make([]mem.SliceBuffer, 0, 2*c.shared+cap(w.slices))
-		w.out = slices.Grow(w.out, 2*c.shared)
+		w.slices = make([]mem.SliceBuffer, 0, 2*shared+cap(w.slices))
+		w.out = slices.Grow(w.out, 2*shared)
 	}
 	lz.WriteWire(w)
 }
@@ -253,21 +253,6 @@ func (w *sliceWriter) lazyResource(r *discovery.Resource, lz *gen.Resource) {
 // Copy and Share make sliceWriter a gen.WireWriter.
 func (w *sliceWriter) Copy(b []byte)  { w.buf = append(w.buf, b...) }
 func (w *sliceWriter) Share(b []byte) { w.share(b) }
-
-// partCounter is a gen.WireWriter that counts what sliceWriter would do
-// with the parts: the bytes it copies (parts shorter than small, and
-// every Copy) and the parts it shares.
-type partCounter struct{ small, copied, shared int }
-
-func (c *partCounter) Copy(b []byte) { c.copied += len(b) }
-
-func (c *partCounter) Share(b []byte) {
-	if len(b) < c.small {
-		c.copied += len(b)
-	} else {
-		c.shared++
-	}
-}
 
 // plainResource reports whether r has nothing but a name, a version and a
 // resource: the resources this server sends. Those are written directly,
