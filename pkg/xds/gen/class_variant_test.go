@@ -239,21 +239,42 @@ func TestVariantKeys(t *testing.T) {
 	}
 }
 
+// bookinfoIdentities is bookinfo's sidecar under several identities
+// (identities), in bookinfo's World.
+func bookinfoIdentities(t *testing.T) (*model.World, []*model.Proxy) {
+	t.Helper()
+	w, node := loadCase(t, "testdata/bookinfo")
+	return w, identities(t, node.ID, map[string]any{model.MetaIstioVersion: "1.32.0", "NAMESPACE": "default"})
+}
+
+// mustClass generates p's class in w.
+func mustClass(t *testing.T, g *Generator, w *model.World, p *model.Proxy, prev *ClassConfig) *ClassConfig {
+	t.Helper()
+	c, err := g.Class(w, p, prev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// mustVariant makes p's class in w as a variant of base.
+func mustVariant(t *testing.T, g *Generator, base *ClassConfig, w *model.World, p *model.Proxy, prev *ClassConfig) *ClassConfig {
+	t.Helper()
+	v, ok := g.Variant(base, ClassKey(w, p), p, prev)
+	if !ok {
+		t.Fatal("Variant refused")
+	}
+	return v
+}
+
 // A variant's rewritten listeners are held as the means to make them:
 // their bytes go with the last holder and are made again, the same, when
 // asked for.
 func TestVariantListenersAreMadeWhenAsked(t *testing.T) {
-	w, node := loadCase(t, "testdata/bookinfo")
-	ps := identities(t, node.ID, map[string]any{model.MetaIstioVersion: "1.32.0", "NAMESPACE": "default"})
+	w, ps := bookinfoIdentities(t)
 	g := newForTest(quietLog())
-	base, err := g.Class(w, ps[0], nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, ok := g.Variant(base, ClassKey(w, ps[1]), ps[1], nil)
-	if !ok {
-		t.Fatal("Variant refused")
-	}
+	base := mustClass(t, g, w, ps[0], nil)
+	v := mustVariant(t, g, base, w, ps[1], nil)
 	lazy := 0
 	for n, r := range v.Sets[ListenerType].Resources {
 		if r.lazy == nil {
@@ -277,10 +298,7 @@ func TestVariantListenersAreMadeWhenAsked(t *testing.T) {
 		t.Fatal("no listener of the variant was rewritten")
 	}
 	// Another workload's rewrite of the same listener is another version.
-	other, ok := g.Variant(base, ClassKey(w, ps[2]), ps[2], nil)
-	if !ok {
-		t.Fatal("Variant refused")
-	}
+	other := mustVariant(t, g, base, w, ps[2], nil)
 	for n, r := range v.Sets[ListenerType].Resources {
 		if o := other.Sets[ListenerType].Get(n); r.lazy != nil && o.Hash == r.Hash {
 			t.Errorf("%s: the variants of two workloads have one version", n)
@@ -294,8 +312,7 @@ func TestVariantListenersAreMadeWhenAsked(t *testing.T) {
 // every name and for names the set lacks; and the listeners of the
 // base's plans share their tracings' plans.
 func TestVariantVersionsAreDerived(t *testing.T) {
-	w, node := loadCase(t, "testdata/bookinfo")
-	ps := identities(t, node.ID, map[string]any{model.MetaIstioVersion: "1.32.0", "NAMESPACE": "default"})
+	w, ps := bookinfoIdentities(t)
 	// Per address, the listeners are many and their tracings alike.
 	opts := DefaultOptions(quietLog())
 	opts.ListenersPerAddress = true
@@ -303,15 +320,9 @@ func TestVariantVersionsAreDerived(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	base, err := g.Class(w, ps[0], nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	base := mustClass(t, g, w, ps[0], nil)
 	for _, p := range ps[1:] {
-		v, ok := g.Variant(base, ClassKey(w, p), p, nil)
-		if !ok {
-			t.Fatal("Variant refused")
-		}
+		v := mustVariant(t, g, base, w, p, nil)
 		set := v.Sets[ListenerType]
 		got := set.Versions()
 		if got.from == nil {
@@ -371,18 +382,11 @@ func TestVariantTablesOutliveTheirGeneration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, node := loadCase(t, "testdata/bookinfo")
-	ps := identities(t, node.ID, map[string]any{model.MetaIstioVersion: "1.32.0", "NAMESPACE": "default"})
+	_, ps := bookinfoIdentities(t)
 	g := newForTest(quietLog())
 	w1 := store.World()
-	base1, err := g.Class(w1, ps[0], nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v1, ok := g.Variant(base1, ClassKey(w1, ps[1]), ps[1], nil)
-	if !ok {
-		t.Fatal("Variant refused")
-	}
+	base1 := mustClass(t, g, w1, ps[0], nil)
+	v1 := mustVariant(t, g, base1, w1, ps[1], nil)
 	before := map[string][]byte{}
 	for n, r := range v1.Sets[ListenerType].Resources {
 		if r.lazy != nil {
@@ -403,14 +407,8 @@ func TestVariantTablesOutliveTheirGeneration(t *testing.T) {
 		t.Fatalf("Apply = %v, %v", u, err)
 	}
 	w2 := u.World
-	base2, err := g.Class(w2, ps[0], base1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v2, ok := g.Variant(base2, ClassKey(w2, ps[1]), ps[1], v1)
-	if !ok {
-		t.Fatal("Variant refused")
-	}
+	base2 := mustClass(t, g, w2, ps[0], base1)
+	v2 := mustVariant(t, g, base2, w2, ps[1], v1)
 	if v2.variant.tab == tab1 || len(tab1.blobs) != blobs1 {
 		t.Errorf("the later generation wrote into the earlier one's table (%d blobs, had %d)", len(tab1.blobs), blobs1)
 	}
@@ -431,11 +429,7 @@ func TestVariantTablesOutliveTheirGeneration(t *testing.T) {
 		}
 	}
 	// And the variant is still its own class.
-	want, err := g.Class(w2, ps[1], nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sameSets(t, "after the Telemetry", v2.Sets, want.Sets)
+	sameSets(t, "after the MeshConfig", v2.Sets, mustClass(t, g, w2, ps[1], nil).Sets)
 }
 
 // shapeWriter counts what a sliceWriter-like writer would copy and share.
@@ -454,17 +448,10 @@ func (c *shapeWriter) Share(b []byte) {
 // from its plan and for one whose bytes are held; and WriteWire writes
 // the listener's bytes.
 func TestWireShapeBoundsWriteWire(t *testing.T) {
-	w, node := loadCase(t, "testdata/bookinfo")
-	ps := identities(t, node.ID, map[string]any{model.MetaIstioVersion: "1.32.0", "NAMESPACE": "default"})
+	w, ps := bookinfoIdentities(t)
 	g := newForTest(quietLog())
-	base, err := g.Class(w, ps[0], nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, ok := g.Variant(base, ClassKey(w, ps[1]), ps[1], nil)
-	if !ok {
-		t.Fatal("Variant refused")
-	}
+	base := mustClass(t, g, w, ps[0], nil)
+	v := mustVariant(t, g, base, w, ps[1], nil)
 	lazy := 0
 	for n, r := range v.Sets[ListenerType].Resources {
 		if !r.Lazy() {
