@@ -2,6 +2,7 @@ package gen
 
 import (
 	"errors"
+	"fmt"
 	"maps"
 	"strings"
 
@@ -155,36 +156,13 @@ func (g *Generator) Variant(base *ClassConfig, key string, p *model.Proxy, prev 
 		// tracings.
 		v.tab = &retagTable{rt: rt, blobs: maps.Clone(last.tab.blobs)}
 	}
-	var set *Set
-	switch {
-	case from != nil && len(names) == 0:
-		set = from
-	default:
-		out := make(map[string]*Resource, ls.Len())
-		var sum uint64
-		if from != nil {
-			maps.Copy(out, from.Resources)
-			sum = from.sum
+	set := from
+	if from == nil || len(names) > 0 {
+		var err error
+		if set, err = v.listeners(ls, from, names); err != nil {
+			g.log.Debug("class generated for a variant", "class", key, "reason", err)
+			return nil, false
 		}
-		for _, name := range names {
-			if old := out[name]; old != nil {
-				sum -= entryHash(name, old)
-				delete(out, name)
-			}
-			r := ls.Resources[name]
-			if r == nil {
-				continue // removed
-			}
-			nr, err := v.tab.rewrite(r)
-			if err != nil {
-				g.log.Debug("class generated for a variant", "class", key, "listener", name, "reason", err)
-				return nil, false
-			}
-			out[name] = nr
-			sum += entryHash(name, nr)
-		}
-		set = newSetSorted(ListenerType, out, ls.Names, sum)
-		set.derived, set.suffix = ls, rt.suffix
 	}
 	c := *base
 	c.Class = key
@@ -200,6 +178,36 @@ func (g *Generator) Variant(base *ClassConfig, key string, p *model.Proxy, prev 
 	}
 	c.scope = &sc
 	return &c, true
+}
+
+// listeners returns the variant's listener set: from (its previous set,
+// or nil) with the listeners names of ls, its base's set, rewritten.
+func (v *variant) listeners(ls, from *Set, names []string) (*Set, error) {
+	out := make(map[string]*Resource, ls.Len())
+	var sum uint64
+	if from != nil {
+		maps.Copy(out, from.Resources)
+		sum = from.sum
+	}
+	for _, name := range names {
+		if old := out[name]; old != nil {
+			sum -= entryHash(name, old)
+			delete(out, name)
+		}
+		r := ls.Resources[name]
+		if r == nil {
+			continue // removed
+		}
+		nr, err := v.tab.rewrite(r)
+		if err != nil {
+			return nil, fmt.Errorf("listener %s: %w", name, err)
+		}
+		out[name] = nr
+		sum += entryHash(name, nr)
+	}
+	set := newSetSorted(ListenerType, out, ls.Names, sum)
+	set.derived, set.suffix = ls, v.tab.rt.suffix
+	return set, nil
 }
 
 // rewrite returns base's listener r with t's values: r itself when it

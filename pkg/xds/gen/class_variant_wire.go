@@ -2,7 +2,6 @@ package gen
 
 import (
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"maps"
 	"slices"
@@ -352,119 +351,6 @@ func (p *retagPlan) istioTags(tr []byte) (bool, error) {
 	}
 	return true, nil
 }
-
-// sizes returns, by span id, each span's value size with t's values;
-// blobs are the blobs rewritten.
-func (p *retagPlan) sizes(t retag, blobs [][]byte) []int {
-	out := make([]int, p.count)
-	var size func(s *span) int
-	size = func(s *span) int {
-		n := s.end - s.start
-		switch {
-		case s.blob >= 0:
-			n = len(blobs[s.blob])
-		case s.children == nil:
-			n = len(t.toBytes[s.tag])
-		}
-		for _, c := range s.children {
-			cn := size(c)
-			n += (c.lenAt - c.hdr) + protowire.SizeVarint(uint64(cn)) + cn - (c.end - c.hdr)
-		}
-		out[s.id] = n
-		return n
-	}
-	for _, s := range p.spans {
-		size(s)
-	}
-	return out
-}
-
-// size is the size of the message b with t's values, its blobs
-// rewritten as blobs.
-func (p *retagPlan) size(b []byte, t retag, blobs [][]byte) int {
-	return p.sized(b, p.sizes(t, blobs))
-}
-
-func (p *retagPlan) sized(b []byte, sz []int) int {
-	n := len(b)
-	for _, s := range p.spans {
-		n += (s.lenAt - s.hdr) + protowire.SizeVarint(uint64(sz[s.id])) + sz[s.id] - (s.end - s.hdr)
-	}
-	return n
-}
-
-// apply is the message b with t's values, its blobs rewritten as blobs.
-func (p *retagPlan) apply(b []byte, t retag, blobs [][]byte) []byte {
-	sz := p.sizes(t, blobs)
-	out := &appender{b: make([]byte, 0, p.sized(b, sz))}
-	p.write(out, b, t, blobs, sz)
-	return out.b
-}
-
-// write writes base listener b with t's values and blobs to w, in parts:
-// b's own bytes between the spans, the new lengths, the rewritten
-// tracings and values. sz is p.sizes(t, blobs).
-func (p *retagPlan) write(w WireWriter, b []byte, t retag, blobs [][]byte, sz []int) {
-	var varint [binary.MaxVarintLen64]byte
-	var emit func(spans []*span, start, end int)
-	emit = func(spans []*span, start, end int) {
-		pos := start
-		for _, s := range spans {
-			w.Share(b[pos:s.lenAt])
-			w.Copy(protowire.AppendVarint(varint[:0], uint64(sz[s.id])))
-			switch {
-			case s.blob >= 0:
-				w.Share(blobs[s.blob])
-			case s.children == nil:
-				w.Share(t.toBytes[s.tag])
-			default:
-				emit(s.children, s.start, s.end)
-			}
-			pos = s.end
-		}
-		w.Share(b[pos:end])
-	}
-	emit(p.spans, 0, len(b))
-}
-
-// shape counts, without writing or sizing anything, what write would
-// write: the bytes of the parts shorter than small, with 5 for each new
-// length (lengths here are under 2^35), and the parts as long or longer.
-func (p *retagPlan) shape(b []byte, t *retagTable, small int) (copied, shared int) {
-	part := func(n int) {
-		if n < small {
-			copied += n
-		} else {
-			shared++
-		}
-	}
-	var walk func(spans []*span, start, end int)
-	walk = func(spans []*span, start, end int) {
-		pos := start
-		for _, s := range spans {
-			part(s.lenAt - pos)
-			copied += 5
-			switch {
-			case s.blob >= 0:
-				part(len(t.blobs[p.blobs[s.blob].plan]))
-			case s.children == nil:
-				part(len(t.rt.toBytes[s.tag]))
-			default:
-				walk(s.children, s.start, s.end)
-			}
-			pos = s.end
-		}
-		part(end - pos)
-	}
-	walk(p.spans, 0, len(b))
-	return copied, shared
-}
-
-// appender is a WireWriter that copies every part into b.
-type appender struct{ b []byte }
-
-func (a *appender) Copy(b []byte)  { a.b = append(a.b, b...) }
-func (a *appender) Share(b []byte) { a.b = append(a.b, b...) }
 
 // customTag reads a marshaled CustomTag's name and, if it is a literal,
 // its value.

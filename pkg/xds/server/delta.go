@@ -59,23 +59,7 @@ func (c *conn) respondDelta(w *deltaWatch, dirty []string) bool {
 	}
 	sort.Slice(send, func(i, j int) bool { return send[i].Name < send[j].Name })
 	sort.Strings(removed)
-	res := make([]*discovery.Resource, len(send))
-	// A lazy resource (a variant's listener) is not made here: the
-	// response carries its type alone, and the codec writes its bytes
-	// from the parts they are made of (deltaWire).
-	var lazy []*gen.Resource
-	for i, r := range send {
-		a := (*anypb.Any)(nil)
-		if r.Lazy() {
-			if lazy == nil {
-				lazy = make([]*gen.Resource, len(send))
-			}
-			lazy[i], a = r, &anypb.Any{TypeUrl: t}
-		} else {
-			a = r.Wire()
-		}
-		res[i] = &discovery.Resource{Name: r.Name, Version: r.Hash, Resource: a}
-	}
+	res, lazy := deltaResponseResources(t, send)
 	resp := &discovery.DeltaDiscoveryResponse{SystemVersionInfo: version, TypeUrl: t, Resources: res, RemovedResources: removed}
 	if dirty == nil {
 		// Compared in full: once sent, every subscribed name holds the
@@ -95,6 +79,28 @@ func (c *conn) respondDelta(w *deltaWatch, dirty []string) bool {
 	markReturned(returned, send)
 	markRemoved(returned, removed) // the base may hold them
 	return true
+}
+
+// deltaResponseResources are send as a delta response's resources of type t. A
+// lazy resource (a variant's listener) is not made here: the response
+// carries its type alone, and lazy (nil when none is) holds it at its
+// index for the codec, which writes its bytes from the parts they are
+// made of (deltaWire).
+func deltaResponseResources(t string, send []*gen.Resource) (res []*discovery.Resource, lazy []*gen.Resource) {
+	res = make([]*discovery.Resource, len(send))
+	for i, r := range send {
+		a := (*anypb.Any)(nil)
+		if r.Lazy() {
+			if lazy == nil {
+				lazy = make([]*gen.Resource, len(send))
+			}
+			lazy[i], a = r, &anypb.Any{TypeUrl: t}
+		} else {
+			a = r.Wire()
+		}
+		res[i] = &discovery.Resource{Name: r.Name, Version: r.Hash, Resource: a}
+	}
+	return res, lazy
 }
 
 // deltaNames decides which names a delta response looks at: dirty plus
