@@ -44,10 +44,9 @@ func first(t *testing.T, c *deltaClient) *discovery.DeltaDiscoveryResponse {
 	return nil
 }
 
-// warm answers c's clusters and asks for and answers its listeners, as
-// Envoy does.
-func warm(c *deltaClient) {
-	r := c.next()
+// warm answers c's clusters, its first response r, and asks for and
+// answers its listeners, as Envoy does.
+func warm(c *deltaClient, r *discovery.DeltaDiscoveryResponse) {
 	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: r.GetTypeUrl(), ResponseNonce: r.GetNonce()})
 	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: gen.ListenerType})
 	for {
@@ -67,10 +66,11 @@ func TestNewStreamsWaitForAWarmingSlot(t *testing.T) {
 	t.Run("a stream waits until the one warming answers its listeners", func(t *testing.T) {
 		ts := startServer(t, meshStore(t, 3), func(o *Options) { o.WarmingStreams, o.WarmingTimeout = 1, time.Minute })
 		a := warmingProxy(t, ts, 0)
+		ra := first(t, a) // a holds the slot before b asks
 		b := warmingProxy(t, ts, 1)
 		eventually(t, "the second stream to wait", func() bool { return ts.counter(t, "discovery_xds_streams_waiting") == 1 })
 		silent(t, b, "while the first stream warms")
-		warm(a)
+		warm(a, ra)
 		if r := first(t, b); r.GetTypeUrl() != gen.ClusterType || len(r.GetResources()) == 0 {
 			t.Fatalf("the second stream's first response: %d %s resources", len(r.GetResources()), gen.ShortType(r.GetTypeUrl()))
 		}
@@ -103,11 +103,12 @@ func TestNewStreamsWaitForAWarmingSlot(t *testing.T) {
 	t.Run("a stream waiting holds no slot when it ends", func(t *testing.T) {
 		ts := startServer(t, meshStore(t, 3), func(o *Options) { o.WarmingStreams, o.WarmingTimeout = 1, time.Minute })
 		a := warmingProxy(t, ts, 0)
+		ra := first(t, a) // a holds the slot before b asks
 		b := warmingProxy(t, ts, 1)
 		eventually(t, "the second stream to wait", func() bool { return ts.counter(t, "discovery_xds_streams_waiting") == 1 })
 		b.cancel()
 		eventually(t, "the waiting stream to go", func() bool { return ts.counter(t, "discovery_xds_streams_waiting") == 0 })
-		warm(a)
+		warm(a, ra)
 		c := warmingProxy(t, ts, 2)
 		if r := first(t, c); r.GetTypeUrl() != gen.ClusterType {
 			t.Fatalf("the third stream's first response is %s", gen.ShortType(r.GetTypeUrl()))
