@@ -3,6 +3,7 @@ package gen
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -37,13 +38,19 @@ type ClassConfig struct {
 	// the World of the last full generation, or a later one when nothing
 	// reused read what changed since (UpdateEndpoints). It reads
 	// nothing: changesSince alone looks into it.
-	at    *view
-	prov  *provIndex
-	units map[model.NamespacedName]*unit
+	at   *view
+	prov *provIndex
+	// units are those of the visible services, in their order (by
+	// namespace and name: unitOf).
+	units []*unit
 	ports map[int32]*portUnit
 	// raw holds, for the types WasmPlugins or EnvoyFilters patched, the
 	// sets as built (wasm_apply.go, envoyfilter.go); nil when none did.
 	raw map[string]*Set
+	// ops are, per type URL, what its builder put in and took out to
+	// build the set as built (baseSet): the next generation replays them
+	// (builder.go).
+	ops map[string]*buildLog
 	// wasm holds the listeners with the WasmPlugin filters, before
 	// EnvoyFilters, and the plugins' key (wasm_apply.go): the next
 	// generation reuses a listener whose built form did not change.
@@ -182,15 +189,12 @@ func (g *Generator) Class(mw *model.World, p *model.Proxy, prev *ClassConfig) (o
 	}
 	cc := &ClassConfig{
 		Class: key, WorldVersion: w.Version, at: w.unrecorded(), scope: sc, reads: reads, own: own, prov: &provIndex{}, presplit: g.presplit(w, p),
-		EndpointsOf: make(map[model.NamespacedName][]string, len(sc.Services)), units: make(map[model.NamespacedName]*unit, len(sc.Services)),
 	}
 	bs := map[string]*builder{}
 	for _, t := range TypeURLs {
 		bs[t] = newBuilder(t)
 		if prev != nil {
-			// Sized like the previous set: growing a map of thousands
-			// of entries rehashes it several times.
-			bs[t].out = make(map[string]*Resource, prev.Sets[t].Len())
+			bs[t].replaying(prev.ops[t], prev.baseSet(t))
 		}
 	}
 	edsRefs, routeRefs := g.addUnits(sc, cc, prev, reuse, cs, bs)
@@ -228,22 +232,32 @@ func (g *Generator) addUnits(sc *Scope, cc, prev, reuse *ClassConfig, cs *change
 		edsRefs, routeRefs = make([]string, 0, len(prev.edsRefs)), make([]string, 0, len(prev.routeRefs))
 	}
 	cb, eb, lb, rb := bs[ClusterType], bs[EndpointType], bs[ListenerType], bs[RouteType]
-	for _, svc := range sc.Services {
+	units, olds := make([]*unit, len(sc.Services)), make([]*unit, len(sc.Services))
+	// Services and prev's units are both in key order: the old unit of
+	// each service is found walking prev's along (j), without a lookup.
+	var was []*unit
+	if prev != nil {
+		was = prev.units
+	}
+	j := 0
+	for i, svc := range sc.Services {
 		key := svc.Key()
-		u := g.serviceUnit(sc, svc, reuse, cs)
-		cc.units[key] = u
+		for j < len(was) && lessNN(was[j].svc.Key(), key) {
+			j++
+		}
+		var old *unit
+		if j < len(was) && was[j].svc.Key() == key {
+			old = was[j]
+			j++
+		}
+		olds[i] = old
+		if reuse == nil {
+			old = nil
+		}
+		u := g.serviceUnit(sc, svc, old, cs)
+		units[i] = u
 		cc.reads.add(u.reads)
 		cc.reads.add(u.clusterReads)
-		if len(u.endpoints) > 0 {
-			names := make([]string, len(u.endpoints))
-			for i, r := range u.endpoints {
-				names[i] = r.Name
-			}
-			if had := cc.EndpointsOf[key]; had != nil {
-				names = append(had, names...)
-			}
-			cc.EndpointsOf[key] = names
-		}
 		cb.reuseAll(u.clusters)
 		eb.reuseAll(u.endpoints)
 		lb.reuseAll(u.listeners)
@@ -251,7 +265,91 @@ func (g *Generator) addUnits(sc *Scope, cc, prev, reuse *ClassConfig, cs *change
 		edsRefs = append(edsRefs, u.edsRefs...)
 		routeRefs = append(routeRefs, u.routeRefs...)
 	}
+	cc.units = units
+	if prev != nil && slices.Equal(units, prev.units) {
+		cc.units = prev.units
+	}
+	cc.endpointsOf(prev, units, olds)
 	return edsRefs, routeRefs
+}
+
+// unitOf returns the unit of the service nn, or nil.
+func (c *ClassConfig) unitOf(nn model.NamespacedName) *unit {
+	if i, ok := c.unitIndex(nn); ok {
+		return c.units[i]
+	}
+	return nil
+}
+
+// unitIndex returns the index of the unit of the service nn in c.units.
+func (c *ClassConfig) unitIndex(nn model.NamespacedName) (int, bool) {
+	return slices.BinarySearchFunc(c.units, nn, func(u *unit, nn model.NamespacedName) int {
+		return compareNN(u.svc.Key(), nn)
+	})
+}
+
+func lessNN(a, b model.NamespacedName) bool { return compareNN(a, b) < 0 }
+
+// compareNN orders names by namespace, then name, as a World lists its
+// Services.
+func compareNN(a, b model.NamespacedName) int {
+	if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Name, b.Name)
+}
+
+// endpointsOf sets cc.EndpointsOf for units, olds being their
+// services' units in prev (nil: none). When every service had one, the
+// map is prev's, copied when some unit's endpoints differ: reading
+// thousands of resources for their names, and filling a map of a
+// thousand entries, was a sixth of a class's regeneration after a
+// VirtualService edit. prev.EndpointsOf holds the names of a unit's
+// endpoints unless UpdateEndpoints gave the unit new ones (epsAt): those
+// are read again.
+func (cc *ClassConfig) endpointsOf(prev *ClassConfig, units, olds []*unit) {
+	if prev == nil || len(prev.units) != len(units) || slices.Contains(olds, nil) {
+		cc.EndpointsOf = make(map[model.NamespacedName][]string, len(units))
+		for _, u := range units {
+			if names := endpointNames(u); names != nil {
+				cc.EndpointsOf[u.svc.Key()] = names
+			}
+		}
+		return
+	}
+	cc.EndpointsOf = prev.EndpointsOf
+	copied := false
+	for i, u := range units {
+		old := olds[i]
+		if u.epsAt == nil && old.epsAt == nil && sameSlice(u.endpoints, old.endpoints) {
+			continue
+		}
+		key := u.svc.Key()
+		names := endpointNames(u)
+		if slices.Equal(names, cc.EndpointsOf[key]) {
+			continue
+		}
+		if !copied {
+			cc.EndpointsOf, copied = maps.Clone(prev.EndpointsOf), true
+		}
+		if names == nil {
+			delete(cc.EndpointsOf, key)
+		} else {
+			cc.EndpointsOf[key] = names
+		}
+	}
+}
+
+// endpointNames lists the names of u's endpoints, nil for none.
+func endpointNames(u *unit) []string {
+	if len(u.endpoints) == 0 {
+		return nil
+	}
+	names := make([]string, len(u.endpoints))
+	for i, r := range u.endpoints {
+		names[i] = r.Name
+	}
+	return names
 }
 
 // publish turns the builders into cc's sets and returns cc, or prev (the
@@ -261,6 +359,7 @@ func (g *Generator) addUnits(sc *Scope, cc, prev, reuse *ClassConfig, cs *change
 func (g *Generator) publish(cc *ClassConfig, bs map[string]*builder, prev *ClassConfig, edsRefs, routeRefs []string) (*ClassConfig, error) {
 	var errs []error
 	cc.Sets = map[string]*Set{}
+	cc.ops = make(map[string]*buildLog, len(bs))
 	// changed holds, per type, the names setFrom found changed against
 	// the previous set when it could tell (same names, some contents).
 	changed := map[string][]string{}
@@ -272,6 +371,7 @@ func (g *Generator) publish(cc *ClassConfig, bs map[string]*builder, prev *Class
 		}
 		set, c, known := b.setFrom(prevSet)
 		cc.Sets[t] = set
+		cc.ops[t] = &b.log
 		if known {
 			changed[t] = c
 		}
@@ -338,10 +438,11 @@ func (g *Generator) sidecarOutbound(sc *Scope, bs map[string]*builder, cc, prev 
 	ports, byPort := servicesByPort(sc)
 	cc.ports = map[int32]*portUnit{}
 	var refs []string
-	taken := func(name string) bool { return bs[ListenerType].out[name] != nil }
+	lb := bs[ListenerType]
+	taken := lb.has
 	for _, port := range ports {
 		pu := prev.port(port)
-		if pu == nil || pu.presplit != cc.presplit || !pu.reads.stands(sc, cs) || (pu.split != nil && !pu.split.stands(taken)) {
+		if pu == nil || pu.presplit != cc.presplit || !pu.reads.stands(sc, cs) || (pu.split != nil && !splitStands(lb, pu)) {
 			if pu = g.derivePort(sc, cc, port, byPort[port], prev.port(port), taken); pu == nil {
 				var err error
 				if pu, err = g.buildPort(sc, cc, port, byPort[port], prev.port(port), taken); err != nil {
@@ -352,10 +453,10 @@ func (g *Generator) sidecarOutbound(sc *Scope, bs map[string]*builder, cc, prev 
 		}
 		cc.reads.add(pu.reads)
 		cc.ports[port] = pu
-		bs[ListenerType].reuseAll(pu.resources())
+		lb.reuseAll(pu.resources())
 		refs = append(refs, pu.refs...)
 		for _, n := range pu.unclaimed {
-			delete(bs[RouteType].out, n)
+			bs[RouteType].remove(n)
 		}
 		for _, svc := range pu.headless {
 			p, _ := svc.PortByNumber(port)
@@ -370,6 +471,19 @@ func (g *Generator) sidecarOutbound(sc *Scope, bs map[string]*builder, cc, prev 
 	return refs
 }
 
+// splitStands reports whether the port listeners pu split by address
+// still have names of their own: none is a listener lb holds already.
+// When lb replays the previous generation and pu's listeners are its next
+// operation, lb holds what pu was split or last judged against then.
+func splitStands(lb *builder, pu *portUnit) bool {
+	if lb.following() {
+		if op := (buildOp{rs: pu.resources()}); lb.next(&op, false) {
+			return !pu.split.sawTaken
+		}
+	}
+	return pu.split.stands(lb.has)
+}
+
 func (c *ClassConfig) port(p int32) *portUnit {
 	if c == nil {
 		return nil
@@ -377,16 +491,13 @@ func (c *ClassConfig) port(p int32) *portUnit {
 	return c.ports[p]
 }
 
-// serviceUnit generates, or reuses from prev, the resources of one service.
+// serviceUnit generates, or reuses from old (the previous generation's
+// unit, or nil), the resources of one service.
 // A VirtualService edit leaves the clusters' reads standing: the service's
 // clusters and endpoints are reused and its routes alone rebuilt, so an
 // edit costs the edited hosts, not the class
 // (BenchmarkClassAfterEditWith100VirtualServices).
-func (g *Generator) serviceUnit(csc *Scope, svc *model.Service, prev *ClassConfig, cs *changes) *unit {
-	var old *unit
-	if prev != nil {
-		old = prev.units[svc.Key()]
-	}
+func (g *Generator) serviceUnit(csc *Scope, svc *model.Service, old *unit, cs *changes) *unit {
 	// A reused part keeps its reads: they stand, so it read the same.
 	routesStand := old != nil && old.reads.stands(csc, cs)
 	clustersStand := old != nil && !old.stale && old.clusterReads.stands(csc, cs)

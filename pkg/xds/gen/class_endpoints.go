@@ -28,17 +28,18 @@ func (g *Generator) UpdateEndpoints(prev *ClassConfig, mw *model.World, services
 	cc.WorldVersion = w.Version
 	cc.ID = g.ids.Add(1)
 	cc.derive(prev)
-	cc.units = maps.Clone(prev.units)
-	if cc.units == nil {
-		cc.units = map[model.NamespacedName]*unit{}
-	}
+	// The endpoints' set is no longer the one its builder's log built.
+	cc.ops = maps.Clone(prev.ops)
+	delete(cc.ops, EndpointType)
+	cc.units = slices.Clone(prev.units)
 	var changed []string
 	added := false
 	for _, nn := range services {
-		u := prev.units[nn]
-		if u == nil || !usesEDS(u.svc) {
+		i, ok := prev.unitIndex(nn)
+		if !ok || !usesEDS(prev.units[i].svc) {
 			continue
 		}
+		u := prev.units[i]
 		svc := u.svc
 		eps := w.Endpoints(nn.Namespace, nn.Name)
 		drc := sc.destinationRuleConfig(svc.Hostname)
@@ -59,7 +60,7 @@ func (g *Generator) UpdateEndpoints(prev *ClassConfig, mw *model.World, services
 				changed = append(changed, r.Name)
 			}
 		}
-		cc.units[nn] = &nu
+		cc.units[i] = &nu
 	}
 	sets := maps.Clone(prev.Sets)
 	switch {
@@ -104,7 +105,8 @@ func (c *ClassConfig) standsAfterEndpoints(cs *changes, cur *view) bool {
 			return false
 		}
 	}
-	for nn, u := range c.units {
+	for _, u := range c.units {
+		nn := u.svc.Key()
 		if u.reads.touchedBy(cs) {
 			return false
 		}

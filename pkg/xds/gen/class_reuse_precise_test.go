@@ -132,7 +132,7 @@ spec:
 		}
 		for _, name := range []string{"a", "b", "c"} {
 			nn := model.NamespacedName{Namespace: "ns", Name: name}
-			old, cur := prev.units[nn], next.units[nn]
+			old, cur := prev.unitOf(nn), next.unitOf(nn)
 			if old == nil || cur == nil {
 				t.Fatalf("%s: no unit for %s", st.name, name)
 			}
@@ -194,7 +194,7 @@ func TestEndpointUpdatesKeepReuseCurrent(t *testing.T) {
 			t.Fatalf("after endpoint update %d the class judges changes from %d Worlds back", i, lag)
 		}
 	}
-	updated := cfg.units[svc]
+	updated := cfg.unitOf(svc)
 	if updated == nil || updated.stale {
 		t.Fatalf("the class has no current unit for %s", svc)
 	}
@@ -217,7 +217,7 @@ spec:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if next.units[svc] != updated {
+	if next.unitOf(svc) != updated {
 		t.Error("the unit whose endpoints were updated was rebuilt by an unrelated VirtualService edit")
 	}
 	sameAsFresh(t, "after the edit", next, store.World(), p)

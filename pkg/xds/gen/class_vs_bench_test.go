@@ -8,8 +8,19 @@ import (
 // BenchmarkClassAfterEditWith100VirtualServices is the load tool's M1
 // shape for one class: 1,000 services of which 100 have a VirtualService;
 // one of them is edited and the class regenerated from its previous
-// configuration.
+// configuration. Sub-benchmarks: listeners per port (the default) and per
+// address (--xds-listeners-per-address, 2,000 listeners more per class).
 func BenchmarkClassAfterEditWith100VirtualServices(b *testing.B) {
+	for _, perAddress := range []bool{false, true} {
+		name := "port-listeners"
+		if perAddress {
+			name = "per-address"
+		}
+		b.Run(name, func(b *testing.B) { benchClassAfterEdit(b, perAddress) })
+	}
+}
+
+func benchClassAfterEdit(b *testing.B, perAddress bool) {
 	store := world1000(b)
 	for i := 0; i < 100; i++ {
 		ns, name := fmt.Sprintf("ns-%d", i%50), fmt.Sprintf("svc-%d", i)
@@ -17,7 +28,12 @@ func BenchmarkClassAfterEditWith100VirtualServices(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	g := newForTest(quietLog())
+	o := DefaultOptions(quietLog())
+	o.ListenersPerAddress = perAddress
+	g, err := New(o)
+	if err != nil {
+		b.Fatal(err)
+	}
 	p := sidecar(b, "ns-0")
 	prev, err := g.Class(store.World(), p, nil)
 	if err != nil {

@@ -135,6 +135,6 @@ func derivedVersions(s *Set) *Versions {
 }
 
 // sameSlice reports whether a and b are one slice.
-func sameSlice(a, b []string) bool {
+func sameSlice[T any](a, b []T) bool {
 	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }

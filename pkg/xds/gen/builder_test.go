@@ -1,0 +1,111 @@
+package gen
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+)
+
+// A scripted generation: each op is "put A=1 B=2" (reuseAll of one
+// slice), "add A=1" (add), "del A" (remove) or "has A" (a question only a
+// map answers).
+type script []string
+
+func route(name, content string) *Resource {
+	return rawResource(name, RouteType, []byte(name+"="+content))
+}
+
+func (s script) run(t *testing.T, b *builder) {
+	t.Helper()
+	for _, op := range s {
+		verb, args, _ := strings.Cut(op, " ")
+		switch verb {
+		case "put":
+			var rs []*Resource
+			for _, kv := range strings.Fields(args) {
+				n, c, _ := strings.Cut(kv, "=")
+				rs = append(rs, route(n, c))
+			}
+			b.reuseAll(rs)
+		case "add":
+			n, c, _ := strings.Cut(args, "=")
+			b.add(n, &routev3.RouteConfiguration{Name: n, VirtualHosts: []*routev3.VirtualHost{{Name: c, Domains: []string{"*"}}}})
+		case "del":
+			b.remove(args)
+		case "has":
+			b.has(args)
+		default:
+			t.Fatalf("bad op %q", op)
+		}
+	}
+}
+
+// TestBuilderReplayEqualsFresh: a builder that replays the previous
+// generation's log ends with what a builder without one ends with, names
+// what changed, and keeps no map while it only substitutes contents.
+func TestBuilderReplayEqualsFresh(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		prev, next script
+		// mapless: the replaying builder never fills a map.
+		mapless bool
+	}{
+		{"same", script{"put A=1 B=1", "put C=1", "add D=1", "del B"}, script{"put A=1 B=1", "put C=1", "add D=1", "del B"}, true},
+		{"contents", script{"put A=1 B=1", "put C=1", "add D=1"}, script{"put A=1 B=2", "put C=1", "add D=2"}, true},
+		{"taken out after", script{"put A=1 B=1", "del B"}, script{"put A=1 B=5", "del B"}, true},
+		// A name put in twice: its contents are the last operation's.
+		{"put twice", script{"put A=1", "put A=2"}, script{"put A=9", "put A=2"}, false},
+		{"put again after taken out", script{"put A=1", "del A", "put A=3"}, script{"put A=7", "del A", "put A=3"}, false},
+		{"other names", script{"put A=1 B=1", "put C=1"}, script{"put A=1 E=1", "put C=1"}, false},
+		{"one more", script{"put A=1"}, script{"put A=1", "put B=1"}, false},
+		{"one fewer", script{"put A=1", "put B=1"}, script{"put A=1"}, false},
+		{"asked", script{"put A=1", "has A", "put B=1"}, script{"put A=1", "has A", "put B=2"}, false},
+		{"added twice", script{"put A=1", "add B=1"}, script{"put A=1", "add A=2"}, false},
+		{"added where taken", script{"add A=1", "add B=1"}, script{"add A=1", "add A=1"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newBuilder(RouteType)
+			tc.prev.run(t, b)
+			prev, _, _ := b.setFrom(nil)
+			log := b.log
+
+			r := newBuilder(RouteType)
+			r.replaying(&log, prev)
+			tc.next.run(t, r)
+			got, changed, known := r.setFrom(prev)
+			if tc.mapless && r.out != nil {
+				t.Errorf("the replaying builder filled a map")
+			}
+
+			f := newBuilder(RouteType)
+			tc.next.run(t, f)
+			want := f.set()
+			if got.Version != want.Version {
+				t.Errorf("replayed %v, fresh %v", contents(got), contents(want))
+			}
+			if known {
+				diff := diffNames(prev, want)
+				if !slices.Equal(slices.Sorted(slices.Values(changed)), slices.Sorted(slices.Values(diff))) {
+					t.Errorf("changed %v, want %v", changed, diff)
+				}
+			}
+			if len(r.errs) != len(f.errs) {
+				t.Errorf("replayed errors %v, fresh %v", r.errs, f.errs)
+			}
+			if r.log.rewrites != f.log.rewrites {
+				t.Errorf("replayed rewrites %v, fresh %v", r.log.rewrites, f.log.rewrites)
+			}
+		})
+	}
+}
+
+func contents(s *Set) []string {
+	var out []string
+	for _, n := range s.Names {
+		out = append(out, fmt.Sprintf("%s:%s", n, s.Resources[n].Hash[:6]))
+	}
+	return out
+}
