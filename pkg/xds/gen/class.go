@@ -164,7 +164,11 @@ func (g *Generator) Class(mw *model.World, p *model.Proxy, prev *ClassConfig) (o
 			}
 		}
 	}()
-	sc := newScope(w, p)
+	var prevScope *Scope
+	if prev != nil {
+		prevScope = prev.scope
+	}
+	sc := newScope(w, p, prevScope)
 	sc.tel = g.classTelemetry(w.into(telReads), p)
 	sc.w = sc.w.into(own)
 	// Once generated, the class's scope is read by provenance lookups

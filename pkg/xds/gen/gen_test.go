@@ -256,4 +256,4 @@ func TestSidecarEgressScope(t *testing.T) {
 }
 
 // scopeOf is what the class of p sees of w, read unrecorded.
-func scopeOf(w *model.World, p *model.Proxy) *Scope { return newScope(newView(w, nil), p) }
+func scopeOf(w *model.World, p *model.Proxy) *Scope { return newScope(newView(w, nil), p, nil) }

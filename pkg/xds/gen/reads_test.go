@@ -29,6 +29,12 @@ var worldAllowed = map[string]bool{
 	"ClassConfig.Touches": true, "IdentitiesChanged": true,
 	// Scopes that read another World, or nothing.
 	"Scope.in": true,
+	// Whether a previous scope's visible services stand is a planner's
+	// question; what choosing them read is recorded as the new scope's.
+	"Scope.visibleIn": true,
+	// Keeps the World it chose in as ClassConfig.at does: changesSince
+	// alone looks into it.
+	"chooseServices": true,
 	// Reads that shape no resource.
 	"Generator.requestAuthnConfigs": true, "Generator.peerAuthentication": true, "Generator.authzPolicies": true,
 	"resolvedExtAuthz": true, "Generator.warnEntry": true, "Generator.warnGRPCPermissive": true,
