@@ -3,6 +3,7 @@ package gen
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"sort"
 
 	"google.golang.org/protobuf/proto"
@@ -30,14 +31,18 @@ type builder struct {
 	out  map[string]*Resource
 	errs []error
 	// log is what was put in and taken out, in order, for the next
-	// generation to replay.
+	// generation to replay. While the builder follows the previous
+	// generation's log it is that log: n operations of it done, with
+	// those at the indexes subs replaced by subOps.
 	log buildLog
 	// replay is the previous generation's log while the builder follows
 	// it (prevSet is the set that log built); subs are the indexes of
 	// the operations that put in its names with other contents.
 	replay  *buildLog
 	prevSet *Set
+	n       int
 	subs    []int
+	subOps  []buildOp
 	// deleted are the names taken out of out, while they are not put in
 	// again (buildLog.rewrites).
 	deleted map[string]bool
@@ -93,7 +98,6 @@ func (b *builder) replaying(log *buildLog, set *Set) {
 		return
 	}
 	b.replay, b.prevSet, b.out = log, set, nil
-	b.log.ops = make([]buildOp, 0, len(log.ops))
 }
 
 // following reports whether b is still replaying its previous log.
@@ -103,8 +107,7 @@ func (b *builder) following() bool { return b.replay != nil }
 // (names: or puts in the same names, which the previous log put in once
 // each).
 func (b *builder) next(op *buildOp, names bool) bool {
-	i := len(b.log.ops)
-	return i < len(b.replay.ops) && op.same(&b.replay.ops[i], names && !b.replay.rewrites)
+	return b.n < len(b.replay.ops) && op.same(&b.replay.ops[b.n], names && !b.replay.rewrites)
 }
 
 // do applies op: logged, and put in out unless the builder follows its
@@ -112,18 +115,32 @@ func (b *builder) next(op *buildOp, names bool) bool {
 // names (a substitution).
 func (b *builder) do(op buildOp) {
 	if b.replay != nil {
-		switch i := len(b.log.ops); {
+		switch {
 		case b.next(&op, false):
+			b.n++
+			return
 		case b.next(&op, true):
-			b.subs = append(b.subs, i)
-		default:
-			b.diverge()
+			b.subs, b.subOps = append(b.subs, b.n), append(b.subOps, op)
+			b.n++
+			return
 		}
+		b.diverge()
 	}
 	b.log.ops = append(b.log.ops, op)
-	if b.replay == nil {
-		b.apply(&op)
+	b.apply(&op)
+}
+
+// followed is the log of a builder that followed its previous one: that
+// log, shared, or a copy with the substitutions.
+func (b *builder) followed() buildLog {
+	ops := b.replay.ops[:b.n]
+	if len(b.subs) > 0 {
+		ops = slices.Clone(ops)
+		for k, i := range b.subs {
+			ops[i] = b.subOps[k]
+		}
 	}
+	return buildLog{ops: ops, rewrites: b.replay.rewrites}
 }
 
 // apply does op to out.
@@ -153,7 +170,9 @@ func (b *builder) diverge() {
 		return
 	}
 	b.out = make(map[string]*Resource, b.prevSet.Len())
-	b.replay, b.prevSet, b.subs = nil, nil, nil
+	log := b.followed()
+	b.log.ops = append(make([]buildOp, 0, len(b.replay.ops)+8), log.ops...)
+	b.replay, b.prevSet, b.n, b.subs, b.subOps = nil, nil, 0, nil, nil
 	for i := range b.log.ops {
 		b.apply(&b.log.ops[i])
 	}
@@ -218,9 +237,9 @@ func (b *builder) set() *Set {
 // operation that put it in, unless an operation took it out since.
 func (b *builder) replayed(prev *Set) (*Set, []string, bool) {
 	var changed []string
-	for _, i := range b.subs {
+	for j, i := range b.subs {
 		was := b.replay.ops[i].rs
-		for k, r := range b.log.ops[i].rs {
+		for k, r := range b.subOps[j].rs {
 			if o := was[k]; r != o && r.Hash != o.Hash && prev.Resources[r.Name] != nil {
 				changed = append(changed, r.Name)
 			}
@@ -230,8 +249,8 @@ func (b *builder) replayed(prev *Set) (*Set, []string, bool) {
 		return prev, nil, true
 	}
 	rs := maps.Clone(prev.Resources)
-	for _, i := range b.subs {
-		for _, r := range b.log.ops[i].rs {
+	for _, op := range b.subOps {
+		for _, r := range op.rs {
 			if rs[r.Name] != nil {
 				rs[r.Name] = r
 			}
@@ -253,8 +272,8 @@ func (b *builder) replayed(prev *Set) (*Set, []string, bool) {
 // patched from prev (setPatched) and known is true as well.
 func (b *builder) setFrom(prev *Set) (set *Set, changed []string, known bool) {
 	if b.replay != nil {
-		if len(b.log.ops) == len(b.replay.ops) && b.prevSet == prev {
-			b.log.rewrites = b.replay.rewrites
+		if b.n == len(b.replay.ops) && b.prevSet == prev {
+			b.log = b.followed()
 			return b.replayed(prev)
 		}
 		b.diverge()
