@@ -128,6 +128,8 @@ type unit struct {
 	// localEndpoints makes outboundClusters leave the endpoints out: they
 	// depend on the class's proxies (class_parts.go builds them per view).
 	localEndpoints bool
+	// bloom sums up reads and clusterReads (reads_bloom.go).
+	bloom readBloom
 }
 
 // ErrInconsistent is wrapped by errors about resources that reference
@@ -243,6 +245,12 @@ func (g *Generator) addUnits(sc *Scope, cc, prev, reuse *ClassConfig, cs *change
 	if prev != nil {
 		was = prev.units
 	}
+	// Units whose reads have nothing in common with the changes stand
+	// without being asked (reads_bloom.go).
+	var changed changeTokens
+	if reuse != nil {
+		changed = changeBloom(cs, reuse.scope, sc)
+	}
 	j := 0
 	for i, svc := range sc.Services {
 		key := svc.Key()
@@ -255,10 +263,15 @@ func (g *Generator) addUnits(sc *Scope, cc, prev, reuse *ClassConfig, cs *change
 			j++
 		}
 		olds[i] = old
-		if reuse == nil {
-			old = nil
+		var u *unit
+		switch {
+		case reuse == nil:
+			u = g.serviceUnit(sc, svc, nil, cs)
+		case old != nil && !old.stale && !old.bloom.meets(changed):
+			u = old
+		default:
+			u = g.serviceUnit(sc, svc, old, cs)
 		}
-		u := g.serviceUnit(sc, svc, old, cs)
 		units[i] = u
 		cc.reads.add(u.reads)
 		cc.reads.add(u.clusterReads)
@@ -519,6 +532,7 @@ func (g *Generator) serviceUnit(csc *Scope, svc *model.Service, old *unit, cs *c
 	} else {
 		g.unitRoutes(csc, svc, u)
 	}
+	u.summarize()
 	return u
 }
 
