@@ -203,19 +203,23 @@ func (g *Generator) Class(mw *model.World, p *model.Proxy, prev *ClassConfig) (o
 			bs[t].replaying(prev.ops[t], prev.baseSet(t))
 		}
 	}
-	edsRefs, routeRefs := g.addUnits(sc, cc, prev, reuse, cs, bs)
+	var edsRefs, routeRefs followed[string]
+	if prev != nil {
+		edsRefs.prev, routeRefs.prev = prev.edsRefs, prev.routeRefs
+	}
+	g.addUnits(sc, cc, prev, reuse, cs, bs, &edsRefs, &routeRefs)
 	switch {
 	case p.IsGRPC():
 		// Proxyless gRPC: the per-service API listeners are all it needs.
 	case p.Type == model.ProxyRouter:
-		routeRefs = append(routeRefs, g.gateway(sc, bs)...)
+		routeRefs.add(g.gateway(sc, bs)...)
 		g.fixed(sc.w, bs)
 	default:
-		routeRefs = append(routeRefs, g.sidecarOutbound(sc, bs, cc, reuse, cs)...)
+		g.sidecarOutbound(sc, bs, cc, reuse, cs, &routeRefs)
 		g.fixed(sc.w, bs)
 	}
 	g.wasmExtensions(sc, bs[ExtensionConfigType])
-	out, err = g.publish(cc, bs, prev, edsRefs, routeRefs)
+	out, err = g.publish(cc, bs, prev, edsRefs.list(), routeRefs.list())
 	if err == nil {
 		// WasmPlugin filters first: EnvoyFilters patch the listeners
 		// they are part of, as in istiod.
@@ -233,12 +237,11 @@ func (g *Generator) Class(mw *model.World, p *model.Proxy, prev *ClassConfig) (o
 // the units' clusters and listeners reference. It runs for every class
 // and change over a thousand services at M1: nothing is allocated or
 // looked up that can be hoisted out of the loop.
-func (g *Generator) addUnits(sc *Scope, cc, prev, reuse *ClassConfig, cs *changes, bs map[string]*builder) (edsRefs, routeRefs []string) {
-	if prev != nil {
-		edsRefs, routeRefs = make([]string, 0, len(prev.edsRefs)), make([]string, 0, len(prev.routeRefs))
-	}
+func (g *Generator) addUnits(sc *Scope, cc, prev, reuse *ClassConfig, cs *changes, bs map[string]*builder, edsRefs, routeRefs *followed[string]) {
 	cb, eb, lb, rb := bs[ClusterType], bs[EndpointType], bs[ListenerType], bs[RouteType]
 	units, olds := make([]*unit, len(sc.Services)), make([]*unit, len(sc.Services))
+	// Two reads per unit, and a few of the port listeners'.
+	cc.reads.parts = slices.Grow(cc.reads.parts, 2*len(units)+8)
 	// Services and prev's units are both in key order: the old unit of
 	// each service is found walking prev's along (j), without a lookup.
 	var was []*unit
@@ -279,15 +282,48 @@ func (g *Generator) addUnits(sc *Scope, cc, prev, reuse *ClassConfig, cs *change
 		eb.reuseAll(u.endpoints)
 		lb.reuseAll(u.listeners)
 		rb.reuseAll(u.routes)
-		edsRefs = append(edsRefs, u.edsRefs...)
-		routeRefs = append(routeRefs, u.routeRefs...)
+		edsRefs.add(u.edsRefs...)
+		routeRefs.add(u.routeRefs...)
 	}
 	cc.units = units
 	if prev != nil && slices.Equal(units, prev.units) {
 		cc.units = prev.units
 	}
 	cc.endpointsOf(prev, units, olds)
-	return edsRefs, routeRefs
+}
+
+// followed builds a list that is most often the previous generation's
+// (the EDS and RDS names a class references): while what is added is
+// what that list holds at the same place, nothing is copied, and the
+// list is the previous one.
+type followed[T comparable] struct {
+	prev []T
+	n    int // elements of prev matched
+	out  []T // the list, once it differs
+	own  bool
+}
+
+func (f *followed[T]) add(xs ...T) {
+	if !f.own {
+		if f.n+len(xs) <= len(f.prev) && slices.Equal(f.prev[f.n:f.n+len(xs)], xs) {
+			f.n += len(xs)
+			return
+		}
+		f.out = append(make([]T, 0, max(len(f.prev), f.n+len(xs))), f.prev[:f.n]...)
+		f.own = true
+	}
+	f.out = append(f.out, xs...)
+}
+
+// list returns what was added.
+func (f *followed[T]) list() []T {
+	switch {
+	case f.own:
+		return f.out
+	case f.n == len(f.prev):
+		return f.prev
+	}
+	return f.prev[:f.n:f.n]
 }
 
 // unitOf returns the unit of the service nn, or nil.
@@ -446,15 +482,15 @@ func (g *Generator) fixed(w *view, bs map[string]*builder) {
 }
 
 // sidecarOutbound adds the outbound listeners and the per-port routes for
-// hosts without an address; it returns the route names the listeners use.
+// hosts without an address, and the route names the listeners use to
+// refs.
 // A port's listener is reused from prev when what it read stands after
 // the changes cs.
-func (g *Generator) sidecarOutbound(sc *Scope, bs map[string]*builder, cc, prev *ClassConfig, cs *changes) []string {
+func (g *Generator) sidecarOutbound(sc *Scope, bs map[string]*builder, cc, prev *ClassConfig, cs *changes, refs *followed[string]) {
 	bs[ListenerType].add(VirtualOutbound, sc.applyOutboundPolicy(virtualOutbound(sc.outTel())))
 	g.warnSidecar(sc)
 	ports, byPort := servicesByPort(sc)
 	cc.ports = map[int32]*portUnit{}
-	var refs []string
 	lb := bs[ListenerType]
 	taken := lb.has
 	for _, port := range ports {
@@ -471,7 +507,7 @@ func (g *Generator) sidecarOutbound(sc *Scope, bs map[string]*builder, cc, prev 
 		cc.reads.add(pu.reads)
 		cc.ports[port] = pu
 		lb.reuseAll(pu.resources())
-		refs = append(refs, pu.refs...)
+		refs.add(pu.refs...)
 		for _, n := range pu.unclaimed {
 			bs[RouteType].remove(n)
 		}
@@ -485,7 +521,6 @@ func (g *Generator) sidecarOutbound(sc *Scope, bs map[string]*builder, cc, prev 
 			bs[RouteType].add(rc.Name, rc)
 		}
 	}
-	return refs
 }
 
 // splitStands reports whether the port listeners pu split by address

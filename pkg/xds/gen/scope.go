@@ -116,13 +116,13 @@ func (sc *Scope) in(w *model.World) *Scope {
 // class's previous scope or nil, lends its visible services when what
 // choosing them read stands (visibleServices).
 func newScope(w *view, p *model.Proxy, prev *Scope) *Scope {
-	sc := &Scope{w: w, Proxy: p, vs: map[string][]*model.Config{}, topo: topologyOf(w, p), byPort: &portIndex{}}
+	sc := &Scope{w: w, Proxy: p, vs: map[string][]*model.Config{}, topo: topologyOf(w, p)}
 	vis := prev.visibleIn(w, p)
 	if vis == nil {
 		vis = chooseServices(w, p)
 	}
 	w.r.add(vis.reads)
-	sc.vis, sc.sidecar = vis, vis.egress
+	sc.vis, sc.sidecar, sc.byPort = vis, vis.egress, vis.byPort
 	sc.Services, sc.aliases, sc.visible, sc.namespaces = vis.services, vis.aliases, vis.visible, vis.namespaces
 	sc.indexVirtualServices()
 	sc.dr, sc.drShadowed = w.destinationRulesFor(sc)
@@ -147,11 +147,14 @@ type visibleServices struct {
 	aliases    map[string][]*model.Service
 	visible    map[model.NamespacedName]bool
 	namespaces map[string]bool
+	// byPort groups the services by port when first asked
+	// (servicesByPort).
+	byPort *portIndex
 }
 
 // chooseServices chooses the services proxies of p's class see in w.
 func chooseServices(w *view, p *model.Proxy) *visibleServices {
-	vis := &visibleServices{reads: newReads(), at: w.unrecorded(), ns: p.Namespace, namespaces: map[string]bool{}}
+	vis := &visibleServices{reads: newReads(), at: w.unrecorded(), ns: p.Namespace, namespaces: map[string]bool{}, byPort: &portIndex{}}
 	defer vis.reads.seal()
 	w = w.into(vis.reads)
 	egress := sidecarScope(w, p)
