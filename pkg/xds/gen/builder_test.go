@@ -2,11 +2,16 @@ package gen
 
 import (
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
+	"weak"
 
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+
+	"github.com/meshplane/discovery/pkg/model"
+	"github.com/meshplane/discovery/pkg/xds/internal/worldtest"
 )
 
 // A scripted generation: each op is "put A=1 B=2" (reuseAll of one
@@ -108,4 +113,45 @@ func contents(s *Set) []string {
 		out = append(out, fmt.Sprintf("%s:%s", n, s.Resources[n].Hash[:6]))
 	}
 	return out
+}
+
+// TestGenerationsDoNotKeepTheirPredecessors: a class's configuration
+// keeps its builders' logs for the next generation, and a builder follows
+// the previous generation's; neither may keep the generations before it
+// alive (a pointer into the builder kept every previous builder, its map
+// and its set).
+func TestGenerationsDoNotKeepTheirPredecessors(t *testing.T) {
+	store := model.NewStore(model.StoreOptions{})
+	if _, err := store.Apply(worldtest.Mesh(20, 2, 2)...); err != nil {
+		t.Fatal(err)
+	}
+	g := newForTest(quietLog())
+	p := sidecar(t, "ns-0")
+	edit := func(i int) *model.World {
+		if _, err := store.Apply(vsEvent("ns-1", "svc-1", "svc-1", fmt.Sprint(i), int32(1+i), 50)); err != nil {
+			t.Fatal(err)
+		}
+		return store.World()
+	}
+	first, err := g.Class(edit(0), p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	routes := weak.Make(first.Sets[RouteType])
+	cur := first
+	first = nil
+	for i := 1; i <= 4; i++ {
+		if cur, err = g.Class(edit(i), p, cur); err != nil {
+			t.Fatal(err)
+		}
+		if len(cur.Changed[RouteType]) == 0 {
+			t.Fatalf("edit %d changed no route", i)
+		}
+	}
+	runtime.GC()
+	runtime.GC()
+	if routes.Value() != nil {
+		t.Errorf("the first generation's routes are alive four generations later")
+	}
+	runtime.KeepAlive(cur)
 }

@@ -424,7 +424,10 @@ func (g *Generator) publish(cc *ClassConfig, bs map[string]*builder, prev *Class
 		}
 		set, c, known := b.setFrom(prevSet)
 		cc.Sets[t] = set
-		cc.ops[t] = &b.log
+		// A copy: a pointer into the builder would keep it, and through
+		// its replay every previous generation's builder, alive.
+		log := b.log
+		cc.ops[t] = &log
 		if known {
 			changed[t] = c
 		}
