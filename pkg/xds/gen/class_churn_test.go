@@ -34,12 +34,7 @@ func churn(t *testing.T, perAddress bool, steps int) {
 	if _, err := store.Apply(worldtest.Mesh(services, namespaces, 2)...); err != nil {
 		t.Fatal(err)
 	}
-	o := DefaultOptions(quietLog())
-	o.ListenersPerAddress = perAddress
-	g, err := New(o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	g, o := newWithListeners(t, perAddress)
 	proxies := []*model.Proxy{sidecar(t, "ns-0"), sidecar(t, "ns-1"), grpcProxy(t, "ns-2")}
 	prev := make([]*ClassConfig, len(proxies))
 	rng := rand.New(rand.NewPCG(22, uint64(services)))
@@ -181,6 +176,19 @@ spec:
 			prev[i] = next
 		}
 	}
+}
+
+// newWithListeners returns a generator with listeners per address or
+// per port, and its options.
+func newWithListeners(tb testing.TB, perAddress bool) (*Generator, Options) {
+	tb.Helper()
+	o := DefaultOptions(quietLog())
+	o.ListenersPerAddress = perAddress
+	g, err := New(o)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return g, o
 }
 
 // freshClass generates p's class in w from nothing with a new generator

@@ -28,12 +28,7 @@ func benchClassAfterEdit(b *testing.B, perAddress bool) {
 			b.Fatal(err)
 		}
 	}
-	o := DefaultOptions(quietLog())
-	o.ListenersPerAddress = perAddress
-	g, err := New(o)
-	if err != nil {
-		b.Fatal(err)
-	}
+	g, _ := newWithListeners(b, perAddress)
 	p := sidecar(b, "ns-0")
 	prev, err := g.Class(store.World(), p, nil)
 	if err != nil {

@@ -176,12 +176,7 @@ spec:
 	if _, err := store.Apply(worldtest.Service("ns", "d", "10.96.0.4")); err != nil {
 		t.Fatal(err)
 	}
-	o := DefaultOptions(quietLog())
-	o.ListenersPerAddress = true
-	g, err := New(o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	g, o := newWithListeners(t, true)
 	p := sidecar(t, "ns")
 	prev, err := g.Class(store.World(), p, nil)
 	if err != nil {
