@@ -15,7 +15,7 @@ import (
 // (VirtualServices and DestinationRules written and removed, services
 // added, removed and given other ports, endpoints updated in place, a
 // Sidecar that narrows what a namespace sees, ServiceEntries sharing a
-// host with a Service) and requires, after every step, what generation
+// host with a Service, MeshConfig's default exportTo) and requires, after every step, what generation
 // from nothing gives, and Changed naming exactly what differs. It is the
 // check on the generation's shortcuts: units reused by their reads,
 // builders replaying the previous generation's log (builder.go), the
@@ -46,7 +46,7 @@ func churn(t *testing.T, perAddress bool, steps int) {
 		var what string
 		var evs []model.Event
 		var endpointsOf *model.NamespacedName
-		switch k := rng.IntN(9); k {
+		switch k := rng.IntN(10); k {
 		case 0, 1:
 			ns, name, _ := svc()
 			what = "VirtualService " + name
@@ -132,6 +132,15 @@ spec:
 				what = "ServiceEntry removed for " + name
 				evs = []model.Event{{Op: model.OpDelete, Key: model.Key{Kind: model.KindServiceEntry, Namespace: "ns-2", Name: "se-" + name}}}
 			}
+		case 9:
+			// Services exported to their own namespace only, or to all.
+			exportTo := []string{`"*"`, `"."`}[rng.IntN(2)]
+			what = "MeshConfig defaultServiceExportTo " + exportTo
+			ev, err := worldtest.MeshConfig("defaultServiceExportTo: [" + exportTo + "]\n")
+			if err != nil {
+				t.Fatal(err)
+			}
+			evs = append(evs, ev)
 		}
 		if _, err := store.Apply(evs...); err != nil {
 			t.Fatalf("step %d (%s): %v", step, what, err)

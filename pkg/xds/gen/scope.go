@@ -202,7 +202,10 @@ func (sc *Scope) visibleIn(w *view, p *model.Proxy) *visibleServices {
 	if egressConfig(vis.egress) != c {
 		return nil
 	}
-	if cs := changesSince(vis.at, w.w); vis.reads.touchedBy(cs) {
+	// A MeshConfig change is read by the rule that chooses them (the
+	// default exportTo) through a view that records nothing: it chooses
+	// them again, whatever the reads say.
+	if cs := changesSince(vis.at, w.w); cs.mesh || vis.reads.touchedBy(cs) {
 		return nil
 	}
 	moved := *vis
