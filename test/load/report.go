@@ -42,21 +42,36 @@ type PhaseResult struct {
 	Tool                   loadkit.ProcWindow `json:"tool"`
 	// MachineBusyCores is the whole machine's CPU use over the phase.
 	MachineBusyCores float64 `json:"machineBusyCores"`
+	// PerChange is, for each change in the order written, when it was
+	// written and how long its first and its last proxy took: the tail of
+	// AllProxies, change by change.
+	PerChange []ChangeTimes `json:"perChange,omitempty"`
+}
+
+// ChangeTimes is one change's timing. LastMs is 0 when a proxy missed
+// the change.
+type ChangeTimes struct {
+	// At is when the change was written, in Unix milliseconds.
+	At      int64   `json:"at"`
+	FirstMs float64 `json:"firstMs"`
+	LastMs  float64 `json:"lastMs"`
 }
 
 // Report is the result of a run, written as report.json and report.txt.
 type Report struct {
-	Tool     string               `json:"tool"`
-	Started  time.Time            `json:"started"`
-	Commit   string               `json:"commit,omitempty"`
-	Machine  loadkit.Machine      `json:"machine"`
-	World    loadkit.WorldOptions `json:"world"`
-	Fleet    loadkit.FleetOptions `json:"fleet"`
-	Args     []string             `json:"serverArgs,omitempty"`
-	Phases   []PhaseResult        `json:"phases"`
-	Server   loadkit.ProcWindow   `json:"server"`
-	Metrics  map[string]float64   `json:"serverMetrics,omitempty"`
-	Profiles []string             `json:"profiles,omitempty"`
+	Tool    string               `json:"tool"`
+	Started time.Time            `json:"started"`
+	Commit  string               `json:"commit,omitempty"`
+	Machine loadkit.Machine      `json:"machine"`
+	World   loadkit.WorldOptions `json:"world"`
+	Fleet   loadkit.FleetOptions `json:"fleet"`
+	Args    []string             `json:"serverArgs,omitempty"`
+	// ServerStarted is when the server process started.
+	ServerStarted time.Time          `json:"serverStarted"`
+	Phases        []PhaseResult      `json:"phases"`
+	Server        loadkit.ProcWindow `json:"server"`
+	Metrics       map[string]float64 `json:"serverMetrics,omitempty"`
+	Profiles      []string           `json:"profiles,omitempty"`
 	// Verify is the check of every proxy's configuration at the end
 	// (--verify).
 	Verify *loadkit.Verification `json:"verify,omitempty"`

@@ -135,7 +135,7 @@ func RunXDS(ctx context.Context, o XDSOptions, out io.Writer) (*Report, error) {
 		srv: loadkit.NewSampler(server.PID, o.Server.SampleInterval), self: loadkit.NewSampler(os.Getpid(), o.Server.SampleInterval),
 		report: &Report{
 			Tool: "discovery-load xds", Started: time.Now(), Commit: o.Server.ReportCommit(), Machine: loadkit.MachineInfo(),
-			World: o.World, Fleet: o.Fleet, Args: o.Server.Args,
+			World: o.World, Fleet: o.Fleet, Args: o.Server.Args, ServerStarted: server.Started,
 		},
 	}
 	sctx, stopSampling := context.WithCancel(ctx)
@@ -230,6 +230,8 @@ func (r *run) quiesce(ctx context.Context) {
 	}
 }
 
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
 // end records a phase of the given changes once the proxies are quiet.
 func (r *run) end(ctx context.Context, name string, changes []*loadkit.Change, out io.Writer) PhaseResult {
 	if name != "idle" {
@@ -251,12 +253,16 @@ func (r *run) end(ctx context.Context, name string, changes []*loadkit.Change, o
 		all = append(all, got...)
 		p.Converged += len(got)
 		p.Missed += missed
+		ct := ChangeTimes{At: c.Start().UnixMilli()}
 		if missed == 0 && len(got) > 0 {
 			last = append(last, slices.Max(got))
+			ct.LastMs = ms(slices.Max(got))
 		}
 		if len(got) > 0 {
 			first = append(first, slices.Min(got))
+			ct.FirstMs = ms(slices.Min(got))
 		}
+		p.PerChange = append(p.PerChange, ct)
 	}
 	p.PerProxy, p.AllProxies, p.FirstProxy = loadkit.PercentilesOf(all), loadkit.PercentilesOf(last), loadkit.PercentilesOf(first)
 	switch name {

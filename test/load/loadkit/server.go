@@ -86,6 +86,9 @@ type Server struct {
 	CADir string
 	// Log is the file its output goes to.
 	Log string
+	// Started is when its process started: the origin of the times its
+	// runtime prints (GODEBUG=gctrace=1 writes "gc N @Ss" to Log).
+	Started time.Time
 
 	cmd    *exec.Cmd
 	exited chan struct{}
@@ -194,7 +197,7 @@ func Launch(ctx context.Context, o ServerOptions, lo LaunchOptions) (*Server, er
 		_ = logf.Close()
 		return nil, fmt.Errorf("start %s: %w", o.Binary, err)
 	}
-	s.PID = s.cmd.Process.Pid
+	s.PID, s.Started = s.cmd.Process.Pid, time.Now()
 	go func() { _ = s.cmd.Wait(); _ = logf.Close(); close(s.exited) }()
 	if lo.Wait > 0 {
 		if err := s.WaitReady(ctx, lo.Wait); err != nil {
