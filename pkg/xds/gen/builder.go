@@ -240,7 +240,7 @@ func (b *builder) replayed(prev *Set) (*Set, []string, bool) {
 	for j, i := range b.subs {
 		was := b.replay.ops[i].rs
 		for k, r := range b.subOps[j].rs {
-			if o := was[k]; r != o && r.Hash != o.Hash && prev.Resources[r.Name] != nil {
+			if o := was[k]; r != o && r.Hash != o.Hash && prev.res[r.Name] != nil {
 				changed = append(changed, r.Name)
 			}
 		}
@@ -248,7 +248,7 @@ func (b *builder) replayed(prev *Set) (*Set, []string, bool) {
 	if len(changed) == 0 {
 		return prev, nil, true
 	}
-	rs := maps.Clone(prev.Resources)
+	rs := maps.Clone(prev.res)
 	for _, op := range b.subOps {
 		for _, r := range op.rs {
 			if rs[r.Name] != nil {
@@ -281,11 +281,11 @@ func (b *builder) setFrom(prev *Set) (set *Set, changed []string, known bool) {
 	if prev == nil {
 		return b.set(), nil, false
 	}
-	if len(prev.Resources) != len(b.out) {
+	if len(prev.res) != len(b.out) {
 		return b.patched(prev)
 	}
 	for n, r := range b.out {
-		pr, ok := prev.Resources[n]
+		pr, ok := prev.res[n]
 		if !ok {
 			return b.patched(prev)
 		}
@@ -319,7 +319,7 @@ func (b *builder) patched(prev *Set) (*Set, []string, bool) {
 func setPatched(typeURL string, prev *Set, rs map[string]*Resource) (*Set, []string) {
 	var added, changed []string
 	for n, r := range rs {
-		pr, ok := prev.Resources[n]
+		pr, ok := prev.res[n]
 		switch {
 		case !ok:
 			added = append(added, n)
@@ -327,7 +327,7 @@ func setPatched(typeURL string, prev *Set, rs map[string]*Resource) (*Set, []str
 			changed = append(changed, n)
 		}
 	}
-	removedN := len(prev.Resources) - (len(rs) - len(added))
+	removedN := len(prev.res) - (len(rs) - len(added))
 	if 4*(len(added)+removedN) > len(rs) {
 		return nil, nil
 	}
@@ -338,7 +338,7 @@ func setPatched(typeURL string, prev *Set, rs map[string]*Resource) (*Set, []str
 		for _, n := range prev.Names {
 			if _, ok := rs[n]; !ok {
 				removed = append(removed, n)
-				sum -= entryHash(n, prev.Resources[n])
+				sum -= entryHash(n, prev.res[n])
 			}
 		}
 	}
@@ -346,7 +346,7 @@ func setPatched(typeURL string, prev *Set, rs map[string]*Resource) (*Set, []str
 		sum += entryHash(n, rs[n])
 	}
 	for _, n := range changed {
-		sum += entryHash(n, rs[n]) - entryHash(n, prev.Resources[n])
+		sum += entryHash(n, rs[n]) - entryHash(n, prev.res[n])
 	}
 	sort.Strings(added)
 	names := make([]string, 0, len(rs))

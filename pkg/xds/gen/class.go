@@ -276,7 +276,7 @@ func diffNames(a, b *Set) []string {
 	}
 	var out []string
 	for _, n := range b.Names {
-		if old := a.Get(n); old == nil || old.Hash != b.Resources[n].Hash {
+		if old := a.Get(n); old == nil || old.Hash != b.res[n].Hash {
 			out = append(out, n)
 		}
 	}

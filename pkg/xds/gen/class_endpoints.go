@@ -19,7 +19,7 @@ func (g *Generator) UpdateEndpoints(prev *ClassConfig, mw *model.World, services
 	eds := prev.Sets[EndpointType]
 	// maps.Clone copies a map's table as it is, several times faster
 	// than inserting its thousands of entries again.
-	next := maps.Clone(eds.Resources)
+	next := maps.Clone(eds.res)
 	if next == nil {
 		next = map[string]*Resource{}
 	}

@@ -267,7 +267,7 @@ func (r *efRun) patchSet(typeURL string, s *Set, want func(string) bool, newMsg 
 		if out == nil {
 			out = make(map[string]*Resource, s.Len()+len(added))
 			if s != nil {
-				maps.Copy(out, s.Resources)
+				maps.Copy(out, s.res)
 			}
 		}
 	}
@@ -276,7 +276,7 @@ func (r *efRun) patchSet(typeURL string, s *Set, want func(string) bool, newMsg 
 			continue
 		}
 		m := newMsg()
-		if err := proto.Unmarshal(s.Resources[name].Wire().GetValue(), m); err != nil {
+		if err := proto.Unmarshal(s.res[name].Wire().GetValue(), m); err != nil {
 			continue
 		}
 		applied := envoyfilter.Applied{}
@@ -287,7 +287,7 @@ func (r *efRun) patchSet(typeURL string, s *Set, want func(string) bool, newMsg 
 			edit()
 			delete(out, name)
 		default:
-			base := s.Resources[name].Hash
+			base := s.res[name].Hash
 			key := lastGoodKey(typeURL, r.where, name, applied)
 			res, err := NewResource(name, typeURL, m)
 			if err != nil {

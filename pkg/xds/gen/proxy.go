@@ -76,6 +76,22 @@ func (c *ProxyConfig) Get(typeURL, name string) *Resource {
 	return c.Class.Sets[typeURL].Get(name)
 }
 
+// Hash returns the version of the resource of typeURL named name, and
+// false when there is none. Unlike Get it makes nothing: a variant's
+// listener is made when asked for (retagView).
+func (c *ProxyConfig) Hash(typeURL, name string) (string, bool) {
+	if h, ok := c.Own[typeURL].Hash(name); ok {
+		return h, true
+	}
+	return c.Class.Sets[typeURL].Hash(name)
+}
+
+// Has reports whether there is a resource of typeURL named name.
+func (c *ProxyConfig) Has(typeURL, name string) bool {
+	_, ok := c.Hash(typeURL, name)
+	return ok
+}
+
 // Version changes whenever any resource of typeURL changes.
 func (c *ProxyConfig) Version(typeURL string) string {
 	v := c.Class.Sets[typeURL].Version

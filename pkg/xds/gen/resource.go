@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"hash/fnv"
+	"iter"
 	"sort"
 	"strconv"
 	"sync"
@@ -166,11 +167,19 @@ func (p *resourcePool) sweep() {
 
 // Set is every resource of one type, by name. A Set is never changed once
 // built.
+//
+// A variant's listeners are a view of its base's (retagView): the set
+// holds no resource of its own, and Get makes each when asked for. Read
+// a set through Get, Hash, Len and All; res, the map, is nil for a view
+// and read directly only where the set is a builder's.
 type Set struct {
 	TypeURL string
 	// Version changes whenever any resource of the set changes.
-	Version   string
-	Resources map[string]*Resource
+	Version string
+	res     map[string]*Resource
+	// view, when set, is what the set's resources are made from (res is
+	// nil): a variant's listeners (class_variant.go).
+	view *retagView
 	// Names are the resource names, sorted.
 	Names []string
 	// sum is the sum of entryHash over the resources; Version shows it.
@@ -179,12 +188,9 @@ type Set struct {
 	sum uint64
 	// versions is built on first use (Versions).
 	versions atomic.Pointer[Versions]
-	// derived, when set, says that most of the set's resources are
-	// versioned as derived's resource of the same name with suffix
-	// appended (a variant's listeners): its Versions then keeps only the
-	// exceptions.
-	derived *Set
-	suffix  string
+	// retag is what views of the set read of it (retagInfoOf): kept
+	// with the set, built by the first variant made from it.
+	retag atomic.Pointer[retagInfo]
 }
 
 // entryHash identifies one name and content. Resource hashes are
@@ -218,14 +224,14 @@ func NewSet(typeURL string, rs map[string]*Resource) *Set {
 // newSetSorted builds a Set from resources whose sorted names are names
 // and whose entryHash sum is sum.
 func newSetSorted(typeURL string, rs map[string]*Resource, names []string, sum uint64) *Set {
-	return &Set{TypeURL: typeURL, Resources: rs, Names: names, sum: sum, Version: strconv.FormatUint(sum, 16)}
+	return &Set{TypeURL: typeURL, res: rs, Names: names, sum: sum, Version: strconv.FormatUint(sum, 16)}
 }
 
 // replaced is s's sum with the resources of names replaced by those of rs.
 func (s *Set) replaced(rs map[string]*Resource, names []string) uint64 {
 	sum := s.sum
 	for _, n := range names {
-		if old := s.Resources[n]; old != nil {
+		if old := s.res[n]; old != nil {
 			sum -= entryHash(n, old)
 		}
 		sum += entryHash(n, rs[n])
@@ -233,20 +239,57 @@ func (s *Set) replaced(rs map[string]*Resource, names []string) uint64 {
 	return sum
 }
 
-// Get returns the resource named name, or nil.
+// Get returns the resource named name, or nil. A view's resource is
+// made for the call: callers compare resources by Hash, not by pointer.
 func (s *Set) Get(name string) *Resource {
-	if s == nil {
+	switch {
+	case s == nil:
 		return nil
+	case s.view != nil:
+		return s.view.get(name)
 	}
-	return s.Resources[name]
+	return s.res[name]
+}
+
+// Hash returns the version of the resource named name, and false when
+// the set has none; a view makes no resource for it.
+func (s *Set) Hash(name string) (string, bool) {
+	switch {
+	case s == nil:
+		return "", false
+	case s.view != nil:
+		return s.view.hash(name)
+	}
+	r, ok := s.res[name]
+	if !ok {
+		return "", false
+	}
+	return r.Hash, true
 }
 
 // Len is the number of resources.
 func (s *Set) Len() int {
-	if s == nil {
+	switch {
+	case s == nil:
 		return 0
+	case s.view != nil:
+		return s.view.base.Len()
 	}
-	return len(s.Resources)
+	return len(s.res)
+}
+
+// All yields the resources in name order.
+func (s *Set) All() iter.Seq2[string, *Resource] {
+	return func(yield func(string, *Resource) bool) {
+		if s == nil {
+			return
+		}
+		for _, n := range s.Names {
+			if !yield(n, s.Get(n)) {
+				return
+			}
+		}
+	}
 }
 
 // Versions is what a Set says of its resources without holding them:
@@ -263,8 +306,9 @@ type Versions struct {
 	names []string
 	hash  map[string]string
 	// from, when set, versions every name hash lacks: from's version
-	// with suffix appended (Set.derived). A variant's 2,000 listeners
-	// per address would otherwise be 2,000 entries per workload.
+	// with suffix appended (a view's: retagView.versions). A variant's
+	// 2,000 listeners per address would otherwise be 2,000 entries per
+	// workload.
 	from   *Versions
 	suffix string
 }
@@ -278,10 +322,12 @@ func (s *Set) Versions() *Versions {
 	if v := s.versions.Load(); v != nil {
 		return v
 	}
-	v := derivedVersions(s)
-	if v == nil {
-		v = &Versions{names: s.Names, hash: make(map[string]string, len(s.Resources))}
-		for n, r := range s.Resources {
+	var v *Versions
+	if s.view != nil {
+		v = s.view.versions(s)
+	} else {
+		v = &Versions{names: s.Names, hash: make(map[string]string, len(s.res))}
+		for n, r := range s.res {
 			v.hash[n] = r.Hash
 		}
 	}
@@ -326,7 +372,7 @@ func (v *Versions) Len() int {
 // Bytes is the total marshaled size of the set.
 func (s *Set) Bytes() int {
 	n := 0
-	for _, r := range s.Resources {
+	for _, r := range s.All() {
 		n += r.Size()
 	}
 	return n

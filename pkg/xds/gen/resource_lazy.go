@@ -1,7 +1,6 @@
 package gen
 
 import (
-	"strings"
 	"sync"
 	"weak"
 
@@ -110,28 +109,6 @@ func (l *lazyWire) get() *anypb.Any {
 // makes when asked for (Wire); nothing holds its bytes in between.
 func lazyResource(name, hash string, w *lazyWire) *Resource {
 	return &Resource{Name: name, Hash: hash, lazy: w}
-}
-
-// derivedVersions are the Versions of s, a set derived from another
-// (Set.derived) of the same names: the names whose version is not the
-// other's with s's suffix are kept, the rest are found in the other's.
-// nil when s is not derived so.
-func derivedVersions(s *Set) *Versions {
-	if s.derived == nil || !sameSlice(s.Names, s.derived.Names) {
-		return nil
-	}
-	from := s.derived.Versions()
-	if from.from != nil {
-		return nil // one step only: from.hash holds every name
-	}
-	v := &Versions{names: s.Names, hash: map[string]string{}, from: from, suffix: s.suffix}
-	for n, r := range s.Resources {
-		if fh, ok := from.hash[n]; !ok || len(r.Hash) != len(fh)+len(s.suffix) ||
-			!strings.HasPrefix(r.Hash, fh) || !strings.HasSuffix(r.Hash, s.suffix) {
-			v.hash[n] = r.Hash
-		}
-	}
-	return v
 }
 
 // sameSlice reports whether a and b are one slice.

@@ -181,7 +181,7 @@ func TestCodecWritesLazyResourcesFromTheirParts(t *testing.T) {
 	lazy := make([]*gen.Resource, len(set.Names))
 	size := 0
 	for i, n := range set.Names {
-		r := set.Resources[n]
+		r := set.Get(n)
 		a := r.Any
 		if r.Lazy() {
 			lazy[i], a = r, &anypb.Any{TypeUrl: gen.ListenerType}
@@ -210,7 +210,7 @@ func TestCodecWritesLazyResourcesFromTheirParts(t *testing.T) {
 	// The same response with the listeners made.
 	made := proto.Clone(lazyResp).(*discovery.DeltaDiscoveryResponse)
 	for _, r := range made.Resources {
-		r.Resource = set.Resources[r.Name].Wire()
+		r.Resource = set.Get(r.Name).Wire()
 	}
 	want, err := codec.Marshal(made)
 	if err != nil {

@@ -304,8 +304,8 @@ func (c *conn) respondSotw(w *sotwWatch, dirty []string) bool {
 		return c.deliverSotw(w, &discovery.DiscoveryResponse{VersionInfo: version, TypeUrl: t, Resources: anys(send)}, next, nil)
 	}
 	each(func(n string) {
-		if r := c.cfg.Get(t, n); r != nil && returned[n] != r.Hash {
-			send = append(send, r)
+		if h, ok := c.cfg.Hash(t, n); ok && returned[n] != h {
+			send = append(send, c.cfg.Get(t, n))
 		}
 	})
 	if ts := c.of(t); dirty == nil || ts.checked == ts.prevVersion {

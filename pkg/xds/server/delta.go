@@ -155,12 +155,13 @@ func (c *conn) deltaDiff(w *deltaWatch, names []string, returned map[string]stri
 		return base.hash(n)
 	}
 	visit := func(n string) {
-		r := c.cfg.Get(t, n)
+		// By version first: a variant's listener is made by Get.
+		h, ok := c.cfg.Hash(t, n)
 		switch {
-		case r == nil && has(n) != "":
+		case !ok && has(n) != "":
 			removed = append(removed, n)
-		case r != nil && has(n) != r.Hash:
-			send = append(send, r)
+		case ok && has(n) != h:
+			send = append(send, c.cfg.Get(t, n))
 		}
 	}
 	switch {
@@ -175,12 +176,12 @@ func (c *conn) deltaDiff(w *deltaWatch, names []string, returned map[string]stri
 			visit(n)
 		}
 		for n, v := range returned {
-			if v != "" && c.cfg.Get(t, n) == nil {
+			if v != "" && !c.cfg.Has(t, n) {
 				removed = append(removed, n)
 			}
 		}
 		for _, n := range base.names() {
-			if _, over := returned[n]; !over && c.cfg.Get(t, n) == nil {
+			if _, over := returned[n]; !over && !c.cfg.Has(t, n) {
 				removed = append(removed, n)
 			}
 		}

@@ -122,7 +122,7 @@ func (c *conn) checkNames(typeURL string, req any, misses int) error {
 func (c *conn) unknown(typeURL string, names []string) int {
 	n := 0
 	for _, name := range names {
-		if c.cfg == nil || c.cfg.Get(typeURL, name) == nil {
+		if c.cfg == nil || !c.cfg.Has(typeURL, name) {
 			n++
 		}
 	}
@@ -142,7 +142,7 @@ func (c *conn) unknownHeld(typeURL string) int {
 	}
 	n := 0
 	for name := range sub.names.all() {
-		if c.cfg == nil || c.cfg.Get(typeURL, name) == nil {
+		if c.cfg == nil || !c.cfg.Has(typeURL, name) {
 			n++
 		}
 	}
