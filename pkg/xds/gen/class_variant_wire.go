@@ -401,7 +401,7 @@ func eachField(m []byte, fn func(protowire.Number, []byte) error) error {
 // version differ in it), not a hash of the bytes (hashing every
 // rewritten listener would read 4 MB per workload and change at M1).
 // A variant's set keeps no version of its own for such listeners
-// (Set.derived). Equal listeners made from different bases or values get
+// (retagView.versions). Equal listeners made from different bases or values get
 // different versions: at worst a proxy is sent again what it has.
 func (t retag) version(base *Resource) string {
 	return base.Hash + t.suffix
