@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"slices"
 	"testing"
+	"unsafe"
 
 	"sigs.k8s.io/yaml"
 
@@ -533,4 +534,46 @@ func bytesPerRun(runs int, f func()) uint64 {
 	}
 	runtime.ReadMemStats(&after)
 	return (after.TotalAlloc - before.TotalAlloc) / uint64(runs)
+}
+
+// Listeners laid out alike share a plan (planPool): per address, the
+// listeners of services whose addresses and names are of the same
+// lengths differ in no offset. The variant made from them is still its
+// class, and a pooled plan holds copies of its tracings, not slices of
+// the listener it was found in.
+func TestListenersLaidOutAlikeShareAPlan(t *testing.T) {
+	g, _ := newWithListeners(t, true)
+	store := model.NewStore(model.StoreOptions{})
+	w := applyStep(t, store, memoWorld(60), "", "")
+	ps := identities(t, "sidecar~10.9.0.1~client.ns~ns.svc.cluster.local",
+		map[string]any{model.MetaIstioVersion: "1.32.0", "NAMESPACE": "ns"})
+	base := mustClass(t, g, w, ps[0], nil)
+	v := mustVariant(t, g, base, w, ps[1], nil)
+	info := base.Sets[ListenerType].retagInfoOf(tagValues(ps[0]))
+	distinct := map[*retagPlan]bool{}
+	for n, p := range info.plans {
+		distinct[p] = true
+		r := base.Sets[ListenerType].Get(n)
+		for _, b := range p.blobs {
+			if len(b.b) > 0 && sameArray(b.b, r.Wire().GetValue()) {
+				t.Errorf("%s: its plan's tracing is a slice of the listener", n)
+			}
+		}
+	}
+	t.Logf("%d listeners planned, %d plans", len(info.plans), len(distinct))
+	if len(info.plans) < 60 || len(distinct) > len(info.plans)/4 {
+		t.Errorf("%d listeners planned, %d plans: alike ones do not share", len(info.plans), len(distinct))
+	}
+	fresh, _ := newWithListeners(t, true)
+	sameSets(t, "variant", v.Sets, mustClass(t, fresh, w, ps[1], nil).Sets)
+}
+
+// sameArray reports whether a lies within b's array.
+func sameArray(a, b []byte) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return false
+	}
+	start, end := &b[0], &b[:cap(b)][cap(b)-1]
+	p := &a[0]
+	return uintptr(unsafe.Pointer(p)) >= uintptr(unsafe.Pointer(start)) && uintptr(unsafe.Pointer(p)) <= uintptr(unsafe.Pointer(end))
 }
