@@ -123,7 +123,11 @@ func retagPlanOf(r *Resource, from map[string]string) (*retagPlan, error) {
 		return nil, err
 	}
 	p.spans, p.index = spans, nil
-	p = plans.intern(p)
+	if len(spans) > 0 {
+		// A plan without spans names no tracing, and so no values:
+		// pooled, it would be found with other values than r's.
+		p = plans.intern(p)
+	}
 	r.plan.Store(p)
 	return p, nil
 }
@@ -152,7 +156,7 @@ func (pp *planPool) intern(p *retagPlan) *retagPlan {
 	k := p.key()
 	pp.mu.Lock()
 	defer pp.mu.Unlock()
-	if old := pp.m[k].Value(); old != nil {
+	if old := pp.m[string(k)].Value(); old != nil {
 		return old
 	}
 	if len(pp.m) >= 2*pp.live+4096 {
@@ -166,36 +170,34 @@ func (pp *planPool) intern(p *retagPlan) *retagPlan {
 	for i := range p.blobs {
 		p.blobs[i].b = bytes.Clone(p.blobs[i].b)
 	}
-	pp.m[k] = weak.Make(p)
+	pp.m[string(k)] = weak.Make(p)
 	return p
 }
 
-// key identifies what p's walks read: the values it was found with, its
-// spans and the plans of its tracings, by number. A tracing's plan
-// stands for its bytes: tracingPlanOf finds one per bytes and values.
-func (p *retagPlan) key() string {
-	var b []byte
-	for _, k := range slices.Sorted(maps.Keys(p.from)) {
-		b = protowire.AppendString(b, k)
-		b = protowire.AppendString(b, p.from[k])
-	}
+// key identifies what p's walks read: its spans and the plans of its
+// tracings, by number. A tracing's plan stands for its bytes and the
+// values it was found with: tracingPlanOf finds one per both.
+func (p *retagPlan) key() []byte {
+	b := make([]byte, 0, 12*p.count+4*len(p.blobs)+8)
 	var walk func(spans []*span)
 	walk = func(spans []*span) {
 		b = protowire.AppendVarint(b, uint64(len(spans)))
 		for _, s := range spans {
-			for _, v := range []int{s.hdr, s.lenAt, s.start, s.end, s.id, s.blob + 1} {
-				b = protowire.AppendVarint(b, uint64(v))
-			}
+			b = protowire.AppendVarint(b, uint64(s.hdr))
+			b = protowire.AppendVarint(b, uint64(s.lenAt))
+			b = protowire.AppendVarint(b, uint64(s.start))
+			b = protowire.AppendVarint(b, uint64(s.end))
+			b = protowire.AppendVarint(b, uint64(s.id))
+			b = protowire.AppendVarint(b, uint64(s.blob+1))
 			b = protowire.AppendString(b, s.tag)
 			walk(s.children)
 		}
 	}
 	walk(p.spans)
-	b = protowire.AppendVarint(b, uint64(p.count))
 	for _, bl := range p.blobs {
 		b = protowire.AppendVarint(b, bl.plan.seq)
 	}
-	return string(b)
+	return b
 }
 
 // fields returns the spans of m's length-delimited fields (m starting
