@@ -38,3 +38,47 @@ func BenchmarkPlanBaseListeners(b *testing.B) {
 		}
 	}
 }
+
+// discardWire counts what a WireWriter is given.
+type discardWire struct{ n int }
+
+func (d *discardWire) Copy(b []byte)  { d.n += len(b) }
+func (d *discardWire) Share(b []byte) { d.n += len(b) }
+
+// BenchmarkVariantListenersSent makes and writes a variant's 2,000
+// address listeners of an M1 class as a delta stream sends them: Get,
+// then Size, WireShape and WriteWire for each (the codec's calls).
+func BenchmarkVariantListenersSent(b *testing.B) {
+	store := world1000(b)
+	g, _ := newWithListeners(b, true)
+	mk := func(name string) *model.Proxy {
+		p, err := model.ParseProxy("sidecar~10.9.0.1~"+name+".ns-0~ns-0.svc.cluster.local", map[string]any{
+			model.MetaIstioVersion: "1.32.0", "NAMESPACE": "ns-0",
+			model.MetaLabels: map[string]any{canonicalNameLabel: name, canonicalRevisionLabel: "v1"}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return p
+	}
+	w := store.World()
+	base, err := g.Class(w, mk("client"), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := mk("another-client")
+	v, ok := g.Variant(base, ClassKey(w, p), p, nil)
+	if !ok {
+		b.Fatal("Variant refused")
+	}
+	ls := v.Sets[ListenerType]
+	var d discardWire
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, n := range ls.Names {
+			r := ls.Get(n)
+			_ = r.Size()
+			r.WireShape(256)
+			r.WriteWire(&d)
+		}
+	}
+}
