@@ -3,6 +3,7 @@ package status
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -72,8 +73,10 @@ func TestIntegrationEnvoyFilterPatchRefusedInStatus(t *testing.T) {
 	background(t, func(ctx context.Context) error { return src.Start(ctx, store) })
 	background(t, a.Start)
 	background(t, a.Lead)
-	poll(t, "both Services in the World", 30*time.Second, func() (bool, string) {
-		return len(store.World().Services()) >= 2, "not yet"
+	// The World before the EnvoyFilter is the synced one: a kind listed
+	// after it was taken would change it too.
+	poll(t, "the source synced, both Services in the World", 30*time.Second, func() (bool, string) {
+		return src.HasSynced() && len(store.World().Services()) >= 2, "not yet"
 	})
 
 	selected, other := sidecar(t, "reviews"), sidecar(t, "ratings")
@@ -95,8 +98,8 @@ func TestIntegrationEnvoyFilterPatchRefusedInStatus(t *testing.T) {
 		return store.World().Config(model.KindEnvoyFilter, "shop", "timeouts") != nil, "not yet"
 	})
 	after := store.World()
-	if o := generate(t, g, after, other); !sameResources(otherBefore, o) {
-		t.Error("a proxy the EnvoyFilter does not select got other configuration")
+	if d := differs(otherBefore, generate(t, g, after, other)); d != "" {
+		t.Errorf("a proxy the EnvoyFilter does not select got other configuration: %s (World %d, then %d)", d, before.Version, after.Version)
 	}
 	patched := generate(t, g, after, selected)
 	if !bytes.Equal(patched.Get(gen.ClusterType, bad).Any.GetValue(), selectedBefore.Get(gen.ClusterType, bad).Any.GetValue()) {
@@ -185,19 +188,19 @@ func generate(t *testing.T, g *gen.Generator, w *model.World, p *model.Proxy) *g
 	return g.Proxy(w, p, cc)
 }
 
-// sameResources reports whether a and b hold the same resources, byte
-// for byte.
-func sameResources(a, b *gen.ProxyConfig) bool {
+// differs describes the first resource a and b do not hold alike, byte
+// for byte ("" when they hold the same).
+func differs(a, b *gen.ProxyConfig) string {
 	for _, typ := range gen.TypeURLs {
 		an, bn := a.Names(typ), b.Names(typ)
 		if strings.Join(an, ",") != strings.Join(bn, ",") {
-			return false
+			return fmt.Sprintf("%s names %v, then %v", gen.ShortType(typ), an, bn)
 		}
 		for _, n := range an {
-			if !bytes.Equal(a.Get(typ, n).Any.GetValue(), b.Get(typ, n).Any.GetValue()) {
-				return false
+			if !bytes.Equal(a.Get(typ, n).Wire().GetValue(), b.Get(typ, n).Wire().GetValue()) {
+				return fmt.Sprintf("%s %s", gen.ShortType(typ), n)
 			}
 		}
 	}
-	return true
+	return ""
 }
