@@ -51,7 +51,7 @@ func (c xdsCodec) Marshal(v any) (mem.BufferSlice, error) {
 	case *discovery.DeltaDiscoveryResponse:
 		err = w.delta(m, nil)
 	case *deltaWire:
-		err = w.delta(m.resp, m.lazy)
+		err = w.delta(m.resp, m.send)
 	default:
 		return c.fallback.Marshal(v)
 	}
@@ -162,84 +162,102 @@ func (w *sliceWriter) sotw(m *discovery.DiscoveryResponse) error {
 	return nil
 }
 
-// deltaWire is a delta response whose resource i, when lazy[i] is set,
-// is written from that lazy resource (gen.Resource.WriteWire), its Any
-// in resp having its type alone (lazyDeltaResponse). Only this codec can
-// marshal it.
+// deltaWire is a delta response and further resources of its type, the
+// generator's, written after its own (resourcesResponse). Only this codec
+// can marshal it.
 type deltaWire struct {
 	resp *discovery.DeltaDiscoveryResponse
-	lazy []*gen.Resource
+	send []*gen.Resource
 }
 
-func (w *sliceWriter) delta(m *discovery.DeltaDiscoveryResponse, lazy []*gen.Resource) error {
+func (w *sliceWriter) delta(m *discovery.DeltaDiscoveryResponse, send []*gen.Resource) error {
 	head, err := without(m, deltaResources)
 	if err != nil {
 		return err
 	}
+	typeURL := m.GetTypeUrl()
 	n := len(head)
 	for _, r := range m.GetResources() {
 		n += 32 + len(r.GetName()) + len(r.GetVersion()) + len(r.GetResource().GetTypeUrl()) + inlined(r.GetResource())
 	}
+	for _, r := range send {
+		n += 32 + len(r.Name) + len(r.Hash) + len(typeURL) + len(r.Any.GetTypeUrl())
+		if size := r.Size(); size < inlineBelow {
+			n += size
+		}
+	}
 	w.buf = append(make([]byte, 0, n), head...)
-	w.grow(len(m.GetResources()))
-	for i, r := range m.GetResources() {
-		if lazy != nil && lazy[i] != nil {
-			w.lazyResource(r, lazy[i])
-			continue
+	w.grow(len(m.GetResources()) + len(send))
+	for _, r := range m.GetResources() {
+		if err := w.protoResource(r); err != nil {
+			return err
 		}
-		if !plainResource(r) {
-			// Rare: marshal the resource whole.
-			b, err := proto.Marshal(r)
-			if err != nil {
-				return err
-			}
-			w.buf = protowire.AppendTag(w.buf, deltaResources, protowire.BytesType)
-			w.buf = protowire.AppendBytes(w.buf, b)
-			continue
-		}
-		a := r.GetResource()
-		size := stringField(resourceVersionField, r.GetVersion()) + stringField(resourceNameField, r.GetName())
-		if a != nil {
-			size += protowire.SizeTag(resourceAny) + protowire.SizeBytes(anySize(a))
-		}
-		w.buf = protowire.AppendTag(w.buf, deltaResources, protowire.BytesType)
-		w.buf = protowire.AppendVarint(w.buf, uint64(size))
-		w.buf = appendString(w.buf, resourceVersionField, r.GetVersion())
-		w.buf = appendString(w.buf, resourceNameField, r.GetName())
-		if a != nil {
-			if err := w.anyField(resourceAny, a); err != nil {
-				return err
-			}
-		}
+	}
+	for _, r := range send {
+		w.resource(typeURL, r)
 	}
 	return nil
 }
 
-// lazyResource appends r, whose resource is lz (of r's type URL), as
-// the delta response's resources field, writing lz's bytes in parts: the
-// buffers of a lazy resource's parts grow the message by a few per
-// rewritten span, not by a copy of the resource.
-func (w *sliceWriter) lazyResource(r *discovery.Resource, lz *gen.Resource) {
-	typeURL := r.GetResource().GetTypeUrl()
-	value := lz.Size()
-	anyLen := stringField(anyTypeURL, typeURL) + protowire.SizeTag(anyValue) + protowire.SizeBytes(value)
-	size := stringField(resourceVersionField, r.GetVersion()) + stringField(resourceNameField, r.GetName()) +
-		protowire.SizeTag(resourceAny) + protowire.SizeBytes(anyLen)
+// protoResource appends r as the delta response's resources field.
+func (w *sliceWriter) protoResource(r *discovery.Resource) error {
+	if !plainResource(r) {
+		// Rare: marshal the resource whole.
+		b, err := proto.Marshal(r)
+		if err != nil {
+			return err
+		}
+		w.buf = protowire.AppendTag(w.buf, deltaResources, protowire.BytesType)
+		w.buf = protowire.AppendBytes(w.buf, b)
+		return nil
+	}
+	a := r.GetResource()
+	size := stringField(resourceVersionField, r.GetVersion()) + stringField(resourceNameField, r.GetName())
+	if a != nil {
+		size += protowire.SizeTag(resourceAny) + protowire.SizeBytes(anySize(a))
+	}
 	w.buf = protowire.AppendTag(w.buf, deltaResources, protowire.BytesType)
 	w.buf = protowire.AppendVarint(w.buf, uint64(size))
 	w.buf = appendString(w.buf, resourceVersionField, r.GetVersion())
 	w.buf = appendString(w.buf, resourceNameField, r.GetName())
+	if a != nil {
+		return w.anyField(resourceAny, a)
+	}
+	return nil
+}
+
+// resource appends r as the delta response's resources field: a
+// discovery.Resource of its name, version (Hash) and bytes, the bytes
+// shared, or, for a lazy resource (of the response's type, typeURL),
+// written from the parts they are made of: the buffers of its parts grow
+// the message by a few per rewritten span, not by a copy of the resource.
+func (w *sliceWriter) resource(typeURL string, r *gen.Resource) {
+	if !r.Lazy() {
+		typeURL = r.Any.GetTypeUrl()
+	}
+	value := r.Size()
+	anyLen := stringField(anyTypeURL, typeURL) + protowire.SizeTag(anyValue) + protowire.SizeBytes(value)
+	size := stringField(resourceVersionField, r.Hash) + stringField(resourceNameField, r.Name) +
+		protowire.SizeTag(resourceAny) + protowire.SizeBytes(anyLen)
+	w.buf = protowire.AppendTag(w.buf, deltaResources, protowire.BytesType)
+	w.buf = protowire.AppendVarint(w.buf, uint64(size))
+	w.buf = appendString(w.buf, resourceVersionField, r.Hash)
+	w.buf = appendString(w.buf, resourceNameField, r.Name)
 	w.buf = protowire.AppendTag(w.buf, resourceAny, protowire.BytesType)
 	w.buf = protowire.AppendVarint(w.buf, uint64(anyLen))
 	w.buf = appendString(w.buf, anyTypeURL, typeURL)
 	w.buf = protowire.AppendTag(w.buf, anyValue, protowire.BytesType)
 	w.buf = protowire.AppendVarint(w.buf, uint64(value))
+	if !r.Lazy() {
+		w.share(r.Any.GetValue())
+		return
+	}
 	// The parts are counted first (from the plan, making nothing), so
 	// that the header buffer and the buffer list grow once: a port
 	// listener of 1,000 chains is some thousands of parts, and growing
 	// by doubling as they came was most of what a service change
 	// allocated.
-	copied, shared := lz.WireShape(inlineBelow)
+	copied, shared := r.WireShape(inlineBelow)
 	w.buf = slices.Grow(w.buf, copied)
 	if free := cap(w.slices) - len(w.slices); free < 2*shared {
 		// Pushed buffers point into w.slices: the old array stays
@@ -247,7 +265,7 @@ func (w *sliceWriter) lazyResource(r *discovery.Resource, lz *gen.Resource) {
 		w.slices = make([]mem.SliceBuffer, 0, 2*shared+cap(w.slices))
 		w.out = slices.Grow(w.out, 2*shared)
 	}
-	lz.WriteWire(w)
+	r.WriteWire(w)
 }
 
 // Copy and Share make sliceWriter a gen.WireWriter.

@@ -332,7 +332,16 @@ func (c *conn) deliverSotw(w *sotwWatch, resp *discovery.DiscoveryResponse, next
 	select {
 	case w.ch <- &cachev3.PassthroughResponse{Request: w.req, DiscoveryResponse: resp, ReturnedResources: next}:
 		c.of(resp.GetTypeUrl()).inflight = &inflight{resp: resp, names: undo}
-		c.handed(resp.GetTypeUrl(), resp, next, undo)
+		if c.s.observer != nil {
+			// A state-of-the-world response carries its changed names
+			// in undo (Route, Endpoint) or every name in next (Listener,
+			// Cluster).
+			names := undo
+			if names == nil {
+				names = mapKeys(next)
+			}
+			c.handed(resp.GetTypeUrl(), resp, names)
+		}
 	default:
 		// Each watch is answered at most once and the server's channel
 		// holds one response per type, so this does not happen.

@@ -150,8 +150,8 @@ func (l *deltaLoop) send(r cachev3.DeltaResponse) error {
 	l.nonce++
 	resp.Nonce = strconv.FormatInt(l.nonce, 10)
 	callbacks{l.s}.OnStreamDeltaResponse(l.id, r.GetDeltaRequest(), resp)
-	if lr, ok := r.(*lazyDeltaResponse); ok {
-		return l.st.SendMsg(&deltaWire{resp: resp, lazy: lr.lazy})
+	if rr, ok := r.(*resourcesResponse); ok {
+		return l.st.SendMsg(&deltaWire{resp: resp, send: rr.send})
 	}
 	return l.st.Send(resp)
 }

@@ -3,7 +3,6 @@ package server
 import (
 	"time"
 
-	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
 	"github.com/meshplane/discovery/pkg/xds/gen"
 )
@@ -75,23 +74,9 @@ type sentRecord struct {
 	cfg   *gen.ProxyConfig
 }
 
-// handed records a response just handed to go-control-plane: a delta
-// response names its resources; a state-of-the-world one carries those
-// in undo (Route, Endpoint) or every name of next (Listener, Cluster).
-// Called with c.mu held; costs nothing without an observer.
-func (c *conn) handed(t string, resp any, next map[string]string, undo []string) {
-	if c.s.observer == nil {
-		return
-	}
-	names := undo
-	if d, ok := resp.(*discovery.DeltaDiscoveryResponse); ok {
-		names = make([]string, len(d.GetResources()))
-		for i, r := range d.GetResources() {
-			names[i] = r.GetName()
-		}
-	} else if names == nil {
-		names = mapKeys(next)
-	}
+// handed records a response just handed to go-control-plane and the
+// names of its resources. Called with c.mu held, only with an observer.
+func (c *conn) handed(t string, resp any, names []string) {
 	if c.answers.pending == nil {
 		c.answers.pending, c.answers.last = map[string]*sentRecord{}, map[string]*sentRecord{}
 	}
