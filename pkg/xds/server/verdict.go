@@ -3,7 +3,6 @@ package server
 import (
 	"time"
 
-
 	"github.com/meshplane/discovery/pkg/xds/gen"
 )
 
