@@ -74,6 +74,9 @@ type ClassConfig struct {
 	// class's (class_variant.go). A variant is never the previous
 	// configuration of a generation: its base is.
 	variant *variant
+	// shared is set when the configuration was generated with
+	// placeholders for the service tags (class_shared.go).
+	shared bool
 }
 
 // portUnit is the outbound listener of one port, reused by the next
@@ -121,8 +124,35 @@ var ErrInconsistent = errors.New("inconsistent configuration")
 // resources. Resources that fail validation are logged and left out; if the
 // result is not consistent, Class returns prev (the last good
 // configuration) and the error.
-func (g *Generator) Class(mw *model.World, p *model.Proxy, prev *ClassConfig) (out *ClassConfig, err error) {
+func (g *Generator) Class(mw *model.World, p *model.Proxy, prev *ClassConfig) (*ClassConfig, error) {
 	key := ClassKey(mw, p)
+	// A class generated with its representative's values stays so while
+	// it has a previous configuration (it was, or its placeholders did
+	// not hold); one that stops being sharable is generated afresh: no
+	// unit or chain of the previous configuration is of its kind.
+	shared := g.sharedTags && sharable(key) && (prev == nil || prev.shared)
+	if prev != nil && prev.shared && !shared {
+		prev = nil
+	}
+	out, err := g.generate(mw, p, prev, key, shared)
+	if err != nil || out == nil || !out.shared {
+		return out, err
+	}
+	var names []string // every listener
+	if prev != nil && out.Base == prev.ID {
+		if names = out.Changed[ListenerType]; names == nil {
+			names = []string{}
+		}
+	}
+	if !sharedHolds(out.Sets[ListenerType], names) {
+		g.log.Debug("class generated with its representative's service tags: its listeners carry them where a variant does not rewrite them", "class", key)
+		return g.generate(mw, p, nil, key, false)
+	}
+	return out, nil
+}
+
+// generate is Class, with placeholders for the service tags when shared.
+func (g *Generator) generate(mw *model.World, p *model.Proxy, prev *ClassConfig, key string, shared bool) (out *ClassConfig, err error) {
 	// reads are everything the class read: what its scope read, what its
 	// own resources (those of no unit) read, and its units'.
 	reads, scopeReads, own, telReads := newReads(), newReads(), newReads(), newReads()
@@ -146,7 +176,7 @@ func (g *Generator) Class(mw *model.World, p *model.Proxy, prev *ClassConfig) (o
 		}
 	}()
 	sc := newScope(w, p, prev.Scope())
-	sc.tel = g.classTelemetry(w.into(telReads), p)
+	sc.tel = g.classTelemetry(w.into(telReads), p, shared)
 	sc.w = sc.w.into(own)
 	// Once generated, the class's scope is read by provenance lookups
 	// and the planner: it records nothing more.
@@ -170,6 +200,7 @@ func (g *Generator) Class(mw *model.World, p *model.Proxy, prev *ClassConfig) (o
 	}
 	cc := &ClassConfig{
 		Class: key, WorldVersion: w.Version, at: w.unrecorded(), scope: sc, reads: reads, own: own, prov: &provIndex{}, presplit: g.presplit(w, p),
+		shared: shared,
 	}
 	bs, edsRefs, routeRefs := prev.builders()
 	g.addUnits(sc, cc, prev, reuse, cs, bs, edsRefs, routeRefs)

@@ -126,7 +126,11 @@ func (g *Generator) Variant(base *ClassConfig, key string, p *model.Proxy, prev 
 	if last != nil {
 		v.tab = last.tab
 	} else {
-		rt := newRetag(tagValues(base.scope.Proxy), tagValues(p))
+		from, to := tagValues(base.scope.Proxy), tagValues(p)
+		if base.shared {
+			from, to = placeholderValues, allTagValues(p)
+		}
+		rt := newRetag(from, to)
 		v.tab = &retagTable{rt: &rt, blobs: map[*retagPlan][]byte{}}
 	}
 	ls := base.Sets[ListenerType]
@@ -152,7 +156,7 @@ func (g *Generator) Variant(base *ClassConfig, key string, p *model.Proxy, prev 
 	if last != nil && last.base.scope.tel == base.scope.tel {
 		sc.tel = prev.scope.tel
 	} else {
-		sc.tel = g.classTelemetry(sc.w.unrecorded(), p)
+		sc.tel = g.classTelemetry(sc.w.unrecorded(), p, false)
 	}
 	c.scope = &sc
 	return &c, true

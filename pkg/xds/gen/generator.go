@@ -27,6 +27,8 @@ type Generator struct {
 	// efLastGood keeps the last good EnvoyFilter-patched resources
 	// (envoyfilter_lastgood.go).
 	efLastGood efLastGood
+	// sharedTags is Options.SharedTags (class_shared.go).
+	sharedTags bool
 	// perAddress is Options.ListenersPerAddress (listener_address.go).
 	perAddress bool
 	// splitAfter makes every class split its port listeners after
@@ -63,6 +65,14 @@ type Options struct {
 	// (listener_address.go): a service added or removed is one listener,
 	// not the port's whole listener again.
 	ListenersPerAddress bool
+	// SharedTags generates the classes whose proxies are variants (their
+	// keys end in |tags=) with placeholders for the service tags, so
+	// that their listeners, which would otherwise name the class's
+	// representative and namespace, are shared by the classes of every
+	// namespace (class_shared.go). Every proxy of such a class must then
+	// be served a variant of it (ClassConfig.Shared), as push.Classes
+	// does.
+	SharedTags bool
 }
 
 // DefaultOptions are Istio's defaults, logging to log.
@@ -83,6 +93,6 @@ func New(o Options) (*Generator, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	g := &Generator{log: log, trust: trust, traceSampling: o.TraceSampling, credentials: o.Credentials, perAddress: o.ListenersPerAddress}
+	g := &Generator{log: log, trust: trust, traceSampling: o.TraceSampling, credentials: o.Credentials, perAddress: o.ListenersPerAddress, sharedTags: o.SharedTags}
 	return g, nil
 }

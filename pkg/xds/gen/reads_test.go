@@ -20,7 +20,7 @@ import (
 // (warnings, provenance), which say so where they are made.
 var worldAllowed = map[string]bool{
 	// Entry points.
-	"Generator.Class": true, "Generator.Proxy": true, "Generator.UpdateEndpoints": true,
+	"Generator.Class": true, "Generator.generate": true, "Generator.Proxy": true, "Generator.UpdateEndpoints": true,
 	"Generator.Sweep": true, "partCache.sweepLocked": true, "RuleJWKS": true,
 	// The index and the class key.
 	"ClassKey": true, "indexFor": true, "storeIndex": true, "evictIndexes": true, "newWorldIndex": true,
@@ -202,7 +202,7 @@ var scopeFields = map[string]bool{
 var scopeAllowed = map[string]string{
 	"newScope": "builds the scope", "Scope.indexVirtualServices": "builds the scope",
 	"Scope.addWildcardRoutes": "builds the scope", "ruleIndex.forScope": "builds the scope",
-	"visibleHosts": "builds the scope", "Generator.Class": "sets the telemetry; the class's own resources are rebuilt by every generation",
+	"visibleHosts": "builds the scope", "Generator.generate": "sets the telemetry; the class's own resources are rebuilt by every generation",
 	"Generator.addUnits":    "a unit per selected service: newScope recorded the selection, each unit records its own reads",
 	"Scope.VirtualServices": "records qVirtualServices", "Scope.destinationRuleConfig": "records qDestinationRule",
 	"Scope.aliasNames": "records qAliases", "Scope.l4VirtualServicesOf": "unrecorded form; l4VirtualServices records",

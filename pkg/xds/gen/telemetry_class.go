@@ -17,7 +17,9 @@ import (
 // reports, once per Telemetry version, the providers it cannot configure.
 // Proxyless gRPC gets none (nil). w records into a Reads of the
 // telemetry's own, which every listener built with it adds (Scope.outTel).
-func (g *Generator) classTelemetry(w *view, p *model.Proxy) *classTelemetry {
+// With shared, the tracing's service tags carry placeholders for p's
+// values (class_shared.go).
+func (g *Generator) classTelemetry(w *view, p *model.Proxy, shared bool) *classTelemetry {
 	if p.IsGRPC() {
 		return nil
 	}
@@ -32,7 +34,7 @@ func (g *Generator) classTelemetry(w *view, p *model.Proxy) *classTelemetry {
 	d := decideTelemetry(mc, specs)
 	g.reportProviders(cfgs, mc)
 	look := meshLookup{w: w, mesh: mc}
-	tin := tracingInput{look: look, d: decideTracing(mc, look.provider, specs), proxy: p, pc: proxyTracing(mc, p), sampling: g.defaultSampling()}
+	tin := tracingInput{look: look, d: decideTracing(mc, look.provider, specs), proxy: p, shared: shared, pc: proxyTracing(mc, p), sampling: g.defaultSampling()}
 	ct := &classTelemetry{reads: w.r}
 	classes := []trafficClass{classOutbound, classInbound}
 	if p.Type == model.ProxyRouter {

@@ -56,6 +56,7 @@ type tracingInput struct {
 	look     meshLookup
 	d        *tracingDecision
 	proxy    *model.Proxy
+	shared   bool                  // placeholders for the service tags' values (class_shared.go)
 	pc       *meshv1alpha1.Tracing // the proxy's ProxyConfig tracing
 	sampling float64               // PILOT_TRACE_SAMPLING
 }
@@ -336,7 +337,11 @@ func customTags(in tracingInput, spec *tracingSpec) []*tracingv3.CustomTag {
 		istio = spec.istioTags
 	}
 	if istio {
-		tags = append(serviceTags(in.proxy), dryRunTags...)
+		st := serviceTags(in.proxy)
+		if in.shared {
+			st = placeholderTags()
+		}
+		tags = append(st, dryRunTags...)
 	}
 	if spec == nil || len(spec.customTags) == 0 {
 		tags = append(tags, proxyConfigTags(in.pc.GetCustomTags())...)

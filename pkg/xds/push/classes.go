@@ -28,6 +28,18 @@ type classEntry struct {
 	// (the generator refused to make it a variant).
 	from *gen.ClassConfig
 	own  bool
+	// served is what the proxies of an own configuration generated
+	// with placeholders for the service tags (gen.ClassConfig.Shared)
+	// are served: a variant of it for them.
+	served *gen.ClassConfig
+}
+
+// result is what the proxies of a variant's entry are served.
+func (e *classEntry) result() *gen.ClassConfig {
+	if e.own && e.cfg.Shared() {
+		return e.served
+	}
+	return e.cfg
 }
 
 func (cc *Classes) entry(class string) *classEntry {
@@ -119,15 +131,17 @@ func sameBase(key, base string) bool {
 // base's, or, if the generator refuses to make it a variant, generated
 // by own (called with the entry locked).
 func (cc *Classes) variant(g *gen.Generator, w *model.World, p *model.Proxy, key string, b *gen.ClassConfig, own func(*classEntry)) *gen.ClassConfig {
-	if b == nil || b.Class == key {
-		// The representative's own class, or no base yet.
+	if b == nil || b.Class == key && !b.Shared() {
+		// The representative's own class, or no base yet. The
+		// representative of a base generated with placeholders is
+		// served a variant of it, as every other proxy of the class.
 		return b
 	}
 	e := cc.entry(key)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.cfg != nil && (e.from == b || e.own && e.cfg.WorldVersion >= w.Version) {
-		return e.cfg
+		return e.result()
 	}
 	if e.from != nil && e.from.WorldVersion > b.WorldVersion {
 		return e.cfg // made from a newer base already
@@ -142,7 +156,17 @@ func (cc *Classes) variant(g *gen.Generator, w *model.World, p *model.Proxy, key
 	}
 	own(e)
 	e.from, e.own = nil, true
-	return e.cfg
+	if e.cfg.Shared() {
+		// Generated for p with placeholders: p is served a variant of
+		// it. It was made a variant of its base's class once; refused
+		// again, there is nothing p may be served.
+		prev := e.served
+		e.served = nil
+		if v, ok := g.Variant(e.cfg, key, p, prev); ok {
+			e.served = v
+		}
+	}
+	return e.result()
 }
 
 // Endpoints returns the class's configuration with the endpoints of svcs

@@ -16,11 +16,28 @@ import (
 // every kind, what Classes gives each of them, by a full push or an
 // endpoints one, is what generating its class from scratch gives, and the
 // variants share their base's clusters.
+//
+// With SharedTags (the server's), the bases are generated with
+// placeholders for the service tags and every proxy, a base's
+// representative too, is served a variant: the same bytes.
 func TestClassesServeVariantsAsTheirClasses(t *testing.T) {
+	for _, shared := range []bool{false, true} {
+		t.Run(fmt.Sprintf("shared=%v", shared), func(t *testing.T) { serveVariantsAsTheirClasses(t, shared) })
+	}
+}
+
+func serveVariantsAsTheirClasses(t *testing.T, shared bool) {
 	trials := 40
 	if testing.Short() {
 		trials = 10
 	}
+	opts := gen.DefaultOptions(nil)
+	opts.SharedTags = shared
+	gs, err := gen.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// g generates afresh, with each proxy's own values.
 	g, err := gen.New(gen.DefaultOptions(nil))
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +88,7 @@ func TestClassesServeVariantsAsTheirClasses(t *testing.T) {
 				// The proxy's own part (its inbound listeners) is built
 				// from its class's scope, whose telemetry a variant
 				// keeps or rebuilds for its own values.
-				gotOwn, wantOwn := g.Proxy(w, p, got).Own, g.Proxy(w, p, want).Own
+				gotOwn, wantOwn := gs.Proxy(w, p, got).Own, g.Proxy(w, p, want).Own
 				for _, typ := range gen.TypeURLs {
 					a, b := gotOwn[typ], wantOwn[typ]
 					if a.Len() != b.Len() {
@@ -99,7 +116,7 @@ func TestClassesServeVariantsAsTheirClasses(t *testing.T) {
 			}
 		}
 		w := store.World()
-		check(w, "first", func(p *model.Proxy) *gen.ClassConfig { return cc.Full(g, w, p) })
+		check(w, "first", func(p *model.Proxy) *gen.ClassConfig { return cc.Full(gs, w, p) })
 		for step := range 3 {
 			desc, change := pw.change(rng)
 			u, err := store.Apply(change...)
@@ -121,10 +138,10 @@ func TestClassesServeVariantsAsTheirClasses(t *testing.T) {
 				for nn := range sp.Endpoints {
 					svcs = append(svcs, nn)
 				}
-				check(w, desc, func(p *model.Proxy) *gen.ClassConfig { return cc.Endpoints(g, w, p, svcs) })
+				check(w, desc, func(p *model.Proxy) *gen.ClassConfig { return cc.Endpoints(gs, w, p, svcs) })
 				continue
 			}
-			check(w, desc, func(p *model.Proxy) *gen.ClassConfig { return cc.Full(g, w, p) })
+			check(w, desc, func(p *model.Proxy) *gen.ClassConfig { return cc.Full(gs, w, p) })
 		}
 	}
 	if variants == 0 {

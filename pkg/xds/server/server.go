@@ -90,7 +90,10 @@ func New(opts Options, world World, log *slog.Logger, reg prometheus.Registerer)
 	if opts.PushStatusSize <= 0 {
 		opts.PushStatusSize = DefaultOptions().PushStatusSize
 	}
-	g, err := gen.New(gen.Options{Log: log, TrustDomain: opts.TrustDomain, TraceSampling: opts.TraceSampling, Credentials: opts.Credentials != nil, ListenersPerAddress: opts.ListenersPerAddress})
+	g, err := gen.New(gen.Options{Log: log, TrustDomain: opts.TrustDomain, TraceSampling: opts.TraceSampling, Credentials: opts.Credentials != nil, ListenersPerAddress: opts.ListenersPerAddress,
+		// push.Classes serves every proxy of a shared class a variant.
+		SharedTags: true,
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,216 @@
+package gen
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/meshplane/discovery/pkg/model"
+	"github.com/meshplane/discovery/pkg/xds/internal/worldtest"
+)
+
+func sharedGen(t *testing.T, perAddress bool) *Generator {
+	t.Helper()
+	opts := DefaultOptions(quietLog())
+	opts.ListenersPerAddress = perAddress
+	opts.SharedTags = true
+	g, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// noPlaceholders fails the test if a listener of s carries a placeholder.
+func noPlaceholders(t *testing.T, what string, s *Set) {
+	t.Helper()
+	for _, n := range s.Names {
+		if bytes.Contains(s.Get(n).Wire().GetValue(), []byte(placeholderMark)) {
+			t.Errorf("%s: listener %s is served with a placeholder", what, n)
+		}
+	}
+}
+
+// A class generated with placeholders serves every proxy of it, the
+// representative too, byte for byte what its own class generated with
+// its values gives, class and own parts, for every sidecar case of the
+// golden tests, with port listeners and listeners per address.
+func TestSharedClassesServeWhatTheirClassesDo(t *testing.T) {
+	dirs, err := filepath.Glob("testdata/*/node.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := 0
+	for _, perAddress := range []bool{false, true} {
+		plainOpts := DefaultOptions(quietLog())
+		plainOpts.ListenersPerAddress = perAddress
+		for _, nodeFile := range dirs {
+			dir := filepath.Dir(nodeFile)
+			if _, err := os.Stat(filepath.Join(dir, "input.yaml")); err != nil {
+				continue // a case of another form
+			}
+			w, node := loadCase(t, dir)
+			if !variantsApply(node) {
+				continue
+			}
+			data, err := os.ReadFile(nodeFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var raw struct {
+				Metadata map[string]any `json:"metadata"`
+			}
+			if err := yaml.Unmarshal(data, &raw); err != nil {
+				t.Fatal(err)
+			}
+			ps := identities(t, node.ID, raw.Metadata)
+			rep := ps[0]
+			if !sharable(ClassKey(w, rep)) {
+				continue
+			}
+			g := sharedGen(t, perAddress)
+			base := mustClass(t, g, w, rep, nil)
+			if !base.Shared() {
+				t.Errorf("%s: a sharable class was generated with its representative's tags", dir)
+				continue
+			}
+			baseKey, _ := VariantOf(ClassKey(w, rep))
+			for _, p := range ps {
+				key := ClassKey(w, p)
+				if b, _ := VariantOf(key); b != baseKey {
+					continue
+				}
+				v, ok := g.Variant(base, key, p, nil)
+				if !ok {
+					t.Errorf("%s: Variant refused", dir)
+					continue
+				}
+				plain, err := New(plainOpts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := mustClass(t, plain, w, p, nil)
+				what := fmt.Sprintf("%s per-address=%v %s", filepath.Base(dir), perAddress, key)
+				sameSets(t, what, v.Sets, want.Sets)
+				sameSets(t, what+" own", g.Proxy(w, p, v).Own, plain.Proxy(w, p, want).Own)
+				noPlaceholders(t, what, v.Sets[ListenerType])
+				served++
+			}
+		}
+	}
+	if served < 20 {
+		t.Errorf("only %d proxies compared: the cases lost their tracing", served)
+	}
+}
+
+// The same listener of two namespaces' classes is one resource when they
+// are generated with placeholders, and two (differing in the
+// istio.namespace tag) when generated with their values.
+func TestSharedListenersAreOneAcrossNamespaces(t *testing.T) {
+	store := model.NewStore(model.StoreOptions{})
+	if _, err := store.Apply(worldtest.Mesh(20, 2, 2)...); err != nil {
+		t.Fatal(err)
+	}
+	w := store.World()
+	proxy := func(ns string) *model.Proxy {
+		p, err := model.ParseProxy(fmt.Sprintf("sidecar~10.9.0.1~web.%s~%s.svc.cluster.local", ns, ns),
+			map[string]any{model.MetaIstioVersion: "1.32.0", "NAMESPACE": ns, model.MetaLabels: map[string]any{"app": "web", canonicalNameLabel: "web"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	a, b := proxy("ns-0"), proxy("ns-1")
+	for _, perAddress := range []bool{false, true} {
+		for _, shared := range []bool{false, true} {
+			opts := DefaultOptions(quietLog())
+			opts.ListenersPerAddress, opts.SharedTags = perAddress, shared
+			g, err := New(opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ca, cb := mustClass(t, g, w, a, nil), mustClass(t, g, w, b, nil)
+			if ca.Shared() != shared || cb.Shared() != shared {
+				t.Fatalf("shared=%v: classes shared %v and %v", shared, ca.Shared(), cb.Shared())
+			}
+			la, lb := ca.Sets[ListenerType], cb.Sets[ListenerType]
+			same, tagged := 0, 0
+			for _, n := range la.Names {
+				ra, rb := la.Get(n), lb.Get(n)
+				if rb == nil || !bytes.Contains(ra.Wire().GetValue(), []byte("istio.namespace")) {
+					continue
+				}
+				tagged++
+				if ra == rb {
+					same++
+				}
+			}
+			what := fmt.Sprintf("per-address=%v shared=%v", perAddress, shared)
+			switch {
+			case tagged < 2:
+				t.Fatalf("%s: %d listeners with service tags: the test shows nothing", what, tagged)
+			case shared && same != tagged:
+				t.Errorf("%s: %d of the %d listeners with service tags are one resource in both namespaces", what, same, tagged)
+			case !shared && same != 0:
+				t.Errorf("%s: %d listeners naming their namespace are one resource in two namespaces", what, same)
+			}
+			if !shared {
+				continue
+			}
+			// Served, each names its own namespace.
+			for _, p := range []*model.Proxy{a, b} {
+				base := ca
+				if p == b {
+					base = cb
+				}
+				v := mustVariant(t, g, base, w, p, nil)
+				noPlaceholders(t, what, v.Sets[ListenerType])
+				for _, n := range v.Sets[ListenerType].Names {
+					got := v.Sets[ListenerType].Get(n).Wire().GetValue()
+					if bytes.Contains(got, []byte("istio.namespace")) && !bytes.Contains(got, []byte(p.Metadata.Namespace)) {
+						t.Errorf("%s: listener %s served to %s does not name its namespace", what, n, p.Metadata.Namespace)
+					}
+				}
+			}
+		}
+	}
+}
+
+// Where the tracing carries a service tag's name twice (a custom tag
+// beside Istio's), a variant cannot tell which is the proxy's: the
+// class is generated with its representative's values, as without
+// SharedTags, and served as it is.
+func TestSharedRefusedWhereTagsCannotBeTold(t *testing.T) {
+	store := loadWorld(t, "apiVersion: v1\nkind: Namespace\nmetadata: {name: default}\n---\n"+
+		"apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: default}\nspec:\n  ports: [{name: http, port: 80}]\n---\n"+
+		"apiVersion: v1\nkind: Service\nmetadata: {name: zipkin, namespace: istio-system}\nspec:\n  ports: [{name: http, port: 9411}]\n---\n"+
+		"apiVersion: telemetry.istio.io/v1\nkind: Telemetry\nmetadata: {name: mesh-default, namespace: default}\nspec:\n  tracing:\n  - customTags:\n      istio.namespace: {literal: {value: mine}}\n")
+	ev, err := worldtest.MeshConfig("defaultProviders: {tracing: [zipkin]}\nextensionProviders: [{name: zipkin, zipkin: {service: zipkin.istio-system.svc.cluster.local, port: 9411}}]\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Apply(ev); err != nil {
+		t.Fatal(err)
+	}
+	w := store.World()
+	ps := identities(t, "sidecar~10.9.0.1~pod.default~default.svc.cluster.local", map[string]any{model.MetaIstioVersion: "1.32.0"})
+	if !sharable(ClassKey(w, ps[0])) {
+		t.Fatalf("key %q: not a variant's", ClassKey(w, ps[0]))
+	}
+	g := sharedGen(t, false)
+	c := mustClass(t, g, w, ps[0], nil)
+	if c.Shared() {
+		t.Fatal("generated with placeholders where a variant cannot rewrite them")
+	}
+	want := mustClass(t, newForTest(quietLog()), w, ps[0], nil)
+	sameSets(t, "refused", c.Sets, want.Sets)
+	noPlaceholders(t, "refused", c.Sets[ListenerType])
+	// The next generation stays so, reusing the first.
+	if again := mustClass(t, g, w, ps[0], c); again.Shared() {
+		t.Error("the next generation used placeholders")
+	}
+}
