@@ -158,6 +158,14 @@ func TestSharedListenersAreOneAcrossNamespaces(t *testing.T) {
 			case !shared && same != 0:
 				t.Errorf("%s: %d listeners naming their namespace are one resource in two namespaces", what, same)
 			}
+			// Their sets' versions, which delta streams keep, are one
+			// when the sets are equal.
+			if shared && ca.Sets[ListenerType].Versions() != cb.Sets[ListenerType].Versions() {
+				t.Errorf("%s: two equal listener sets have two Versions", what)
+			}
+			if !shared && ca.Sets[ListenerType].Versions() == cb.Sets[ListenerType].Versions() {
+				t.Errorf("%s: two listener sets that differ have one Versions", what)
+			}
 			if !shared {
 				continue
 			}
@@ -213,4 +221,95 @@ func TestSharedRefusedWhereTagsCannotBeTold(t *testing.T) {
 	if again := mustClass(t, g, w, ps[0], c); again.Shared() {
 		t.Error("the next generation used placeholders")
 	}
+}
+
+// Sets of equal versions share their Versions only when every name and
+// version is the same: the set's version, a 64-bit sum, finds the
+// candidate.
+func TestVersionsAreSharedOnlyWhenEqual(t *testing.T) {
+	r := func(name, hash string) *Resource { return &Resource{Name: name, Hash: hash} }
+	a := NewSet(ClusterType, map[string]*Resource{"x": r("x", "1"), "y": r("y", "2")})
+	b := NewSet(ClusterType, map[string]*Resource{"x": r("x", "1"), "y": r("y", "2")})
+	if a.Versions() != b.Versions() {
+		t.Error("equal sets have two Versions")
+	}
+	// A set whose sum is forced equal but whose contents differ.
+	c := NewSet(ClusterType, map[string]*Resource{"x": r("x", "1"), "y": r("y", "3")})
+	c.Version = a.Version
+	if c.Versions() == a.Versions() {
+		t.Fatal("a set of other versions took an equal-sum set's Versions")
+	}
+	if h, _ := c.Versions().Hash("y"); h != "3" {
+		t.Errorf("y: version %q, want 3", h)
+	}
+	// Another type: never shared.
+	d := NewSet(RouteType, map[string]*Resource{"x": r("x", "1"), "y": r("y", "2")})
+	if d.Versions() == a.Versions() {
+		t.Error("sets of two types share their Versions")
+	}
+}
+
+// countingWriter counts the parts a resource is written in.
+type countingWriter struct {
+	b      []byte
+	shared int
+}
+
+func (w *countingWriter) Copy(b []byte)  { w.b = append(w.b, b...) }
+func (w *countingWriter) Share(b []byte) { w.b = append(w.b, b...); w.shared++ }
+
+// A view's large listeners (port listeners of many chains) are made once
+// for all the proxies served the view and written whole; its small ones
+// are made per call and written in parts.
+func TestLargeListenersAreMadeOncePerView(t *testing.T) {
+	store := model.NewStore(model.StoreOptions{})
+	if _, err := store.Apply(worldtest.Mesh(60, 2, 2)...); err != nil {
+		t.Fatal(err)
+	}
+	w := store.World()
+	p, err := model.ParseProxy("sidecar~10.9.0.1~web.ns-0~ns-0.svc.cluster.local",
+		map[string]any{model.MetaIstioVersion: "1.32.0", model.MetaLabels: map[string]any{"app": "web", canonicalNameLabel: "web"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	big, small := 0, 0
+	for _, perAddress := range []bool{false, true} {
+		g := sharedGen(t, perAddress)
+		v := mustVariant(t, g, mustClass(t, g, w, p, nil), w, p, nil)
+		big, small = checkMadeOnce(t, v.Sets[ListenerType], big, small)
+	}
+	if big == 0 || small == 0 {
+		t.Fatalf("%d large and %d small lazy listeners: the test needs both", big, small)
+	}
+}
+
+func checkMadeOnce(t *testing.T, ls *Set, big, small int) (int, int) {
+	t.Helper()
+	for _, n := range ls.Names {
+		a, b := ls.Get(n), ls.Get(n)
+		if !a.Lazy() {
+			continue
+		}
+		want := a.Wire().GetValue()
+		cw := &countingWriter{}
+		a.WriteWire(cw)
+		if !bytes.Equal(cw.b, want) {
+			t.Errorf("%s: written differs from made", n)
+		}
+		if a.Size() >= bigListener {
+			big++
+			if a != b {
+				t.Errorf("%s (%d bytes): made again for the second call", n, a.Size())
+			}
+			if cw.shared != 1 {
+				t.Errorf("%s (%d bytes): written in %d shared parts, want the made bytes", n, a.Size(), cw.shared)
+			}
+			continue
+		}
+		small++
+		if a == b {
+			t.Errorf("%s (%d bytes): a small listener held by the view", n, a.Size())
+		}
+	}
+	return big, small
 }

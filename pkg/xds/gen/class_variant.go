@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"strings"
+	"sync"
 
 	"github.com/meshplane/discovery/pkg/model"
 )
@@ -254,7 +255,22 @@ type retagView struct {
 	base *Set
 	info *retagInfo
 	tab  *retagTable
+	// made holds the large listeners made for the view (bigListener),
+	// so that the proxies served the view share one, its bytes held
+	// weakly (lazyWire), as they shared the base's before.
+	mu   sync.Mutex
+	made map[string]*Resource
 }
+
+// bigListener is the size from which a view's listener is made once for
+// all the proxies served the view, not for each (retagView.made): a port
+// listener at M1 is 2 MB of a thousand chains, whose rewrite in parts
+// for each proxy cost more than the copy it saves. With SharedTags
+// (class_shared.go) the proxies of a namespace whose tags are all the
+// same, each served its class's listeners before, are served a view.
+// Smaller listeners, 2,000 per variant with listeners per address, are
+// made per send and held by nothing.
+const bigListener = 32 << 10
 
 // get returns the listener named name with the view's values: base's
 // own when it has no service tags, else a resource whose bytes are made
@@ -268,6 +284,24 @@ func (v *retagView) get(name string) *Resource {
 	if plan == nil {
 		return r
 	}
+	if r.Size() < bigListener {
+		return v.make(r, plan)
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if m := v.made[name]; m != nil {
+		return m
+	}
+	if v.made == nil {
+		v.made = map[string]*Resource{}
+	}
+	m := v.make(r, plan)
+	v.made[name] = m
+	return m
+}
+
+// make is base listener r, of plan, with the view's values.
+func (v *retagView) make(r *Resource, plan *retagPlan) *Resource {
 	rt := *v.tab.rt
 	return lazyResource(r.Name, rt.version(r), &lazyWire{
 		size: plan.size(r.Wire().GetValue(), rt, v.tab.of(plan)), base: r, plan: plan, tab: v.tab,

@@ -326,10 +326,7 @@ func (s *Set) Versions() *Versions {
 	if s.view != nil {
 		v = s.view.versions(s)
 	} else {
-		v = &Versions{names: s.Names, hash: make(map[string]string, len(s.res))}
-		for n, r := range s.res {
-			v.hash[n] = r.Hash
-		}
+		v = versionsPool.of(s)
 	}
 	if !s.versions.CompareAndSwap(nil, v) {
 		return s.versions.Load()

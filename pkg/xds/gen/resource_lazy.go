@@ -46,7 +46,10 @@ func (r *Resource) WireShape(small int) (copied, shared int) {
 		r.lazy.mu.Lock()
 		a := r.lazy.held.Value()
 		r.lazy.mu.Unlock()
-		if a == nil {
+		switch {
+		case a == nil && r.lazy.size >= bigListener:
+			a = r.lazy.get() // made once, written whole (lazyWire.write)
+		case a == nil:
 			return r.lazy.plan.shape(r.lazy.base.Wire().GetValue(), r.lazy.tab, small)
 		}
 		b = a.GetValue()
@@ -86,6 +89,11 @@ func (l *lazyWire) write(w WireWriter) {
 	l.mu.Lock()
 	a := l.held.Value()
 	l.mu.Unlock()
+	if a == nil && l.size >= bigListener {
+		// A large listener is shared by the proxies of its view
+		// (retagView.made): made once, while one holds it.
+		a = l.get()
+	}
 	if a != nil {
 		w.Share(a.GetValue())
 		return

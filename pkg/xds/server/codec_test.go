@@ -152,9 +152,10 @@ func BenchmarkCodec(b *testing.B) {
 // A delta response with lazy resources (a variant's listeners) is written
 // from their parts: the message is byte for byte the one the made
 // listeners give, and writing it allocates less than their size (the
-// large parts are the base listeners' bytes, shared).
+// large parts are the base listeners' bytes, shared). The listeners are
+// under gen's bigListener: larger ones are made once per view.
 func TestCodecWritesLazyResourcesFromTheirParts(t *testing.T) {
-	store := meshStore(t, 20)
+	store := meshStore(t, 8)
 	w := store.World()
 	meta := func(name string) map[string]any {
 		return map[string]any{"ISTIO_VERSION": "1.32.0", "LABELS": map[string]any{"app": name, "service.istio.io/canonical-name": name}}

@@ -1,0 +1,75 @@
+package gen
+
+import (
+	"slices"
+	"sync"
+	"weak"
+)
+
+// versionsPool shares the Versions of equal sets. A delta stream keeps
+// the Versions of the sets it was last brought up to date with
+// (pkg/xds/server), one per class and type: at M1 with injected labels
+// the 50 namespaces' classes, whose sets have the same resources since
+// their listeners are generated with placeholders (class_shared.go),
+// held 50 equal maps per type, 34 of the 324 MB of heap after the
+// changes. Held weakly and swept as it grows, like the resource pool.
+var versionsPool = versionsShare{m: map[versionsKey]weak.Pointer[Versions]{}}
+
+type versionsKey struct {
+	typeURL, version string
+	n                int
+}
+
+type versionsShare struct {
+	mu sync.Mutex
+	m  map[versionsKey]weak.Pointer[Versions]
+	// live is how many entries the last sweep left.
+	live int
+}
+
+// of returns the Versions of s, a builder's set: the pooled one of an
+// equal set if one is in use, else a new one, pooled. Equal is checked
+// name by name: the set's version is a 64-bit sum, which finds the
+// candidate but does not prove it.
+func (p *versionsShare) of(s *Set) *Versions {
+	k := versionsKey{s.TypeURL, s.Version, len(s.res)}
+	p.mu.Lock()
+	old := p.m[k].Value()
+	p.mu.Unlock()
+	if old != nil && old.equals(s) {
+		return old
+	}
+	v := &Versions{names: s.Names, hash: make(map[string]string, len(s.res))}
+	for n, r := range s.res {
+		v.hash[n] = r.Hash
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if old := p.m[k].Value(); old != nil && old.equals(s) {
+		return old
+	}
+	if len(p.m) >= 2*p.live+1024 {
+		for k, w := range p.m {
+			if w.Value() == nil {
+				delete(p.m, k)
+			}
+		}
+		p.live = len(p.m)
+	}
+	p.m[k] = weak.Make(v)
+	return v
+}
+
+// equals reports whether v versions exactly the resources of s, a
+// builder's set.
+func (v *Versions) equals(s *Set) bool {
+	if v.from != nil || len(v.hash) != len(s.res) || !slices.Equal(v.names, s.Names) {
+		return false
+	}
+	for n, r := range s.res {
+		if h, ok := v.hash[n]; !ok || h != r.Hash {
+			return false
+		}
+	}
+	return true
+}
