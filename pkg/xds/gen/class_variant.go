@@ -115,12 +115,13 @@ func (g *Generator) Variant(base *ClassConfig, key string, p *model.Proxy, prev 
 		return nil, false
 	}
 	// What the previous configuration of this variant already worked
-	// out stands as long as its base's representative and telemetry do:
+	// out stands as long as its base's representative, placeholders
+	// (class_shared.go) and telemetry do:
 	// the values (a class key names them) and the telemetry built for p.
 	// After an endpoint change (UpdateEndpoints keeps the scope's
 	// telemetry) a variant then costs a few map copies.
 	var last *variant
-	if prev != nil && prev.variant != nil && prev.Class == key && prev.variant.base.scope.Proxy == base.scope.Proxy {
+	if prev != nil && prev.variant != nil && prev.Class == key && prev.variant.base.scope.Proxy == base.scope.Proxy && prev.variant.base.shared == base.shared {
 		last = prev.variant
 	}
 	v := &variant{base: base}
