@@ -3,11 +3,8 @@ package gen
 import (
 	"bytes"
 	"fmt"
-	"os"
 	"path/filepath"
 	"testing"
-
-	"sigs.k8s.io/yaml"
 
 	"github.com/meshplane/discovery/pkg/model"
 	"github.com/meshplane/discovery/pkg/xds/internal/worldtest"
@@ -40,43 +37,20 @@ func noPlaceholders(t *testing.T, what string, s *Set) {
 // its values gives, class and own parts, for every sidecar case of the
 // golden tests, with port listeners and listeners per address.
 func TestSharedClassesServeWhatTheirClassesDo(t *testing.T) {
-	dirs, err := filepath.Glob("testdata/*/node.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
 	served := 0
 	for _, perAddress := range []bool{false, true} {
 		plainOpts := DefaultOptions(quietLog())
 		plainOpts.ListenersPerAddress = perAddress
-		for _, nodeFile := range dirs {
-			dir := filepath.Dir(nodeFile)
-			if _, err := os.Stat(filepath.Join(dir, "input.yaml")); err != nil {
-				continue // a case of another form
-			}
-			w, node := loadCase(t, dir)
-			if !variantsApply(node) {
-				continue
-			}
-			data, err := os.ReadFile(nodeFile)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var raw struct {
-				Metadata map[string]any `json:"metadata"`
-			}
-			if err := yaml.Unmarshal(data, &raw); err != nil {
-				t.Fatal(err)
-			}
-			ps := identities(t, node.ID, raw.Metadata)
+		sidecarCases(t, func(dir string, w *model.World, ps []*model.Proxy) {
 			rep := ps[0]
 			if !sharable(ClassKey(w, rep)) {
-				continue
+				return
 			}
 			g := sharedGen(t, perAddress)
 			base := mustClass(t, g, w, rep, nil)
 			if !base.Shared() {
 				t.Errorf("%s: a sharable class was generated with its representative's tags", dir)
-				continue
+				return
 			}
 			baseKey, _ := VariantOf(ClassKey(w, rep))
 			for _, p := range ps {
@@ -100,7 +74,7 @@ func TestSharedClassesServeWhatTheirClassesDo(t *testing.T) {
 				noPlaceholders(t, what, v.Sets[ListenerType])
 				served++
 			}
-		}
+		})
 	}
 	if served < 20 {
 		t.Errorf("only %d proxies compared: the cases lost their tracing", served)
@@ -258,9 +232,10 @@ type countingWriter struct {
 func (w *countingWriter) Copy(b []byte)  { w.b = append(w.b, b...) }
 func (w *countingWriter) Share(b []byte) { w.b = append(w.b, b...); w.shared++ }
 
-// A view's large listeners (port listeners of many chains) are made once
-// for all the proxies served the view and written whole; its small ones
-// are made per call and written in parts.
+// A view's large listeners (port listeners of many chains) are one
+// resource for all the proxies served the view, written in parts once,
+// then made and written whole; its small ones are made per call and
+// written in parts.
 func TestLargeListenersAreMadeOncePerView(t *testing.T) {
 	store := model.NewStore(model.StoreOptions{})
 	if _, err := store.Apply(worldtest.Mesh(60, 2, 2)...); err != nil {
@@ -290,19 +265,29 @@ func checkMadeOnce(t *testing.T, ls *Set, big, small int) (int, int) {
 		if !a.Lazy() {
 			continue
 		}
-		want := a.Wire().GetValue()
-		cw := &countingWriter{}
-		a.WriteWire(cw)
-		if !bytes.Equal(cw.b, want) {
-			t.Errorf("%s: written differs from made", n)
+		var want []byte
+		write := func() *countingWriter {
+			cw := &countingWriter{}
+			a.WriteWire(cw)
+			if want == nil {
+				want = a.Wire().GetValue()
+			}
+			if !bytes.Equal(cw.b, want) {
+				t.Errorf("%s: written differs from made", n)
+			}
+			return cw
 		}
+		first := write()
 		if a.Size() >= bigListener {
 			big++
 			if a != b {
 				t.Errorf("%s (%d bytes): made again for the second call", n, a.Size())
 			}
-			if cw.shared != 1 {
-				t.Errorf("%s (%d bytes): written in %d shared parts, want the made bytes", n, a.Size(), cw.shared)
+			if first.shared == 1 {
+				t.Errorf("%s (%d bytes): made for its first write", n, a.Size())
+			}
+			if again := write(); again.shared != 1 {
+				t.Errorf("%s (%d bytes): written again in %d shared parts, want the made bytes", n, a.Size(), again.shared)
 			}
 			continue
 		}

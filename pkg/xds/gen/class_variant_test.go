@@ -81,34 +81,11 @@ func sameSets(t *testing.T, what string, got, want map[string]*Set) {
 // listeners and listeners per address, for proxies whose service tags
 // differ in each value and in length.
 func TestVariantsAreTheirClasses(t *testing.T) {
-	dirs, err := filepath.Glob("testdata/*/node.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
 	variants := 0
 	for _, perAddress := range []bool{false, true} {
 		opts := DefaultOptions(quietLog())
 		opts.ListenersPerAddress = perAddress
-		for _, nodeFile := range dirs {
-			dir := filepath.Dir(nodeFile)
-			if _, err := os.Stat(filepath.Join(dir, "input.yaml")); err != nil {
-				continue // a case of another form
-			}
-			w, node := loadCase(t, dir)
-			if !variantsApply(node) {
-				continue
-			}
-			data, err := os.ReadFile(nodeFile)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var raw struct {
-				Metadata map[string]any `json:"metadata"`
-			}
-			if err := yaml.Unmarshal(data, &raw); err != nil {
-				t.Fatal(err)
-			}
-			ps := identities(t, node.ID, raw.Metadata)
+		sidecarCases(t, func(dir string, w *model.World, ps []*model.Proxy) {
 			rep := ps[0]
 			g, err := New(opts)
 			if err != nil {
@@ -123,7 +100,7 @@ func TestVariantsAreTheirClasses(t *testing.T) {
 				if base.Scope().outTel().tracing != nil {
 					t.Errorf("%s: a sidecar that traces has no variant key: %q", dir, ClassKey(w, rep))
 				}
-				continue
+				return
 			}
 			for _, p := range ps[1:] {
 				key := ClassKey(w, p)
@@ -162,10 +139,42 @@ func TestVariantsAreTheirClasses(t *testing.T) {
 				sameSets(t, what+" again", again.Sets, want.Sets)
 				variants++
 			}
-		}
+		})
 	}
 	if variants < 20 {
 		t.Errorf("only %d variants compared: the cases lost their tracing", variants)
+	}
+}
+
+// sidecarCases calls f with every sidecar case of the golden tests: its
+// World and the proxies of its node under several identities
+// (identities), the node's first.
+func sidecarCases(t *testing.T, f func(dir string, w *model.World, ps []*model.Proxy)) {
+	t.Helper()
+	dirs, err := filepath.Glob("testdata/*/node.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, nodeFile := range dirs {
+		dir := filepath.Dir(nodeFile)
+		if _, err := os.Stat(filepath.Join(dir, "input.yaml")); err != nil {
+			continue // a case of another form
+		}
+		w, node := loadCase(t, dir)
+		if !variantsApply(node) {
+			continue
+		}
+		data, err := os.ReadFile(nodeFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var raw struct {
+			Metadata map[string]any `json:"metadata"`
+		}
+		if err := yaml.Unmarshal(data, &raw); err != nil {
+			t.Fatal(err)
+		}
+		f(dir, w, identities(t, node.ID, raw.Metadata))
 	}
 }
 

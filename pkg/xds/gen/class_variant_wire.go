@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"weak"
 
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
@@ -140,13 +139,11 @@ func retagPlanOf(r *Resource, from map[string]string) (*retagPlan, error) {
 // each) of the 626 MB of heap after the changes, where the addresses
 // and names of a few lengths make a few hundred layouts. Held weakly
 // and swept as it grows, as the resource pool (resource.go).
-var plans = planPool{m: map[string]weak.Pointer[retagPlan]{}}
+var plans = planPool{m: newWeakMap[string, retagPlan](4096)}
 
 type planPool struct {
 	mu sync.Mutex
-	m  map[string]weak.Pointer[retagPlan]
-	// live is how many entries the last sweep left.
-	live int
+	m  weakMap[string, retagPlan]
 }
 
 // intern returns the plan in use laid out as p, pooling p if there is
@@ -156,21 +153,13 @@ func (pp *planPool) intern(p *retagPlan) *retagPlan {
 	k := p.key()
 	pp.mu.Lock()
 	defer pp.mu.Unlock()
-	if old := pp.m[string(k)].Value(); old != nil {
+	if old := pp.m.get(string(k)); old != nil {
 		return old
-	}
-	if len(pp.m) >= 2*pp.live+4096 {
-		for k, w := range pp.m {
-			if w.Value() == nil {
-				delete(pp.m, k)
-			}
-		}
-		pp.live = len(pp.m)
 	}
 	for i := range p.blobs {
 		p.blobs[i].b = bytes.Clone(p.blobs[i].b)
 	}
-	pp.m[string(k)] = weak.Make(p)
+	pp.m.put(string(k), p)
 	return p
 }
 

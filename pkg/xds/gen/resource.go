@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"weak"
 
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
@@ -125,15 +124,13 @@ func rawResource(name, typeURL string, b []byte) *Resource {
 // classes build 100,000 routes, and as many address listeners per
 // address), so it sweeps dead entries as it grows instead of
 // registering a cleanup per resource.
-var pool = resourcePool{m: map[resourceKey]weak.Pointer[Resource]{}}
+var pool = resourcePool{m: newWeakMap[resourceKey, Resource](4096)}
 
 type resourceKey struct{ typeURL, name, hash string }
 
 type resourcePool struct {
 	mu sync.Mutex
-	m  map[resourceKey]weak.Pointer[Resource]
-	// live is how many entries the last sweep left.
-	live int
+	m  weakMap[resourceKey, Resource]
 }
 
 // intern returns the pooled resource equal to r, pooling r if there is
@@ -143,26 +140,11 @@ func (p *resourcePool) intern(r *Resource) *Resource {
 	k := resourceKey{r.Any.GetTypeUrl(), r.Name, r.Hash}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if old := p.m[k].Value(); old != nil && bytes.Equal(old.Any.GetValue(), r.Any.GetValue()) {
+	if old := p.m.get(k); old != nil && bytes.Equal(old.Any.GetValue(), r.Any.GetValue()) {
 		return old
 	}
-	if len(p.m) >= 2*p.live+4096 {
-		p.sweep()
-	}
-	p.m[k] = weak.Make(r)
+	p.m.put(k, r)
 	return r
-}
-
-// sweep forgets the entries whose resource was collected. Called when
-// the map has grown to twice what the last sweep left, so that its cost
-// per entry added is constant. Called with p.mu held.
-func (p *resourcePool) sweep() {
-	for k, w := range p.m {
-		if w.Value() == nil {
-			delete(p.m, k)
-		}
-	}
-	p.live = len(p.m)
 }
 
 // Set is every resource of one type, by name. A Set is never changed once

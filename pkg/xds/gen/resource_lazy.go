@@ -2,6 +2,7 @@ package gen
 
 import (
 	"sync"
+	"sync/atomic"
 	"weak"
 
 	"google.golang.org/protobuf/types/known/anypb"
@@ -46,10 +47,7 @@ func (r *Resource) WireShape(small int) (copied, shared int) {
 		r.lazy.mu.Lock()
 		a := r.lazy.held.Value()
 		r.lazy.mu.Unlock()
-		switch {
-		case a == nil && r.lazy.size >= bigListener:
-			a = r.lazy.get() // made once, written whole (lazyWire.write)
-		case a == nil:
+		if a == nil {
 			return r.lazy.plan.shape(r.lazy.base.Wire().GetValue(), r.lazy.tab, small)
 		}
 		b = a.GetValue()
@@ -83,15 +81,19 @@ type lazyWire struct {
 	tab  *retagTable
 	mu   sync.Mutex
 	held weak.Pointer[anypb.Any]
+	// writes counts the writes of a large listener (bigListener).
+	writes atomic.Int32
 }
 
 func (l *lazyWire) write(w WireWriter) {
 	l.mu.Lock()
 	a := l.held.Value()
 	l.mu.Unlock()
-	if a == nil && l.size >= bigListener {
-		// A large listener is shared by the proxies of its view
-		// (retagView.made): made once, while one holds it.
+	if a == nil && l.size >= bigListener && l.writes.Add(1) > 1 {
+		// A large listener written again is made, and shared by the
+		// proxies of its view (retagView.made) while one holds it. The
+		// first write is in parts: a view that serves one proxy (a
+		// workload of its own canonical service) never makes it.
 		a = l.get()
 	}
 	if a != nil {

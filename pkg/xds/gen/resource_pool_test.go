@@ -116,7 +116,7 @@ func within(b []byte, rs []*Resource) bool {
 // resource only for the same type, name and bytes: a hash that matches
 // over other bytes is not enough.
 func TestPoolSharesEqualBytesOnly(t *testing.T) {
-	p := resourcePool{m: map[resourceKey]weak.Pointer[Resource]{}}
+	p := resourcePool{m: newWeakMap[resourceKey, Resource](4096)}
 	res := func(typ, name, hash, value string) *Resource {
 		return &Resource{Name: name, Hash: hash, Any: &anypb.Any{TypeUrl: typ, Value: []byte(value)}}
 	}
@@ -142,7 +142,7 @@ func TestPoolSharesEqualBytesOnly(t *testing.T) {
 // resource alive and that its map does not grow with resources that are
 // gone.
 func TestPoolForgetsCollectedResources(t *testing.T) {
-	p := resourcePool{m: map[resourceKey]weak.Pointer[Resource]{}}
+	p := resourcePool{m: newWeakMap[resourceKey, Resource](4096)}
 	kept := p.intern(&Resource{Name: "kept", Hash: "k", Any: &anypb.Any{TypeUrl: ListenerType, Value: []byte("kept")}})
 	held := weak.Make(p.intern(&Resource{Name: "dropped", Hash: "d", Any: &anypb.Any{TypeUrl: ListenerType, Value: make([]byte, 1<<20)}}))
 	runtime.GC()
@@ -155,7 +155,7 @@ func TestPoolForgetsCollectedResources(t *testing.T) {
 			runtime.GC()
 		}
 	}
-	if n := len(p.m); n > 3*10_000+4096 {
+	if n := len(p.m.m); n > 3*10_000+4096 {
 		t.Errorf("the pool holds %d entries after 100,000 resources, at most 10,000 of them alive at a time", n)
 	}
 	if got := p.intern(&Resource{Name: "kept", Hash: "k", Any: &anypb.Any{TypeUrl: ListenerType, Value: []byte("kept")}}); got != kept {

@@ -3,7 +3,6 @@ package gen
 import (
 	"slices"
 	"sync"
-	"weak"
 )
 
 // versionsPool shares the Versions of equal sets. A delta stream keeps
@@ -13,7 +12,7 @@ import (
 // their listeners are generated with placeholders (class_shared.go),
 // held 50 equal maps per type, 34 of the 324 MB of heap after the
 // changes. Held weakly and swept as it grows, like the resource pool.
-var versionsPool = versionsShare{m: map[versionsKey]weak.Pointer[Versions]{}}
+var versionsPool = versionsShare{m: newWeakMap[versionsKey, Versions](1024)}
 
 type versionsKey struct {
 	typeURL, version string
@@ -22,9 +21,7 @@ type versionsKey struct {
 
 type versionsShare struct {
 	mu sync.Mutex
-	m  map[versionsKey]weak.Pointer[Versions]
-	// live is how many entries the last sweep left.
-	live int
+	m  weakMap[versionsKey, Versions]
 }
 
 // of returns the Versions of s, a builder's set: the pooled one of an
@@ -34,7 +31,7 @@ type versionsShare struct {
 func (p *versionsShare) of(s *Set) *Versions {
 	k := versionsKey{s.TypeURL, s.Version, len(s.res)}
 	p.mu.Lock()
-	old := p.m[k].Value()
+	old := p.m.get(k)
 	p.mu.Unlock()
 	if old != nil && old.equals(s) {
 		return old
@@ -45,18 +42,10 @@ func (p *versionsShare) of(s *Set) *Versions {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if old := p.m[k].Value(); old != nil && old.equals(s) {
+	if old := p.m.get(k); old != nil && old.equals(s) {
 		return old
 	}
-	if len(p.m) >= 2*p.live+1024 {
-		for k, w := range p.m {
-			if w.Value() == nil {
-				delete(p.m, k)
-			}
-		}
-		p.live = len(p.m)
-	}
-	p.m[k] = weak.Make(v)
+	p.m.put(k, v)
 	return v
 }
 

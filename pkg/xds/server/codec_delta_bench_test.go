@@ -7,7 +7,6 @@ import (
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
 
-	"github.com/meshplane/discovery/pkg/model"
 	"github.com/meshplane/discovery/pkg/xds/gen"
 )
 
@@ -23,28 +22,7 @@ func encodeDelta(c encoding.CodecV2, t string, send []*gen.Resource) (mem.Buffer
 // class's 2,000 clusters, and a variant's listeners (a workload with its
 // own canonical service: most of them lazy).
 func BenchmarkDeltaResponse(b *testing.B) {
-	store := meshStore(b, 1000)
-	w := store.World()
-	meta := func(name string) map[string]any {
-		return map[string]any{"ISTIO_VERSION": "1.32.0", "LABELS": map[string]any{"app": name, "service.istio.io/canonical-name": name}}
-	}
-	rep, err := model.ParseProxy("sidecar~10.9.0.1~reviews.ns-0~ns-0.svc.cluster.local", meta("reviews"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	p, err := model.ParseProxy("sidecar~10.9.0.2~ratings.ns-0~ns-0.svc.cluster.local", meta("ratings"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	g := newGen(b)
-	base, err := g.Class(w, rep, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	v, ok := g.Variant(base, gen.ClassKey(w, p), p, nil)
-	if !ok {
-		b.Fatal("Variant refused")
-	}
+	v := ratingsVariant(b, 1000)
 	codec := Codec()
 	for _, t := range []string{gen.ClusterType, gen.ListenerType} {
 		set := v.Sets[t]

@@ -37,6 +37,35 @@ func classResources(t testing.TB, services int, typeURL string) []*gen.Resource 
 	return out
 }
 
+// ratingsVariant is the configuration of a workload of ns-0 whose
+// canonical service is ratings, in a World of services, made as a
+// variant of that of a reviews workload of the same namespace.
+func ratingsVariant(t testing.TB, services int) *gen.ClassConfig {
+	t.Helper()
+	w := meshStore(t, services).World()
+	meta := func(name string) map[string]any {
+		return map[string]any{"ISTIO_VERSION": "1.32.0", "LABELS": map[string]any{"app": name, "service.istio.io/canonical-name": name}}
+	}
+	rep, err := model.ParseProxy("sidecar~10.9.0.1~reviews.ns-0~ns-0.svc.cluster.local", meta("reviews"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := model.ParseProxy("sidecar~10.9.0.2~ratings.ns-0~ns-0.svc.cluster.local", meta("ratings"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newGen(t)
+	base, err := g.Class(w, rep, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, ok := g.Variant(base, gen.ClassKey(w, p), p, nil)
+	if !ok {
+		t.Fatal("Variant refused")
+	}
+	return v
+}
+
 // roundTrip encodes m with the xDS codec, decodes the bytes with the
 // protobuf library and requires the same message back.
 func roundTrip(t *testing.T, m proto.Message) {
@@ -155,29 +184,7 @@ func BenchmarkCodec(b *testing.B) {
 // large parts are the base listeners' bytes, shared). The listeners are
 // under gen's bigListener: larger ones are made once per view.
 func TestCodecWritesLazyResourcesFromTheirParts(t *testing.T) {
-	store := meshStore(t, 8)
-	w := store.World()
-	meta := func(name string) map[string]any {
-		return map[string]any{"ISTIO_VERSION": "1.32.0", "LABELS": map[string]any{"app": name, "service.istio.io/canonical-name": name}}
-	}
-	rep, err := model.ParseProxy("sidecar~10.9.0.1~reviews.ns-0~ns-0.svc.cluster.local", meta("reviews"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := model.ParseProxy("sidecar~10.9.0.2~ratings.ns-0~ns-0.svc.cluster.local", meta("ratings"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := newGen(t)
-	base, err := g.Class(w, rep, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, ok := g.Variant(base, gen.ClassKey(w, p), p, nil)
-	if !ok {
-		t.Fatal("Variant refused")
-	}
-	set := v.Sets[gen.ListenerType]
+	set := ratingsVariant(t, 8).Sets[gen.ListenerType]
 	lazyResp := &discovery.DeltaDiscoveryResponse{TypeUrl: gen.ListenerType, SystemVersionInfo: "v1", Nonce: "3", RemovedResources: []string{"gone"}}
 	var send []*gen.Resource
 	size, plain := 0, 0
