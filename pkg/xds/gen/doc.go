@@ -45,7 +45,11 @@
 // class (telemetry.go and telemetry_tracing.go decide with the Telemetry
 // API's rules, telemetry_filters.go, telemetry_logs.go and
 // telemetry_tracing_build.go build). Tracing tags name the proxy: with tracing on, ClassKey also
-// names what the tracing reads of the proxy. A class's listeners are
+// names what the tracing reads of the proxy. Sidecars that differ in the
+// service tags alone are variants of one class (class_variant.go), and
+// with Options.SharedTags that class is generated with placeholders for
+// the tags' values, so that the namespaces' classes share their
+// listeners (class_shared.go). A class's listeners are
 // reused only for the same telemetry key, so an unrelated change does not
 // rebuild them; a MeshConfig change rebuilds every class.
 //
