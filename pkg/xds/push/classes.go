@@ -158,8 +158,9 @@ func (cc *Classes) variant(g *gen.Generator, w *model.World, p *model.Proxy, key
 	e.from, e.own = nil, true
 	if e.cfg.Shared() {
 		// Generated for p with placeholders: p is served a variant of
-		// it. It was made a variant of its base's class once; refused
-		// again, there is nothing p may be served.
+		// it. The generator checked that a variant can be made; should
+		// it refuse all the same, p is served nothing rather than
+		// placeholders.
 		prev := e.served
 		e.served = nil
 		if v, ok := g.Variant(e.cfg, key, p, prev); ok {
