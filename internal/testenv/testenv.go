@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -166,13 +167,28 @@ var handedOut = struct {
 // port just closed again at once: two calls for one server's addresses
 // once gave the same port, and the server failed to bind its second
 // listener.
+//
+// The port is drawn at random below the kernel's ephemeral range
+// (ip_local_port_range), which the kernel never hands to a connection
+// of its own accord. A port the kernel chose (":0") was once taken, in
+// the moment between FreePort and the server's bind, by an outgoing
+// connection of a test running beside it (a serve test's webhook port,
+// in CI).
 func FreePort() (int, error) {
+	lo, hi := belowEphemeral()
 	for range 100 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		port := 0
+		if hi > lo {
+			port = lo + mrand.IntN(hi-lo)
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
 		if err != nil {
+			if port != 0 {
+				continue // taken
+			}
 			return 0, err
 		}
-		port := l.Addr().(*net.TCPAddr).Port
+		port = l.Addr().(*net.TCPAddr).Port
 		_ = l.Close()
 		handedOut.Lock()
 		again := handedOut.ports[port]
@@ -183,6 +199,25 @@ func FreePort() (int, error) {
 		}
 	}
 	return 0, errors.New("no loopback port that was not handed out before in 100 tries")
+}
+
+// belowEphemeral is the range FreePort draws from: from 10000 to the
+// start of the kernel's ephemeral ports; empty (0, 0) when that start
+// cannot be read or leaves no room, and FreePort lets the kernel choose.
+func belowEphemeral() (lo, hi int) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 1 {
+		return 0, 0
+	}
+	start, err := strconv.Atoi(f[0])
+	if err != nil || start <= 10000+1000 {
+		return 0, 0
+	}
+	return 10000, start
 }
 
 func (e *Env) startEtcd() error {
