@@ -47,6 +47,11 @@ func (r *Resource) WireShape(small int) (copied, shared int) {
 		r.lazy.mu.Lock()
 		a := r.lazy.held.Value()
 		r.lazy.mu.Unlock()
+		if a == nil && r.lazy.size >= bigListener && r.lazy.writes.Load() > 0 {
+			// Its next write makes it (lazyWire.write): counting it
+			// in parts would size the writer for thousands of them.
+			a = r.lazy.get()
+		}
 		if a == nil {
 			return r.lazy.plan.shape(r.lazy.base.Wire().GetValue(), r.lazy.tab, small)
 		}
