@@ -264,15 +264,17 @@ type retagView struct {
 }
 
 // bigListener is the size from which a view's listener is one resource
-// for all the proxies served the view (retagView.made), made when it is
-// written a second time and then shared (lazyWire.write): a port
-// listener at M1 is 2 MB of a thousand chains, whose rewrite in parts
-// for each proxy cost more than the copy it saves. With SharedTags
-// (class_shared.go) the proxies of a namespace whose tags are all the
-// same, each served its class's listeners before, are served a view. A
-// view of one proxy's (a workload of its own canonical service) writes
-// it in parts and never makes it. Smaller listeners, 2,000 per variant
-// with listeners per address, are made per send and held by nothing.
+// for all the proxies served the view (retagView.made), made when first
+// written and then shared (lazyWire.write): a port listener at M1 is 2
+// MB of a thousand chains, whose rewrite in parts for each proxy cost
+// more than the copy it saves. With SharedTags (class_shared.go) the
+// proxies of a namespace whose tags are all the same, each served its
+// class's listeners before, are served a view. A view of one proxy (a
+// workload of its own canonical service, with port listeners) makes it
+// for that proxy alone; making it on its second write instead measured
+// worse with plain labels (BENCHMARKS.md). Smaller listeners, 2,000 per
+// variant with listeners per address, are made per send and held by
+// nothing.
 const bigListener = 32 << 10
 
 // get returns the listener named name with the view's values: base's

@@ -2,7 +2,6 @@ package gen
 
 import (
 	"sync"
-	"sync/atomic"
 	"weak"
 
 	"google.golang.org/protobuf/types/known/anypb"
@@ -47,9 +46,9 @@ func (r *Resource) WireShape(small int) (copied, shared int) {
 		r.lazy.mu.Lock()
 		a := r.lazy.held.Value()
 		r.lazy.mu.Unlock()
-		if a == nil && r.lazy.size >= bigListener && r.lazy.writes.Load() > 0 {
-			// Its next write makes it (lazyWire.write): counting it
-			// in parts would size the writer for thousands of them.
+		if a == nil && r.lazy.size >= bigListener {
+			// Its write makes it (lazyWire.write): counting it in parts
+			// would size the writer for thousands of them.
 			a = r.lazy.get()
 		}
 		if a == nil {
@@ -86,19 +85,15 @@ type lazyWire struct {
 	tab  *retagTable
 	mu   sync.Mutex
 	held weak.Pointer[anypb.Any]
-	// writes counts the writes of a large listener (bigListener).
-	writes atomic.Int32
 }
 
 func (l *lazyWire) write(w WireWriter) {
 	l.mu.Lock()
 	a := l.held.Value()
 	l.mu.Unlock()
-	if a == nil && l.size >= bigListener && l.writes.Add(1) > 1 {
-		// A large listener written again is made, and shared by the
-		// proxies of its view (retagView.made) while one holds it. The
-		// first write is in parts: a view that serves one proxy (a
-		// workload of its own canonical service) never makes it.
+	if a == nil && l.size >= bigListener {
+		// A large listener is made, and shared by the proxies of its
+		// view (retagView.made) while one holds it.
 		a = l.get()
 	}
 	if a != nil {
