@@ -86,6 +86,16 @@ func (c *ProxyConfig) Hash(typeURL, name string) (string, bool) {
 	return c.Class.Sets[typeURL].Hash(name)
 }
 
+// Name returns the configuration's own string for the resource of
+// typeURL named name, and false when there is none. Unlike Get it makes
+// nothing.
+func (c *ProxyConfig) Name(typeURL, name string) (string, bool) {
+	if n, ok := c.Own[typeURL].Name(name); ok {
+		return n, true
+	}
+	return c.Class.Sets[typeURL].Name(name)
+}
+
 // Has reports whether there is a resource of typeURL named name.
 func (c *ProxyConfig) Has(typeURL, name string) bool {
 	_, ok := c.Hash(typeURL, name)

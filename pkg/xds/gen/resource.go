@@ -233,6 +233,27 @@ func (s *Set) Get(name string) *Resource {
 	return s.res[name]
 }
 
+// IsView reports whether the set is a view (a variant's listeners), whose
+// resources are made when asked for.
+func (s *Set) IsView() bool { return s != nil && s.view != nil }
+
+// Name returns the set's own string for the resource named name, and
+// false when it has none; like Hash it makes nothing. A stream keeps the
+// names it subscribes to as this string, not its request's copy.
+func (s *Set) Name(name string) (string, bool) {
+	switch {
+	case s == nil:
+		return "", false
+	case s.view != nil:
+		s = s.view.base
+	}
+	r, ok := s.res[name]
+	if !ok {
+		return "", false
+	}
+	return r.Name, true
+}
+
 // Hash returns the version of the resource named name, and false when
 // the set has none; a view makes no resource for it.
 func (s *Set) Hash(name string) (string, bool) {
@@ -293,6 +314,10 @@ type Versions struct {
 	// workload.
 	from   *Versions
 	suffix string
+	// memo is what Memo made of the resources, weakly held
+	// (a weak.Pointer of Memo's type).
+	memoMu sync.Mutex
+	memo   any
 }
 
 // Versions returns the versions of s's resources, built once per Set

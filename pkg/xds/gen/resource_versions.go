@@ -3,6 +3,7 @@ package gen
 import (
 	"slices"
 	"sync"
+	"weak"
 )
 
 // versionsPool shares the Versions of equal sets. A delta stream keeps
@@ -61,4 +62,25 @@ func (v *Versions) equals(s *Set) bool {
 		}
 	}
 	return true
+}
+
+// Memo returns what build makes of the resources v versions, made once
+// per Versions while the last one made is in use: v holds it weakly, so
+// it lives as long as its callers hold it and is made again after a
+// collection found it unused. Equal sets share their Versions
+// (versionsPool), so the classes of a mesh's namespaces share one.
+// build reads one of the sets v versions; concurrent callers wait for
+// one build. Only a builder's set has Versions of its own content: a
+// view's (retagView.versions) is never memoized.
+func Memo[T any](v *Versions, build func() *T) *T {
+	v.memoMu.Lock()
+	defer v.memoMu.Unlock()
+	if w, ok := v.memo.(weak.Pointer[T]); ok {
+		if p := w.Value(); p != nil {
+			return p
+		}
+	}
+	p := build()
+	v.memo = weak.Make(p)
+	return p
 }

@@ -173,8 +173,9 @@ func intern(cfg *gen.ProxyConfig, typeURL string, names []string) (misses int) {
 		return len(names)
 	}
 	for i, n := range names {
-		if r := cfg.Get(typeURL, n); r != nil {
-			names[i] = r.Name
+		// Name, not Get: Get makes a variant's listener.
+		if own, ok := cfg.Name(typeURL, n); ok {
+			names[i] = own
 		} else {
 			misses++
 		}

@@ -49,9 +49,9 @@ func (c xdsCodec) Marshal(v any) (mem.BufferSlice, error) {
 	case *discovery.DiscoveryResponse:
 		err = w.sotw(m)
 	case *discovery.DeltaDiscoveryResponse:
-		err = w.delta(m, nil)
+		err = w.delta(m, nil, nil)
 	case *deltaWire:
-		err = w.delta(m.resp, m.send)
+		err = w.delta(m.resp, m.whole, m.send)
 	default:
 		return c.fallback.Marshal(v)
 	}
@@ -167,10 +167,13 @@ func (w *sliceWriter) sotw(m *discovery.DiscoveryResponse) error {
 // can marshal it.
 type deltaWire struct {
 	resp *discovery.DeltaDiscoveryResponse
-	send []*gen.Resource
+	// whole, when set, is written first: a class's set, encoded once
+	// (delta_whole.go).
+	whole *wholeSet
+	send  []*gen.Resource
 }
 
-func (w *sliceWriter) delta(m *discovery.DeltaDiscoveryResponse, send []*gen.Resource) error {
+func (w *sliceWriter) delta(m *discovery.DeltaDiscoveryResponse, whole *wholeSet, send []*gen.Resource) error {
 	head, err := without(m, deltaResources)
 	if err != nil {
 		return err
@@ -187,11 +190,14 @@ func (w *sliceWriter) delta(m *discovery.DeltaDiscoveryResponse, send []*gen.Res
 		}
 	}
 	w.buf = append(make([]byte, 0, n), head...)
-	w.grow(len(m.GetResources()) + len(send))
+	w.grow(len(m.GetResources()) + len(send) + 1)
 	for _, r := range m.GetResources() {
 		if err := w.protoResource(r); err != nil {
 			return err
 		}
+	}
+	if whole != nil {
+		w.share(whole.b)
 	}
 	for _, r := range send {
 		w.resource(typeURL, r)
@@ -232,22 +238,7 @@ func (w *sliceWriter) protoResource(r *discovery.Resource) error {
 // written from the parts they are made of: the buffers of its parts grow
 // the message by a few per rewritten span, not by a copy of the resource.
 func (w *sliceWriter) resource(typeURL string, r *gen.Resource) {
-	if !r.Lazy() {
-		typeURL = r.Any.GetTypeUrl()
-	}
-	value := r.Size()
-	anyLen := stringField(anyTypeURL, typeURL) + protowire.SizeTag(anyValue) + protowire.SizeBytes(value)
-	size := stringField(resourceVersionField, r.Hash) + stringField(resourceNameField, r.Name) +
-		protowire.SizeTag(resourceAny) + protowire.SizeBytes(anyLen)
-	w.buf = protowire.AppendTag(w.buf, deltaResources, protowire.BytesType)
-	w.buf = protowire.AppendVarint(w.buf, uint64(size))
-	w.buf = appendString(w.buf, resourceVersionField, r.Hash)
-	w.buf = appendString(w.buf, resourceNameField, r.Name)
-	w.buf = protowire.AppendTag(w.buf, resourceAny, protowire.BytesType)
-	w.buf = protowire.AppendVarint(w.buf, uint64(anyLen))
-	w.buf = appendString(w.buf, anyTypeURL, typeURL)
-	w.buf = protowire.AppendTag(w.buf, anyValue, protowire.BytesType)
-	w.buf = protowire.AppendVarint(w.buf, uint64(value))
+	w.buf = appendResourceHeader(w.buf, typeURL, r)
 	if !r.Lazy() {
 		w.share(r.Any.GetValue())
 		return

@@ -44,7 +44,25 @@ func (c *conn) respondDelta(w *deltaWatch, dirty []string) bool {
 	ts := c.of(t)
 	returned := w.sub.returned
 	dirty = c.deltaNames(w, dirty, returned)
-	send, removed := c.deltaDiff(w, dirty, returned)
+	var whole *wholeSet
+	var send []*gen.Resource
+	var removed []string
+	if own, ok := []string(nil), false; dirty == nil && !ts.base.set() && len(returned) == 0 {
+		// A stream's first response: its class's set whole, if that is
+		// what it is sent.
+		if whole, own = c.wholeFor(t, w.sub); whole != nil {
+			ok = true
+			send = make([]*gen.Resource, 0, len(own))
+			for _, n := range own {
+				send = append(send, c.cfg.Own[t].Get(n))
+			}
+		}
+		if !ok {
+			send, removed = c.deltaDiff(w, dirty, returned)
+		}
+	} else {
+		send, removed = c.deltaDiff(w, dirty, returned)
+	}
 	version := c.cfg.Version(t)
 	if dirty == nil || ts.checked == ts.prevVersion {
 		ts.checked = version
@@ -53,7 +71,7 @@ func (c *conn) respondDelta(w *deltaWatch, dirty []string) bool {
 	// response carries, which it returns below.
 	ts.synced = true
 	ts.pending = nil
-	if len(send) == 0 && len(removed) == 0 && !w.initial {
+	if whole == nil && len(send) == 0 && len(removed) == 0 && !w.initial {
 		return false
 	}
 	sort.Slice(send, func(i, j int) bool { return send[i].Name < send[j].Name })
@@ -63,14 +81,17 @@ func (c *conn) respondDelta(w *deltaWatch, dirty []string) bool {
 		// Compared in full: once sent, every subscribed name holds the
 		// current version, so the current configuration becomes the base
 		// and the stream's map starts empty (deliverDelta installs it).
-		if !c.deliverResources(w, resp, map[string]string{}, send) {
+		if !c.deliverResources(w, resp, map[string]string{}, whole, send) {
 			ts.synced = false
 			return false
 		}
 		ts.base = baseOf(c.cfg, t)
+		if whole != nil {
+			c.s.wholeSent.Add(1)
+		}
 		return true
 	}
-	if !c.deliverResources(w, resp, returned, send) {
+	if !c.deliverResources(w, resp, returned, nil, send) {
 		ts.synced = false
 		return false
 	}
@@ -266,7 +287,7 @@ func (c *conn) subscribeDelta(t string, req *discovery.DeltaDiscoveryRequest) {
 // deliverDelta hands resp, whose resources are protos, to w's stream.
 func (c *conn) deliverDelta(w *deltaWatch, resp *discovery.DeltaDiscoveryResponse, next map[string]string) bool {
 	r := &cachev3.DeltaPassthroughResponse{DeltaRequest: w.req, DeltaDiscoveryResponse: resp, NextVersionMap: next}
-	if !c.hand(w, r, next, nil) {
+	if !c.hand(w, r, next, nil, nil) {
 		return false
 	}
 	size := 0
@@ -280,15 +301,19 @@ func (c *conn) deliverDelta(w *deltaWatch, resp *discovery.DeltaDiscoveryRespons
 // deliverResources hands w's stream resp with the resources send, of
 // resp's type, which the codec writes from the generator's resources
 // (resourcesResponse).
-func (c *conn) deliverResources(w *deltaWatch, resp *discovery.DeltaDiscoveryResponse, next map[string]string, send []*gen.Resource) bool {
+func (c *conn) deliverResources(w *deltaWatch, resp *discovery.DeltaDiscoveryResponse, next map[string]string, whole *wholeSet, send []*gen.Resource) bool {
 	r := &resourcesResponse{
 		DeltaPassthroughResponse: &cachev3.DeltaPassthroughResponse{DeltaRequest: w.req, DeltaDiscoveryResponse: resp, NextVersionMap: next},
+		whole:                    whole,
 		send:                     send,
 	}
-	if !c.hand(w, r, next, send) {
+	if !c.hand(w, r, next, whole, send) {
 		return false
 	}
 	size := 0
+	if whole != nil {
+		size = whole.size
+	}
 	for _, r := range send {
 		size += r.Size()
 	}
@@ -296,14 +321,17 @@ func (c *conn) deliverResources(w *deltaWatch, resp *discovery.DeltaDiscoveryRes
 	return true
 }
 
-// hand puts r on w's channel; send are its resources when the response
-// does not carry them (resourcesResponse).
-func (c *conn) hand(w *deltaWatch, r cachev3.DeltaResponse, next map[string]string, send []*gen.Resource) bool {
+// hand puts r on w's channel; whole and send are its resources when the
+// response does not carry them (resourcesResponse).
+func (c *conn) hand(w *deltaWatch, r cachev3.DeltaResponse, next map[string]string, whole *wholeSet, send []*gen.Resource) bool {
 	resp, _ := r.GetDeltaDiscoveryResponse()
 	select {
 	case w.ch <- r:
 		if c.s.observer != nil {
-			names := make([]string, 0, len(resp.GetResources())+len(send))
+			var names []string
+			if whole != nil {
+				names = append(make([]string, 0, len(whole.names)+len(resp.GetResources())+len(send)), whole.names...)
+			}
 			for _, r := range resp.GetResources() {
 				names = append(names, r.GetName())
 			}
@@ -331,7 +359,8 @@ func (c *conn) hand(w *deltaWatch, r cachev3.DeltaResponse, next map[string]stri
 // whose response waited to be written (BENCHMARKS.md).
 type resourcesResponse struct {
 	*cachev3.DeltaPassthroughResponse
-	send []*gen.Resource
+	whole *wholeSet
+	send  []*gen.Resource
 }
 
 // deferDelta records names of t changed while the delta stream had no open

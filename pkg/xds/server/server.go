@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -60,6 +61,9 @@ type Server struct {
 	xdsCtx    context.Context
 	xdsCancel context.CancelFunc
 	names     *namePool
+	// wholeSent counts the delta responses that carried a class's set
+	// whole, encoded once (delta_whole.go): for tests.
+	wholeSent atomic.Int64
 
 	debouncer *push.Debouncer
 	queue     *push.Queue[*conn, *pushItem]

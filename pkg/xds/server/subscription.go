@@ -6,6 +6,7 @@ import (
 	"maps"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"weak"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -178,6 +179,8 @@ func (s *nameSet) settle(pool *namePool) {
 type sharedNames struct {
 	m    map[string]struct{}
 	hash uint64
+	// cover is what covers last found (delta_whole.go).
+	cover atomic.Pointer[coverMemo]
 }
 
 func (s *sharedNames) has(n string) bool {

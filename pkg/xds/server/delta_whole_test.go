@@ -1,0 +1,148 @@
+package server
+
+import (
+	"bytes"
+	"fmt"
+	"sort"
+	"testing"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+
+	"github.com/meshplane/discovery/pkg/model"
+	"github.com/meshplane/discovery/pkg/xds/gen"
+)
+
+// A class's set written whole is byte for byte the response that
+// writes its resources one by one.
+func TestWholeSetIsWrittenAsItsResources(t *testing.T) {
+	for _, typ := range []string{gen.ClusterType, gen.EndpointType, gen.RouteType} {
+		res := classResources(t, 30, typ)
+		set := classSet(t, 30, typ)
+		resp := &discovery.DeltaDiscoveryResponse{TypeUrl: typ, SystemVersionInfo: "v1", Nonce: "7"}
+		want, err := Codec().Marshal(&deltaWire{resp: resp, send: res})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws := wholeOf(set)
+		got, err := Codec().Marshal(&deltaWire{resp: resp, whole: ws})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got.Materialize(), want.Materialize()) {
+			t.Errorf("%s: the whole set's response differs from its resources written one by one", gen.ShortType(typ))
+		}
+		if len(ws.names) != len(res) {
+			t.Errorf("%s: the whole set names %d resources, want %d", gen.ShortType(typ), len(ws.names), len(res))
+		}
+		size := 0
+		for _, r := range res {
+			size += r.Size()
+		}
+		if ws.size != size {
+			t.Errorf("%s: the whole set's size is %d, want %d", gen.ShortType(typ), ws.size, size)
+		}
+	}
+}
+
+// classSet is the set of typeURL of sidecarID's class in a World of
+// services.
+func classSet(t testing.TB, services int, typeURL string) *gen.Set {
+	t.Helper()
+	p, err := model.ParseProxy(sidecarID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cls, err := newGen(t).Class(meshStore(t, services).World(), p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cls.Sets[typeURL]
+}
+
+// A stream's first response is its class's set whole where it is sent
+// all of it: a wildcard CDS stream (with the proxy's own clusters beside
+// the set) and an EDS stream naming exactly the class's endpoints. Each
+// proxy gets what generation from nothing gives it, name, version and
+// bytes. A stream naming part of the set is sent that part.
+func TestFirstResponsesAreSentWhole(t *testing.T) {
+	store := meshStore(t, 20)
+	ts := startServer(t, store)
+	g := newGen(t)
+	// Workloads of svc-0 (ns-0, endpoints 10.1.0.1 and 10.1.0.2): they
+	// have inbound clusters of their own.
+	ids := []string{"sidecar~10.1.0.1~svc-0-a.ns-0~ns-0.svc.cluster.local", "sidecar~10.1.0.2~svc-0-b.ns-0~ns-0.svc.cluster.local"}
+	meta := map[string]any{model.MetaLabels: map[string]any{"app": "svc-0"}}
+	configOf := func(id string) *gen.ProxyConfig {
+		p, err := model.ParseProxy(id, meta)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cls, err := g.Class(store.World(), p, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g.Proxy(store.World(), p, cls)
+	}
+	pc := configOf(ids[0])
+	if len(pc.Own[gen.ClusterType].Names) == 0 {
+		t.Fatal("the sidecar has no clusters of its own: the test needs some")
+	}
+	eds := pc.Class.Sets[gen.EndpointType].Names
+	check := func(who string, r *discovery.DeltaDiscoveryResponse, typ string, names []string) {
+		t.Helper()
+		got := map[string]*discovery.Resource{}
+		for _, res := range r.GetResources() {
+			if _, dup := got[res.GetName()]; dup {
+				t.Errorf("%s %s: %s sent twice", who, gen.ShortType(typ), res.GetName())
+			}
+			got[res.GetName()] = res
+		}
+		if len(got) != len(names) {
+			t.Errorf("%s %s: %d resources sent, want %d", who, gen.ShortType(typ), len(got), len(names))
+		}
+		for _, n := range names {
+			want := pc.Get(typ, n)
+			res := got[n]
+			switch {
+			case res == nil:
+				t.Errorf("%s %s: %s not sent", who, gen.ShortType(typ), n)
+			case res.GetVersion() != want.Hash:
+				t.Errorf("%s %s: %s sent at version %s, want %s", who, gen.ShortType(typ), n, res.GetVersion(), want.Hash)
+			case res.GetResource().GetTypeUrl() != typ || !bytes.Equal(res.GetResource().GetValue(), want.Wire().GetValue()):
+				t.Errorf("%s %s: %s sent with other bytes", who, gen.ShortType(typ), n)
+			}
+		}
+	}
+	// Two proxies of the class: the second is sent the encoding the
+	// first was (or its equal, if it was collected in between).
+	for i, id := range ids {
+		who := fmt.Sprintf("proxy %d", i)
+		pc = configOf(id)
+		c := newDeltaClient(t, ts)
+		c.send(&discovery.DeltaDiscoveryRequest{Node: node(id, meta), TypeUrl: gen.ClusterType})
+		r := c.next()
+		check(who, r, gen.ClusterType, pc.Names(gen.ClusterType))
+		c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: gen.ClusterType, ResponseNonce: r.GetNonce()})
+		c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: gen.EndpointType, ResourceNamesSubscribe: eds})
+		check(who, c.next(), gen.EndpointType, eds)
+	}
+	if got := ts.s.wholeSent.Load(); got != 4 {
+		t.Errorf("%d responses sent a set whole, want 4 (two proxies' CDS and EDS)", got)
+	}
+	// Part of the endpoints, and a name the set does not have.
+	part := append([]string{}, eds[:3]...)
+	c := newDeltaClient(t, ts)
+	c.send(&discovery.DeltaDiscoveryRequest{Node: node(sidecarID, nil), TypeUrl: gen.EndpointType, ResourceNamesSubscribe: append(part, "outbound|1||nowhere.ns-0.svc.cluster.local")})
+	r := c.next()
+	check("a proxy naming part of the set", r, gen.EndpointType, part)
+	var names []string
+	for _, res := range r.GetResources() {
+		names = append(names, res.GetName())
+	}
+	if !sort.StringsAreSorted(names) {
+		t.Errorf("resources sent out of name order: %v", names)
+	}
+	if got := ts.s.wholeSent.Load(); got != 4 {
+		t.Errorf("%d responses sent a set whole, want still 4", got)
+	}
+}
