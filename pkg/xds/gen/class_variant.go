@@ -6,6 +6,7 @@ import (
 	"maps"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/meshplane/discovery/pkg/model"
 )
@@ -80,9 +81,13 @@ type retagTable struct {
 
 // of returns the rewritten blobs of plan's tracings, in its order.
 func (t *retagTable) of(plan *retagPlan) [][]byte {
-	out := make([][]byte, len(plan.blobs))
-	for i, b := range plan.blobs {
-		out[i] = t.blobs[b.plan]
+	return t.into(make([][]byte, 0, len(plan.blobs)), plan)
+}
+
+// into is of, appended to out.
+func (t *retagTable) into(out [][]byte, plan *retagPlan) [][]byte {
+	for _, b := range plan.blobs {
+		out = append(out, t.blobs[b.plan])
 	}
 	return out
 }
@@ -173,6 +178,9 @@ type retagInfo struct {
 	from map[string]string
 	// plans are those of the listeners with service tags.
 	plans map[string]*retagPlan
+	// ordered is every listener with its plan (nil: none), in name
+	// order: a view written whole walks it (Set.WriteAll).
+	ordered []planned
 	// blobs are the distinct tracings, each once.
 	blobs []blob
 	// plain are the listeners without service tags, which a view serves
@@ -190,7 +198,7 @@ func (s *Set) retagInfoOf(from map[string]string) *retagInfo {
 	if in := s.retag.Load(); in != nil && maps.Equal(in.from, from) {
 		return in
 	}
-	in := &retagInfo{from: from, plans: make(map[string]*retagPlan, len(s.res)), plain: map[string]string{}}
+	in := &retagInfo{from: from, plans: make(map[string]*retagPlan, len(s.res)), plain: map[string]string{}, ordered: make([]planned, 0, len(s.res))}
 	seen := map[*retagPlan]bool{}
 	for _, n := range s.Names {
 		r := s.res[n]
@@ -201,9 +209,11 @@ func (s *Set) retagInfoOf(from map[string]string) *retagInfo {
 		}
 		if len(plan.spans) == 0 {
 			in.plain[n] = r.Hash
+			in.ordered = append(in.ordered, planned{r: r})
 			continue
 		}
 		in.plans[n] = plan
+		in.ordered = append(in.ordered, planned{r: r, plan: plan})
 		for _, b := range plan.blobs {
 			if !seen[b.plan] {
 				seen[b.plan] = true
@@ -261,6 +271,8 @@ type retagView struct {
 	// weakly (lazyWire), as they shared the base's before.
 	mu   sync.Mutex
 	made map[string]*Resource
+	// size is the listeners' bytes, summed on first use (Set.Size).
+	size atomic.Int64
 }
 
 // bigListener is the size from which a view's listener is one resource

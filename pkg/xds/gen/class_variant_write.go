@@ -14,7 +14,15 @@ import (
 // sizes returns, by span id, each span's value size with t's values;
 // blobs are the blobs rewritten.
 func (p *retagPlan) sizes(t retag, blobs [][]byte) []int {
-	out := make([]int, p.count)
+	return p.sizesInto(nil, t, blobs)
+}
+
+// sizesInto is sizes, in out's array when it is large enough.
+func (p *retagPlan) sizesInto(out []int, t retag, blobs [][]byte) []int {
+	if cap(out) < p.count {
+		out = make([]int, p.count)
+	}
+	out = out[:p.count]
 	var size func(s *span) int
 	size = func(s *span) int {
 		n := s.end - s.start

@@ -49,9 +49,9 @@ func (c xdsCodec) Marshal(v any) (mem.BufferSlice, error) {
 	case *discovery.DiscoveryResponse:
 		err = w.sotw(m)
 	case *discovery.DeltaDiscoveryResponse:
-		err = w.delta(m, nil, nil)
+		err = w.delta(m, nil, nil, nil)
 	case *deltaWire:
-		err = w.delta(m.resp, m.whole, m.send)
+		err = w.delta(m.resp, m.whole, m.view, m.send)
 	default:
 		return c.fallback.Marshal(v)
 	}
@@ -75,6 +75,8 @@ type sliceWriter struct {
 	// without an allocation per resource. Sized before use, never grown
 	// in place (a lazy resource's parts may start a new one).
 	slices []mem.SliceBuffer
+	// typeURL is the response's, for Resource.
+	typeURL string
 }
 
 // grow sizes the writer for a message of n resources.
@@ -168,12 +170,13 @@ func (w *sliceWriter) sotw(m *discovery.DiscoveryResponse) error {
 type deltaWire struct {
 	resp *discovery.DeltaDiscoveryResponse
 	// whole, when set, is written first: a class's set, encoded once
-	// (delta_whole.go).
+	// (delta_whole.go); or view, a variant's listeners, written whole.
 	whole *wholeSet
+	view  *gen.Set
 	send  []*gen.Resource
 }
 
-func (w *sliceWriter) delta(m *discovery.DeltaDiscoveryResponse, whole *wholeSet, send []*gen.Resource) error {
+func (w *sliceWriter) delta(m *discovery.DeltaDiscoveryResponse, whole *wholeSet, view *gen.Set, send []*gen.Resource) error {
 	head, err := without(m, deltaResources)
 	if err != nil {
 		return err
@@ -189,8 +192,15 @@ func (w *sliceWriter) delta(m *discovery.DeltaDiscoveryResponse, whole *wholeSet
 			n += size
 		}
 	}
+	parts := len(m.GetResources()) + len(send) + 1
+	if view != nil {
+		// A listener's header and lengths, and its tracing's values
+		// (gen.Set.WriteAll): a few hundred bytes and some shared parts.
+		n += view.Len() * (256 + len(typeURL))
+		parts += 4 * view.Len()
+	}
 	w.buf = append(make([]byte, 0, n), head...)
-	w.grow(len(m.GetResources()) + len(send) + 1)
+	w.grow(parts)
 	for _, r := range m.GetResources() {
 		if err := w.protoResource(r); err != nil {
 			return err
@@ -198,6 +208,10 @@ func (w *sliceWriter) delta(m *discovery.DeltaDiscoveryResponse, whole *wholeSet
 	}
 	if whole != nil {
 		w.share(whole.b)
+	}
+	if view != nil {
+		w.typeURL = typeURL
+		view.WriteAll(w)
 	}
 	for _, r := range send {
 		w.resource(typeURL, r)
@@ -238,7 +252,10 @@ func (w *sliceWriter) protoResource(r *discovery.Resource) error {
 // written from the parts they are made of: the buffers of its parts grow
 // the message by a few per rewritten span, not by a copy of the resource.
 func (w *sliceWriter) resource(typeURL string, r *gen.Resource) {
-	w.buf = appendResourceHeader(w.buf, typeURL, r)
+	if !r.Lazy() {
+		typeURL = r.Any.GetTypeUrl()
+	}
+	w.buf = appendResourceHeader(w.buf, typeURL, r.Name, r.Hash, "", r.Size())
 	if !r.Lazy() {
 		w.share(r.Any.GetValue())
 		return
@@ -259,9 +276,12 @@ func (w *sliceWriter) resource(typeURL string, r *gen.Resource) {
 	r.WriteWire(w)
 }
 
-// Copy and Share make sliceWriter a gen.WireWriter.
+// Copy, Share and Resource make sliceWriter a gen.SetWriter.
 func (w *sliceWriter) Copy(b []byte)  { w.buf = append(w.buf, b...) }
 func (w *sliceWriter) Share(b []byte) { w.share(b) }
+func (w *sliceWriter) Resource(name, version, suffix string, size int) {
+	w.buf = appendResourceHeader(w.buf, w.typeURL, name, version, suffix, size)
+}
 
 // plainResource reports whether r has nothing but a name, a version and a
 // resource: the resources this server sends. Those are written directly,

@@ -44,23 +44,21 @@ func (c *conn) respondDelta(w *deltaWatch, dirty []string) bool {
 	ts := c.of(t)
 	returned := w.sub.returned
 	dirty = c.deltaNames(w, dirty, returned)
-	var whole *wholeSet
+	var wh whole
 	var send []*gen.Resource
 	var removed []string
-	if own, ok := []string(nil), false; dirty == nil && !ts.base.set() && len(returned) == 0 {
+	sent := false // the set whole
+	if dirty == nil && !ts.base.set() && len(returned) == 0 {
 		// A stream's first response: its class's set whole, if that is
 		// what it is sent.
-		if whole, own = c.wholeFor(t, w.sub); whole != nil {
-			ok = true
-			send = make([]*gen.Resource, 0, len(own))
-			for _, n := range own {
+		if wh, sent = c.wholeFor(t, w.sub); sent {
+			send = make([]*gen.Resource, 0, len(wh.own))
+			for _, n := range wh.own {
 				send = append(send, c.cfg.Own[t].Get(n))
 			}
 		}
-		if !ok {
-			send, removed = c.deltaDiff(w, dirty, returned)
-		}
-	} else {
+	}
+	if !sent {
 		send, removed = c.deltaDiff(w, dirty, returned)
 	}
 	version := c.cfg.Version(t)
@@ -71,7 +69,7 @@ func (c *conn) respondDelta(w *deltaWatch, dirty []string) bool {
 	// response carries, which it returns below.
 	ts.synced = true
 	ts.pending = nil
-	if whole == nil && len(send) == 0 && len(removed) == 0 && !w.initial {
+	if !sent && len(send) == 0 && len(removed) == 0 && !w.initial {
 		return false
 	}
 	sort.Slice(send, func(i, j int) bool { return send[i].Name < send[j].Name })
@@ -81,17 +79,17 @@ func (c *conn) respondDelta(w *deltaWatch, dirty []string) bool {
 		// Compared in full: once sent, every subscribed name holds the
 		// current version, so the current configuration becomes the base
 		// and the stream's map starts empty (deliverDelta installs it).
-		if !c.deliverResources(w, resp, map[string]string{}, whole, send) {
+		if !c.deliverResources(w, resp, map[string]string{}, wh, send) {
 			ts.synced = false
 			return false
 		}
 		ts.base = baseOf(c.cfg, t)
-		if whole != nil {
+		if sent {
 			c.s.wholeSent.Add(1)
 		}
 		return true
 	}
-	if !c.deliverResources(w, resp, returned, nil, send) {
+	if !c.deliverResources(w, resp, returned, whole{}, send) {
 		ts.synced = false
 		return false
 	}
@@ -287,7 +285,7 @@ func (c *conn) subscribeDelta(t string, req *discovery.DeltaDiscoveryRequest) {
 // deliverDelta hands resp, whose resources are protos, to w's stream.
 func (c *conn) deliverDelta(w *deltaWatch, resp *discovery.DeltaDiscoveryResponse, next map[string]string) bool {
 	r := &cachev3.DeltaPassthroughResponse{DeltaRequest: w.req, DeltaDiscoveryResponse: resp, NextVersionMap: next}
-	if !c.hand(w, r, next, nil, nil) {
+	if !c.hand(w, r, next, whole{}, nil) {
 		return false
 	}
 	size := 0
@@ -301,18 +299,21 @@ func (c *conn) deliverDelta(w *deltaWatch, resp *discovery.DeltaDiscoveryRespons
 // deliverResources hands w's stream resp with the resources send, of
 // resp's type, which the codec writes from the generator's resources
 // (resourcesResponse).
-func (c *conn) deliverResources(w *deltaWatch, resp *discovery.DeltaDiscoveryResponse, next map[string]string, whole *wholeSet, send []*gen.Resource) bool {
+func (c *conn) deliverResources(w *deltaWatch, resp *discovery.DeltaDiscoveryResponse, next map[string]string, wh whole, send []*gen.Resource) bool {
 	r := &resourcesResponse{
 		DeltaPassthroughResponse: &cachev3.DeltaPassthroughResponse{DeltaRequest: w.req, DeltaDiscoveryResponse: resp, NextVersionMap: next},
-		whole:                    whole,
+		whole:                    wh,
 		send:                     send,
 	}
-	if !c.hand(w, r, next, whole, send) {
+	if !c.hand(w, r, next, wh, send) {
 		return false
 	}
 	size := 0
-	if whole != nil {
-		size = whole.size
+	switch {
+	case wh.set != nil:
+		size = wh.set.size
+	case wh.view != nil:
+		size = wh.view.Size()
 	}
 	for _, r := range send {
 		size += r.Size()
@@ -323,15 +324,19 @@ func (c *conn) deliverResources(w *deltaWatch, resp *discovery.DeltaDiscoveryRes
 
 // hand puts r on w's channel; whole and send are its resources when the
 // response does not carry them (resourcesResponse).
-func (c *conn) hand(w *deltaWatch, r cachev3.DeltaResponse, next map[string]string, whole *wholeSet, send []*gen.Resource) bool {
+func (c *conn) hand(w *deltaWatch, r cachev3.DeltaResponse, next map[string]string, wh whole, send []*gen.Resource) bool {
 	resp, _ := r.GetDeltaDiscoveryResponse()
 	select {
 	case w.ch <- r:
 		if c.s.observer != nil {
 			var names []string
-			if whole != nil {
-				names = append(make([]string, 0, len(whole.names)+len(resp.GetResources())+len(send)), whole.names...)
+			switch {
+			case wh.set != nil:
+				names = wh.set.names
+			case wh.view != nil:
+				names = wh.view.Names
 			}
+			names = append(make([]string, 0, len(names)+len(resp.GetResources())+len(send)), names...)
 			for _, r := range resp.GetResources() {
 				names = append(names, r.GetName())
 			}
@@ -359,7 +364,7 @@ func (c *conn) hand(w *deltaWatch, r cachev3.DeltaResponse, next map[string]stri
 // whose response waited to be written (BENCHMARKS.md).
 type resourcesResponse struct {
 	*cachev3.DeltaPassthroughResponse
-	whole *wholeSet
+	whole whole
 	send  []*gen.Resource
 }
 

@@ -35,65 +35,78 @@ type wholeSet struct {
 // sets of its Versions while streams are being sent it (gen.Memo).
 func wholeOf(s *gen.Set) *wholeSet {
 	return gen.Memo(s.Versions(), func() *wholeSet {
-		ws := &wholeSet{names: s.Names}
 		n := 0
 		for _, r := range s.All() {
 			n += 32 + len(r.Name) + len(r.Hash) + len(s.TypeURL) + r.Size()
 		}
-		bw := byteWriter{b: make([]byte, 0, n)}
-		for _, r := range s.All() {
-			bw.b = appendResourceHeader(bw.b, s.TypeURL, r)
-			r.WriteWire(&bw)
-			ws.size += r.Size()
-		}
-		ws.b = bw.b
-		return ws
+		bw := byteWriter{typeURL: s.TypeURL, b: make([]byte, 0, n)}
+		s.WriteAll(&bw)
+		return &wholeSet{b: bw.b, names: s.Names, size: s.Size()}
 	})
 }
 
-// byteWriter is a gen.WireWriter into one buffer.
-type byteWriter struct{ b []byte }
+// byteWriter is a gen.SetWriter into one buffer.
+type byteWriter struct {
+	typeURL string
+	b       []byte
+}
 
 func (w *byteWriter) Copy(b []byte)  { w.b = append(w.b, b...) }
 func (w *byteWriter) Share(b []byte) { w.b = append(w.b, b...) }
+func (w *byteWriter) Resource(name, version, suffix string, size int) {
+	w.b = appendResourceHeader(w.b, w.typeURL, name, version, suffix, size)
+}
 
-// appendResourceHeader appends the start of r's resources field: its
-// tag and length, the discovery.Resource's version and name, and the
-// Any's header up to its value's length. r's value follows it.
-func appendResourceHeader(b []byte, typeURL string, r *gen.Resource) []byte {
-	if !r.Lazy() {
-		typeURL = r.Any.GetTypeUrl()
+// appendResourceHeader appends the start of a resources field: its tag
+// and length, the discovery.Resource's version (version+suffix) and
+// name, and the Any's header (of typeURL) up to its value's length, a
+// value of size bytes. The value follows it.
+func appendResourceHeader(b []byte, typeURL, name, version, suffix string, size int) []byte {
+	anyLen := stringField(anyTypeURL, typeURL) + protowire.SizeTag(anyValue) + protowire.SizeBytes(size)
+	vlen := len(version) + len(suffix)
+	n := protowire.SizeTag(resourceAny) + protowire.SizeBytes(anyLen) + stringField(resourceNameField, name)
+	if vlen > 0 {
+		n += protowire.SizeTag(resourceVersionField) + protowire.SizeBytes(vlen)
 	}
-	value := r.Size()
-	anyLen := stringField(anyTypeURL, typeURL) + protowire.SizeTag(anyValue) + protowire.SizeBytes(value)
-	size := stringField(resourceVersionField, r.Hash) + stringField(resourceNameField, r.Name) +
-		protowire.SizeTag(resourceAny) + protowire.SizeBytes(anyLen)
 	b = protowire.AppendTag(b, deltaResources, protowire.BytesType)
-	b = protowire.AppendVarint(b, uint64(size))
-	b = appendString(b, resourceVersionField, r.Hash)
-	b = appendString(b, resourceNameField, r.Name)
+	b = protowire.AppendVarint(b, uint64(n))
+	if vlen > 0 {
+		b = protowire.AppendTag(b, resourceVersionField, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(vlen))
+		b = append(append(b, version...), suffix...)
+	}
+	b = appendString(b, resourceNameField, name)
 	b = protowire.AppendTag(b, resourceAny, protowire.BytesType)
 	b = protowire.AppendVarint(b, uint64(anyLen))
 	b = appendString(b, anyTypeURL, typeURL)
 	b = protowire.AppendTag(b, anyValue, protowire.BytesType)
-	return protowire.AppendVarint(b, uint64(value))
+	return protowire.AppendVarint(b, uint64(size))
 }
 
-// wholeFor returns the encoding of the class's set of type t when a
-// fresh stream is to be sent all of it, with own, the names of the
-// proxy's own resources of t that the stream is sent beside it; nil
-// when the stream is to be sent something else, which deltaDiff then
-// works out name by name.
+// whole is what a fresh stream is sent of its class's set when it is
+// sent all of it: the set's encoding, shared (set), or, for a view (a
+// variant's listeners), the view, written for the stream from its
+// base's plans (view); and own, the names of the proxy's own resources
+// sent beside it.
+type whole struct {
+	set  *wholeSet
+	view *gen.Set
+	own  []string
+}
+
+// wholeFor returns what a fresh stream is sent of the class's set of
+// type t when it is sent all of it; ok is false when the stream is to
+// be sent something else, which deltaDiff then works out name by name.
 //
 // A wildcard stream is sent every resource; one that names resources
 // is sent the whole set when its names are exactly the set's (the
 // endpoints and routes its class's clusters and listeners reference).
 // A name the proxy's own resources share with the class's is its own
 // (ProxyConfig.Get): such a set is not sent whole.
-func (c *conn) wholeFor(t string, sub *deltaSub) (*wholeSet, []string) {
+func (c *conn) wholeFor(t string, sub *deltaSub) (wh whole, ok bool) {
 	cls := c.cfg.Class.Sets[t]
-	if cls.Len() == 0 || cls.IsView() {
-		return nil, nil
+	if cls.Len() == 0 {
+		return wh, false
 	}
 	var own []string
 	if s := c.cfg.Own[t]; s != nil {
@@ -101,17 +114,23 @@ func (c *conn) wholeFor(t string, sub *deltaSub) (*wholeSet, []string) {
 	}
 	for _, n := range own {
 		if _, ok := cls.Hash(n); ok {
-			return nil, nil
+			return wh, false
 		}
 	}
 	if !sub.wildcard {
-		if !sub.names.exactly(cls) {
-			return nil, nil
-		}
 		// Exactly the class's names: none of the proxy's own.
-		return wholeOf(cls), nil
+		own = nil
+		if !sub.names.exactly(cls) {
+			return wh, false
+		}
 	}
-	return wholeOf(cls), own
+	wh.own = own
+	if cls.IsView() {
+		wh.view = cls
+	} else {
+		wh.set = wholeOf(cls)
+	}
+	return wh, true
 }
 
 // exactly reports whether s holds the names of set and no others.

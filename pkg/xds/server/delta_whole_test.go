@@ -44,6 +44,47 @@ func TestWholeSetIsWrittenAsItsResources(t *testing.T) {
 	}
 }
 
+// A variant's listeners (a view) written whole are byte for byte the
+// response that writes each one as Get makes it: small listeners from
+// their plans, large ones (a port listener of 300 services) made once
+// for the view.
+func TestViewIsWrittenWholeAsItsListeners(t *testing.T) {
+	for _, services := range []int{8, 300} {
+		set := ratingsVariant(t, services).Sets[gen.ListenerType]
+		if !set.IsView() {
+			t.Fatal("the variant's listeners are not a view")
+		}
+		var send []*gen.Resource
+		size, big := 0, 0
+		for _, n := range set.Names {
+			r := set.Get(n)
+			send = append(send, r)
+			size += r.Size()
+			if r.Size() >= 32<<10 {
+				big++
+			}
+		}
+		if services == 300 && big == 0 {
+			t.Fatal("no listener of 32 KB or more: the test needs one")
+		}
+		resp := &discovery.DeltaDiscoveryResponse{TypeUrl: gen.ListenerType, SystemVersionInfo: "v1", Nonce: "2"}
+		want, err := Codec().Marshal(&deltaWire{resp: resp, send: send})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := Codec().Marshal(&deltaWire{resp: resp, view: set})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got.Materialize(), want.Materialize()) {
+			t.Errorf("%d services: the view written whole differs from its listeners written one by one", services)
+		}
+		if set.Size() != size {
+			t.Errorf("%d services: the view's size is %d, want %d", services, set.Size(), size)
+		}
+	}
+}
+
 // classSet is the set of typeURL of sidecarID's class in a World of
 // services.
 func classSet(t testing.TB, services int, typeURL string) *gen.Set {
@@ -124,10 +165,14 @@ func TestFirstResponsesAreSentWhole(t *testing.T) {
 		check(who, r, gen.ClusterType, pc.Names(gen.ClusterType))
 		c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: gen.ClusterType, ResponseNonce: r.GetNonce()})
 		c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: gen.EndpointType, ResourceNamesSubscribe: eds})
-		check(who, c.next(), gen.EndpointType, eds)
+		r = c.next()
+		check(who, r, gen.EndpointType, eds)
+		c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: gen.EndpointType, ResponseNonce: r.GetNonce()})
+		c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: gen.ListenerType})
+		check(who, c.next(), gen.ListenerType, pc.Names(gen.ListenerType))
 	}
-	if got := ts.s.wholeSent.Load(); got != 4 {
-		t.Errorf("%d responses sent a set whole, want 4 (two proxies' CDS and EDS)", got)
+	if got := ts.s.wholeSent.Load(); got != 6 {
+		t.Errorf("%d responses sent a set whole, want 6 (two proxies' CDS, EDS and LDS)", got)
 	}
 	// Part of the endpoints, and a name the set does not have.
 	part := append([]string{}, eds[:3]...)
@@ -142,7 +187,7 @@ func TestFirstResponsesAreSentWhole(t *testing.T) {
 	if !sort.StringsAreSorted(names) {
 		t.Errorf("resources sent out of name order: %v", names)
 	}
-	if got := ts.s.wholeSent.Load(); got != 4 {
-		t.Errorf("%d responses sent a set whole, want still 4", got)
+	if got := ts.s.wholeSent.Load(); got != 6 {
+		t.Errorf("%d responses sent a set whole, want still 6", got)
 	}
 }

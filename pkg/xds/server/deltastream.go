@@ -151,7 +151,7 @@ func (l *deltaLoop) send(r cachev3.DeltaResponse) error {
 	resp.Nonce = strconv.FormatInt(l.nonce, 10)
 	callbacks{l.s}.OnStreamDeltaResponse(l.id, r.GetDeltaRequest(), resp)
 	if rr, ok := r.(*resourcesResponse); ok {
-		return l.st.SendMsg(&deltaWire{resp: resp, whole: rr.whole, send: rr.send})
+		return l.st.SendMsg(&deltaWire{resp: resp, whole: rr.whole.set, view: rr.whole.view, send: rr.send})
 	}
 	return l.st.Send(resp)
 }

@@ -1,0 +1,101 @@
+package gen
+
+// A set written whole, one resource after another (Set.WriteAll): a
+// delta stream's first response for a type (pkg/xds/server) sends every
+// resource of its class's set.
+
+// SetWriter receives a set's resources in order.
+type SetWriter interface {
+	WireWriter
+	// Resource begins the resource named name, of version
+	// version+suffix and of size bytes: its bytes follow, in parts.
+	Resource(name, version, suffix string, size int)
+}
+
+// planned is a base listener and its plan (nil: it has no service tags).
+type planned struct {
+	r    *Resource
+	plan *retagPlan
+}
+
+// WriteAll writes every resource of s to w, in name order, each as
+// Get, Hash and WriteWire give it. A view's listeners are written from
+// their plans with the view's values, and no resource is made for them:
+// a variant at M1 has 2,000 listeners per address, and making a lazy
+// resource for each (its version, its size, a lookup by name) to write
+// it once was a tenth of the server's CPU while proxies connected. A
+// large listener (bigListener) is still made once per view, and shared.
+func (s *Set) WriteAll(w SetWriter) {
+	switch {
+	case s == nil:
+	case s.view != nil:
+		s.view.writeAll(w)
+	default:
+		for _, n := range s.Names {
+			r := s.res[n]
+			w.Resource(r.Name, r.Hash, "", r.Size())
+			r.WriteWire(w)
+		}
+	}
+}
+
+func (v *retagView) writeAll(w SetWriter) {
+	rt := v.tab.rt
+	var sz []int
+	var blobs [][]byte
+	for _, e := range v.info.ordered {
+		r := e.r
+		switch {
+		case e.plan == nil:
+			w.Resource(r.Name, r.Hash, "", r.Size())
+			r.WriteWire(w)
+		case r.Size() >= bigListener:
+			m := v.get(r.Name)
+			w.Resource(m.Name, m.Hash, "", m.Size())
+			m.WriteWire(w)
+		default:
+			blobs = v.tab.into(blobs[:0], e.plan)
+			sz = e.plan.sizesInto(sz[:0], *rt, blobs)
+			b := r.Wire().GetValue()
+			w.Resource(r.Name, r.Hash, rt.suffix, e.plan.sized(b, sz))
+			e.plan.write(w, b, *rt, blobs, sz)
+		}
+	}
+}
+
+// Size is the marshaled size of the set's resources, summed: a view's
+// once, and kept.
+func (s *Set) Size() int {
+	switch {
+	case s == nil:
+		return 0
+	case s.view != nil:
+		return s.view.total()
+	}
+	n := 0
+	for _, r := range s.res {
+		n += r.Size()
+	}
+	return n
+}
+
+func (v *retagView) total() int {
+	if n := v.size.Load(); n > 0 {
+		return int(n)
+	}
+	rt := v.tab.rt
+	var sz []int
+	var blobs [][]byte
+	n := 0
+	for _, e := range v.info.ordered {
+		if e.plan == nil {
+			n += e.r.Size()
+			continue
+		}
+		blobs = v.tab.into(blobs[:0], e.plan)
+		sz = e.plan.sizesInto(sz[:0], *rt, blobs)
+		n += e.plan.sized(e.r.Wire().GetValue(), sz)
+	}
+	v.size.Store(int64(n))
+	return n
+}
