@@ -1,6 +1,7 @@
 package server
 
 import (
+	"sync"
 	"weak"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -129,8 +130,33 @@ func (c *conn) wholeFor(t string, sub *deltaSub) (wh whole, ok bool) {
 		wh.view = cls
 	} else {
 		wh.set = wholeOf(cls)
+		c.s.recent.keep(wh.set)
 	}
 	return wh, true
+}
+
+// recentWholes holds the encodings last sent. An encoding is held
+// weakly by its Versions (gen.Memo), and a collection that finds no
+// response being written with it drops it: while 1,000 proxies
+// connected at M1 the three sets' encodings were made again and again,
+// 0.58 of 25 server CPU seconds in a profile. The last few are held
+// here, their memory bounded by their count (one type's set each).
+type recentWholes struct {
+	mu   sync.Mutex
+	ring [6]*wholeSet
+	next int
+}
+
+func (r *recentWholes) keep(ws *wholeSet) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, w := range r.ring {
+		if w == ws {
+			return
+		}
+	}
+	r.ring[r.next] = ws
+	r.next = (r.next + 1) % len(r.ring)
 }
 
 // exactly reports whether s holds the names of set and no others.

@@ -64,6 +64,7 @@ type Server struct {
 	// wholeSent counts the delta responses that carried a class's set
 	// whole, encoded once (delta_whole.go): for tests.
 	wholeSent atomic.Int64
+	recent    recentWholes
 
 	debouncer *push.Debouncer
 	queue     *push.Queue[*conn, *pushItem]
