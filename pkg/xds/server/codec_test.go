@@ -39,8 +39,9 @@ func classResources(t testing.TB, services int, typeURL string) []*gen.Resource 
 
 // ratingsVariant is the configuration of a workload of ns-0 whose
 // canonical service is ratings, in a World of services, made as a
-// variant of that of a reviews workload of the same namespace.
-func ratingsVariant(t testing.TB, services int) *gen.ClassConfig {
+// variant of that of a reviews workload of the same namespace, by a
+// generator with the default options, tweaked.
+func ratingsVariant(t testing.TB, services int, tweak ...func(*gen.Options)) *gen.ClassConfig {
 	t.Helper()
 	w := meshStore(t, services).World()
 	meta := func(name string) map[string]any {
@@ -54,7 +55,14 @@ func ratingsVariant(t testing.TB, services int) *gen.ClassConfig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := newGen(t)
+	opts := gen.DefaultOptions(testLog())
+	for _, f := range tweak {
+		f(&opts)
+	}
+	g, err := gen.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
 	base, err := g.Class(w, rep, nil)
 	if err != nil {
 		t.Fatal(err)
