@@ -271,8 +271,16 @@ type retagView struct {
 	// weakly (lazyWire), as they shared the base's before.
 	mu   sync.Mutex
 	made map[string]*Resource
-	// size is the listeners' bytes, summed on first use (Set.Size).
-	size atomic.Int64
+	// shape is the listeners' size and parts, counted on first use
+	// (Set.Size, Set.WholeShape).
+	shape atomic.Pointer[viewShape]
+}
+
+// viewShape is what a view's listeners are on the wire, written whole:
+// their bytes, and what Set.WriteAll writes of them in parts shorter
+// than small (copied) and as long or longer (shared).
+type viewShape struct {
+	size, small, copied, shared int
 }
 
 // bigListener is the size from which a view's listener is one resource

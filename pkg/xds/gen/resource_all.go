@@ -70,7 +70,7 @@ func (s *Set) Size() int {
 	case s == nil:
 		return 0
 	case s.view != nil:
-		return s.view.total()
+		return s.view.shapeOf(wholeSmall).size
 	}
 	n := 0
 	for _, r := range s.res {
@@ -79,23 +79,53 @@ func (s *Set) Size() int {
 	return n
 }
 
-func (v *retagView) total() int {
-	if n := v.size.Load(); n > 0 {
-		return int(n)
+// WholeShape bounds what WriteAll writes of a view, as
+// Resource.WireShape does for one resource: the bytes in parts shorter
+// than small (copied) and the parts as long or longer (shared), the
+// resources' headers not counted. Counted once per view for one small;
+// (0, 0) for a set that is not a view.
+func (s *Set) WholeShape(small int) (copied, shared int) {
+	if s == nil || s.view == nil {
+		return 0, 0
+	}
+	sh := s.view.shapeOf(small)
+	return sh.copied, sh.shared
+}
+
+// wholeSmall is the part size WholeShape is asked with (the server's
+// codec's): Size counts the shape for it, so that one walk serves both.
+const wholeSmall = 256
+
+// shapeOf returns the view's shape for small, counted on first use.
+func (v *retagView) shapeOf(small int) *viewShape {
+	if sh := v.shape.Load(); sh != nil && sh.small == small {
+		return sh
 	}
 	rt := v.tab.rt
 	var sz []int
 	var blobs [][]byte
-	n := 0
+	sh := &viewShape{small: small}
 	for _, e := range v.info.ordered {
-		if e.plan == nil {
-			n += e.r.Size()
-			continue
+		r := e.r
+		var copied, shared int
+		switch {
+		case e.plan == nil:
+			sh.size += r.Size()
+			copied, shared = r.WireShape(small)
+		case r.Size() >= bigListener:
+			m := v.get(r.Name)
+			sh.size += m.Size()
+			copied, shared = 0, 1
+		default:
+			blobs = v.tab.into(blobs[:0], e.plan)
+			sz = e.plan.sizesInto(sz[:0], *rt, blobs)
+			b := r.Wire().GetValue()
+			sh.size += e.plan.sized(b, sz)
+			copied, shared = e.plan.shape(b, v.tab, small)
 		}
-		blobs = v.tab.into(blobs[:0], e.plan)
-		sz = e.plan.sizesInto(sz[:0], *rt, blobs)
-		n += e.plan.sized(e.r.Wire().GetValue(), sz)
+		sh.copied += copied
+		sh.shared += shared
 	}
-	v.size.Store(int64(n))
-	return n
+	v.shape.Store(sh)
+	return sh
 }

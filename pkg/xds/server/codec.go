@@ -66,6 +66,11 @@ func (c xdsCodec) Marshal(v any) (mem.BufferSlice, error) {
 // costs more than the copy.
 const inlineBelow = 256
 
+// wholeHeader bounds a listener's name and version in a view written
+// whole (gen.Set.WriteAll): what the buffer is sized for beyond its
+// parts; a longer one grows it.
+const wholeHeader = 160
+
 // sliceWriter builds a message as header bytes interleaved with shared
 // resource bytes.
 type sliceWriter struct {
@@ -194,10 +199,12 @@ func (w *sliceWriter) delta(m *discovery.DeltaDiscoveryResponse, whole *wholeSet
 	}
 	parts := len(m.GetResources()) + len(send) + 1
 	if view != nil {
-		// A listener's header and lengths, and its tracing's values
-		// (gen.Set.WriteAll): a few hundred bytes and some shared parts.
-		n += view.Len() * (256 + len(typeURL))
-		parts += 4 * view.Len()
+		// Each listener's header, and the parts gen.Set.WriteAll copies
+		// and shares, counted once per view: growing the buffers as the
+		// parts came was a fifth of writing a view.
+		copied, shared := view.WholeShape(inlineBelow)
+		n += view.Len()*(32+len(typeURL)+wholeHeader) + copied
+		parts += 2 * shared
 	}
 	w.buf = append(make([]byte, 0, n), head...)
 	w.grow(parts)

@@ -82,8 +82,33 @@ func TestViewIsWrittenWholeAsItsListeners(t *testing.T) {
 		if set.Size() != size {
 			t.Errorf("%d services: the view's size is %d, want %d", services, set.Size(), size)
 		}
+		// WholeShape bounds what WriteAll writes, as the codec sizes its
+		// buffers by it.
+		var cw countingWriter
+		set.WriteAll(&cw)
+		copied, shared := set.WholeShape(inlineBelow)
+		if cw.copied > copied || cw.shared != shared {
+			t.Errorf("%d services: WriteAll copied %d bytes and shared %d parts; WholeShape says at most %d and %d", services, cw.copied, cw.shared, copied, shared)
+		}
+		if cw.resources != set.Len() {
+			t.Errorf("%d services: WriteAll wrote %d resources, want %d", services, cw.resources, set.Len())
+		}
 	}
 }
+
+// countingWriter counts what a gen.SetWriter is given, as the codec
+// would copy or share it.
+type countingWriter struct{ copied, shared, resources int }
+
+func (w *countingWriter) Copy(b []byte) { w.copied += len(b) }
+func (w *countingWriter) Share(b []byte) {
+	if len(b) < inlineBelow {
+		w.copied += len(b)
+	} else {
+		w.shared++
+	}
+}
+func (w *countingWriter) Resource(string, string, string, int) { w.resources++ }
 
 // classSet is the set of typeURL of sidecarID's class in a World of
 // services.
