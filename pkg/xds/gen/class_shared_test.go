@@ -144,6 +144,10 @@ func TestSharedListenersAreOneAcrossNamespaces(t *testing.T) {
 			if !shared {
 				continue
 			}
+			// And what views read of them.
+			if ia, ib := la.retagInfoOf(placeholderValues), lb.retagInfoOf(placeholderValues); ia != ib {
+				t.Errorf("%s: two equal listener sets have two retagInfos", what)
+			}
 			// Served, each names its own namespace.
 			for _, p := range []*model.Proxy{a, b} {
 				base := ca

@@ -314,10 +314,10 @@ type Versions struct {
 	// workload.
 	from   *Versions
 	suffix string
-	// memo is what Memo made of the resources, weakly held
-	// (a weak.Pointer of Memo's type).
+	// memo is what Memo made of the resources, weakly held: a
+	// weak.Pointer per type made.
 	memoMu sync.Mutex
-	memo   any
+	memo   []any
 }
 
 // Versions returns the versions of s's resources, built once per Set

@@ -75,12 +75,17 @@ func (v *Versions) equals(s *Set) bool {
 func Memo[T any](v *Versions, build func() *T) *T {
 	v.memoMu.Lock()
 	defer v.memoMu.Unlock()
-	if w, ok := v.memo.(weak.Pointer[T]); ok {
-		if p := w.Value(); p != nil {
+	for i, m := range v.memo {
+		if w, ok := m.(weak.Pointer[T]); ok {
+			if p := w.Value(); p != nil {
+				return p
+			}
+			p := build()
+			v.memo[i] = weak.Make(p)
 			return p
 		}
 	}
 	p := build()
-	v.memo = weak.Make(p)
+	v.memo = append(v.memo, weak.Make(p))
 	return p
 }
