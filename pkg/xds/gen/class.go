@@ -25,8 +25,10 @@ type ClassConfig struct {
 	Changed map[string][]string
 	// Sets holds one Set per type URL.
 	Sets map[string]*Set
-	// EndpointsOf lists the EDS resource names of each visible service.
+	// EndpointsOf lists the EDS resource names of each visible service;
+	// endpoints holds it, shared by equal classes (class_units.go).
 	EndpointsOf map[model.NamespacedName][]string
+	endpoints   *endpointsIndex
 	scope       *Scope
 	// reads are what the configuration was built from (reads.go), own
 	// what its resources of no unit were; prov finds the reads of a

@@ -3,8 +3,10 @@ package gen
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"testing"
 
 	"github.com/meshplane/discovery/pkg/model"
@@ -140,6 +142,10 @@ func TestSharedListenersAreOneAcrossNamespaces(t *testing.T) {
 			}
 			if !shared && ca.Sets[ListenerType].Versions() == cb.Sets[ListenerType].Versions() {
 				t.Errorf("%s: two listener sets that differ have one Versions", what)
+			}
+			// The namespaces' classes list the same endpoints: one map.
+			if ca.endpoints == nil || ca.endpoints != cb.endpoints || len(ca.EndpointsOf) == 0 {
+				t.Errorf("%s: two classes listing the same endpoints hold two EndpointsOf", what)
 			}
 			if !shared {
 				continue
@@ -307,4 +313,57 @@ func checkMadeOnce(t *testing.T, ls *Set, big, small int) (int, int) {
 		}
 	}
 	return big, small
+}
+
+// Classes that list the same endpoints share one EndpointsOf, and a
+// class regenerated after a change that renames its endpoints (subsets)
+// writes its own copy: the other class's map is left as it was.
+func TestSharedEndpointsOfIsNotWritten(t *testing.T) {
+	store := model.NewStore(model.StoreOptions{})
+	if _, err := store.Apply(worldtest.Mesh(20, 2, 2)...); err != nil {
+		t.Fatal(err)
+	}
+	proxy := func(ns string) *model.Proxy {
+		p, err := model.ParseProxy(fmt.Sprintf("sidecar~10.9.0.1~web.%s~%s.svc.cluster.local", ns, ns), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	a, b := proxy("ns-0"), proxy("ns-1")
+	g, err := New(DefaultOptions(quietLog()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, cb := mustClass(t, g, store.World(), a, nil), mustClass(t, g, store.World(), b, nil)
+	if ca.endpoints != cb.endpoints {
+		t.Fatal("the two classes do not share their EndpointsOf: the test shows nothing")
+	}
+	before := maps.Clone(cb.EndpointsOf)
+	for k, v := range before {
+		before[k] = slices.Clone(v)
+	}
+	evs, err := worldtest.Decode([]byte(`apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: svc-0, namespace: ns-0}
+spec:
+  host: svc-0.ns-0.svc.cluster.local
+  subsets:
+  - name: v1
+    labels: {version: v1}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Apply(evs...); err != nil {
+		t.Fatal(err)
+	}
+	na := mustClass(t, g, store.World(), a, ca)
+	svc := model.NamespacedName{Namespace: "ns-0", Name: "svc-0"}
+	if len(na.EndpointsOf[svc]) <= len(before[svc]) {
+		t.Fatalf("the subset added no endpoints to %v (%v): the test shows nothing", svc, na.EndpointsOf[svc])
+	}
+	if !maps.EqualFunc(cb.EndpointsOf, before, slices.Equal[[]string]) {
+		t.Error("regenerating one class changed the EndpointsOf of another")
+	}
 }

@@ -1,9 +1,11 @@
 package gen
 
 import (
+	"hash/maphash"
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/meshplane/discovery/pkg/model"
 )
@@ -166,16 +168,24 @@ func compareNN(a, b model.NamespacedName) int {
 // are read again.
 func (cc *ClassConfig) endpointsOf(prev *ClassConfig, units, olds []*unit) {
 	if prev == nil || len(prev.units) != len(units) || slices.Contains(olds, nil) {
-		cc.EndpointsOf = make(map[model.NamespacedName][]string, len(units))
+		m := make(map[model.NamespacedName][]string, len(units))
 		for _, u := range units {
 			if names := endpointNames(u); names != nil {
-				cc.EndpointsOf[u.svc.Key()] = names
+				m[u.svc.Key()] = names
 			}
 		}
+		cc.endpoints = endpointsPool.of(m)
+		cc.EndpointsOf = cc.endpoints.m
 		return
 	}
-	cc.EndpointsOf = prev.EndpointsOf
+	cc.EndpointsOf, cc.endpoints = prev.EndpointsOf, prev.endpoints
 	copied := false
+	defer func() {
+		if copied {
+			cc.endpoints = endpointsPool.of(cc.EndpointsOf)
+			cc.EndpointsOf = cc.endpoints.m
+		}
+	}()
 	for i, u := range units {
 		old := olds[i]
 		if u.epsAt == nil && old.epsAt == nil && sameSlice(u.endpoints, old.endpoints) {
@@ -196,6 +206,52 @@ func (cc *ClassConfig) endpointsOf(prev *ClassConfig, units, olds []*unit) {
 		}
 	}
 }
+
+// endpointsIndex is a class's EndpointsOf, shared by the classes that
+// list the same names (endpointsPool): the namespaces' classes at M1 see
+// the same services' endpoints, and each held its own map, 9.5 MB of the
+// heap. A shared map is never written: endpointsOf copies before it
+// changes one.
+type endpointsIndex struct {
+	m map[model.NamespacedName][]string
+}
+
+// endpointsPool finds the EndpointsOf in use by content, held weakly.
+var endpointsPool = endpointsShare{m: newWeakMap[uint64, endpointsIndex](64)}
+
+type endpointsShare struct {
+	mu sync.Mutex
+	m  weakMap[uint64, endpointsIndex]
+}
+
+// of returns the pooled index equal to m, pooling m if there is none.
+// The key is a sum of the entries' hashes (a map has no order); equal
+// is then checked entry by entry.
+func (p *endpointsShare) of(m map[model.NamespacedName][]string) *endpointsIndex {
+	var sum uint64
+	for k, names := range m {
+		var h maphash.Hash
+		h.SetSeed(endpointsSeed)
+		h.WriteString(k.Namespace)
+		h.WriteByte(0)
+		h.WriteString(k.Name)
+		for _, n := range names {
+			h.WriteByte(0)
+			h.WriteString(n)
+		}
+		sum += h.Sum64()
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if old := p.m.get(sum); old != nil && maps.EqualFunc(old.m, m, slices.Equal[[]string]) {
+		return old
+	}
+	ix := &endpointsIndex{m: m}
+	p.m.put(sum, ix)
+	return ix
+}
+
+var endpointsSeed = maphash.MakeSeed()
 
 // endpointNames lists the names of u's endpoints, nil for none.
 func endpointNames(u *unit) []string {
