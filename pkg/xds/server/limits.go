@@ -98,9 +98,14 @@ func (c *conn) checkNames(typeURL string, req any, misses int) error {
 		// guessed (held names the configuration dropped since are a
 		// proxy's lag), and counting walked every subscribed name on
 		// every subscription change, 5% of the server's time after a
-		// service was added at M1.
-		if unknown = c.unknown(typeURL, ts.dnew); unknown > 0 {
-			unknown += c.unknownHeld(typeURL)
+		// service was added at M1. Nothing is counted when the names in
+		// all are within the bound: the unknown ones are some of them.
+		// Looking up each name of every first subscription was 3% of
+		// the server's time while 1,000 proxies connected.
+		if o.MaxUnknownNames > 0 && total > o.MaxUnknownNames {
+			if unknown = c.unknown(typeURL, ts.dnew); unknown > 0 {
+				unknown += c.unknownHeld(typeURL)
+			}
 		}
 	}
 	if o.MaxNames > 0 && total > o.MaxNames {
