@@ -44,23 +44,7 @@ func (c *conn) respondDelta(w *deltaWatch, dirty []string) bool {
 	ts := c.of(t)
 	returned := w.sub.returned
 	dirty = c.deltaNames(w, dirty, returned)
-	var wh whole
-	var send []*gen.Resource
-	var removed []string
-	sent := false // the set whole
-	if dirty == nil && !ts.base.set() && len(returned) == 0 {
-		// A stream's first response: its class's set whole, if that is
-		// what it is sent.
-		if wh, sent = c.wholeFor(t, w.sub); sent {
-			send = make([]*gen.Resource, 0, len(wh.own))
-			for _, n := range wh.own {
-				send = append(send, c.cfg.Own[t].Get(n))
-			}
-		}
-	}
-	if !sent {
-		send, removed = c.deltaDiff(w, dirty, returned)
-	}
+	wh, sent, send, removed := c.wholeOrDiff(w, dirty, returned)
 	version := c.cfg.Version(t)
 	if dirty == nil || ts.checked == ts.prevVersion {
 		ts.checked = version

@@ -84,6 +84,25 @@ func appendResourceHeader(b []byte, typeURL, name, version, suffix string, size 
 	return protowire.AppendVarint(b, uint64(size))
 }
 
+// wholeOrDiff returns what respondDelta sends w's stream: for a
+// stream's first response (nothing held, compared in full) its class's
+// set whole with the proxy's own resources (send), when that is what it
+// is sent (sent); else what deltaDiff finds name by name.
+func (c *conn) wholeOrDiff(w *deltaWatch, dirty []string, returned map[string]string) (wh whole, sent bool, send []*gen.Resource, removed []string) {
+	t := w.req.GetTypeUrl()
+	if dirty == nil && !c.of(t).base.set() && len(returned) == 0 {
+		if wh, sent = c.wholeFor(t, w.sub); sent {
+			send = make([]*gen.Resource, 0, len(wh.own))
+			for _, n := range wh.own {
+				send = append(send, c.cfg.Own[t].Get(n))
+			}
+			return wh, true, send, nil
+		}
+	}
+	send, removed = c.deltaDiff(w, dirty, returned)
+	return whole{}, false, send, removed
+}
+
 // whole is what a fresh stream is sent of its class's set when it is
 // sent all of it: the set's encoding, shared (set), or, for a view (a
 // variant's listeners), the view, written for the stream from its
