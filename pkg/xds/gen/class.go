@@ -79,6 +79,9 @@ type ClassConfig struct {
 	// shared is set when the configuration was generated with
 	// placeholders for the service tags (class_shared.go).
 	shared bool
+	// outTelKey identifies the outbound telemetry of a class that has
+	// siblings (class_sibling.go).
+	outTelKey string
 }
 
 // portUnit is the outbound listener of one port, reused by the next
@@ -204,8 +207,16 @@ func (g *Generator) generate(mw *model.World, p *model.Proxy, prev *ClassConfig,
 		Class: key, WorldVersion: w.Version, at: w.unrecorded(), scope: sc, reads: reads, own: own, prov: &provIndex{}, presplit: g.presplit(w, p),
 		shared: shared,
 	}
+	family := familyOf(key, p, shared)
+	var sib *sibling
+	if family != "" {
+		cc.outTelKey = telemetryKey(sc.tel.of(classOutbound))
+		if d, dcs := g.siblings.donor(family, p.Namespace, shared, mw); d != nil {
+			sib = &sibling{cc: d, cs: dcs}
+		}
+	}
 	bs, edsRefs, routeRefs := prev.builders()
-	g.addUnits(sc, cc, prev, reuse, cs, bs, edsRefs, routeRefs)
+	g.addUnits(sc, cc, prev, reuse, cs, sib, bs, edsRefs, routeRefs)
 	switch {
 	case p.IsGRPC():
 		// Proxyless gRPC: the per-service API listeners are all it needs.
@@ -213,7 +224,7 @@ func (g *Generator) generate(mw *model.World, p *model.Proxy, prev *ClassConfig,
 		routeRefs.add(g.gateway(sc, bs)...)
 		g.fixed(sc.w, bs)
 	default:
-		g.sidecarOutbound(sc, bs, cc, reuse, cs, routeRefs)
+		g.sidecarOutbound(sc, bs, cc, reuse, cs, sib, routeRefs)
 		g.fixed(sc.w, bs)
 	}
 	g.wasmExtensions(sc, bs[ExtensionConfigType])
@@ -226,6 +237,7 @@ func (g *Generator) generate(mw *model.World, p *model.Proxy, prev *ClassConfig,
 		if g.perAddress && p.Type == model.ProxySidecar && !p.IsGRPC() {
 			g.splitByAddress(out, prev) // listener_address.go
 		}
+		g.siblings.generated(family, out)
 	}
 	return out, err
 }
@@ -331,8 +343,9 @@ func (g *Generator) fixed(w *view, bs map[string]*builder) {
 // hosts without an address, and the route names the listeners use to
 // refs.
 // A port's listener is reused from prev when what it read stands after
-// the changes cs.
-func (g *Generator) sidecarOutbound(sc *Scope, bs map[string]*builder, cc, prev *ClassConfig, cs *changes, refs *followed[string]) {
+// the changes cs, else taken from the sibling sib if it stands there
+// (class_sibling.go).
+func (g *Generator) sidecarOutbound(sc *Scope, bs map[string]*builder, cc, prev *ClassConfig, cs *changes, sib *sibling, refs *followed[string]) {
 	bs[ListenerType].add(VirtualOutbound, sc.applyOutboundPolicy(virtualOutbound(sc.outTel())))
 	g.warnSidecar(sc)
 	ports, byPort := servicesByPort(sc)
@@ -342,7 +355,10 @@ func (g *Generator) sidecarOutbound(sc *Scope, bs map[string]*builder, cc, prev 
 	for _, port := range ports {
 		pu := prev.port(port)
 		if pu == nil || pu.presplit != cc.presplit || !pu.reads.stands(sc, cs) || (pu.split != nil && !splitStands(lb, pu)) {
-			if pu = g.derivePort(sc, cc, port, byPort[port], prev.port(port), taken); pu == nil {
+			if pu = sib.port(sc, cc, port, lb); pu == nil {
+				pu = g.derivePort(sc, cc, port, byPort[port], prev.port(port), taken)
+			}
+			if pu == nil {
 				var err error
 				if pu, err = g.buildPort(sc, cc, port, byPort[port], prev.port(port), taken); err != nil {
 					bs[ListenerType].errs = append(bs[ListenerType].errs, err)

@@ -15,27 +15,47 @@ import (
 // (VirtualServices and DestinationRules written and removed, services
 // added, removed and given other ports, endpoints updated in place, a
 // Sidecar that narrows what a namespace sees, ServiceEntries sharing a
-// host with a Service, MeshConfig's default exportTo) and requires, after every step, what generation
+// host with a Service, MeshConfig's default exportTo, routes matching a
+// sourceNamespace, a namespace's access-logging Telemetry) and requires, after every step, what generation
 // from nothing gives, and Changed naming exactly what differs. It is the
 // check on the generation's shortcuts: units reused by their reads,
 // builders replaying the previous generation's log (builder.go), the
-// units' maps shared (endpointsOf).
+// units' maps shared (endpointsOf), units and port listeners taken from
+// the class of another namespace (class_sibling.go: the sidecars of
+// ns-0, ns-1 and ns-2 are siblings).
 func TestIncrementalEqualsFromScratchUnderChurn(t *testing.T) {
-	for _, perAddress := range []bool{false, true} {
-		t.Run(fmt.Sprintf("perAddress=%v", perAddress), func(t *testing.T) {
-			churn(t, perAddress, 150)
+	for _, c := range []struct{ perAddress, shared bool }{{false, false}, {true, false}, {true, true}} {
+		t.Run(fmt.Sprintf("perAddress=%v/shared=%v", c.perAddress, c.shared), func(t *testing.T) {
+			churn(t, c.perAddress, c.shared, 150)
 		})
 	}
 }
 
-func churn(t *testing.T, perAddress bool, steps int) {
+// churn runs the series of changes; with shared, on a generator with
+// Options.SharedTags, whose sidecars carry service tags (their classes
+// are generated with placeholders for them, as the server's are).
+func churn(t *testing.T, perAddress, shared bool, steps int) {
 	const services, namespaces = 16, 3
 	store := model.NewStore(model.StoreOptions{})
-	if _, err := store.Apply(worldtest.Mesh(services, namespaces, 2)...); err != nil {
+	// Access logs on, which a namespace's Telemetry may turn off.
+	meshEv, err := worldtest.MeshConfig(churnMesh)
+	if err != nil {
 		t.Fatal(err)
 	}
-	g, o := newWithListeners(t, perAddress)
-	proxies := []*model.Proxy{sidecar(t, "ns-0"), sidecar(t, "ns-1"), grpcProxy(t, "ns-2")}
+	if _, err := store.Apply(append(worldtest.Mesh(services, namespaces, 2), meshEv)...); err != nil {
+		t.Fatal(err)
+	}
+	o := DefaultOptions(quietLog())
+	o.ListenersPerAddress, o.SharedTags = perAddress, shared
+	g, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	side := sidecar
+	if shared {
+		side = namespaceProxy
+	}
+	proxies := []*model.Proxy{side(t, "ns-0"), side(t, "ns-1"), grpcProxy(t, "ns-2"), side(t, "ns-2")}
 	prev := make([]*ClassConfig, len(proxies))
 	rng := rand.New(rand.NewPCG(22, uint64(services)))
 	svc := func() (string, string, int) {
@@ -46,7 +66,7 @@ func churn(t *testing.T, perAddress bool, steps int) {
 		var what string
 		var evs []model.Event
 		var endpointsOf *model.NamespacedName
-		switch k := rng.IntN(10); k {
+		switch k := rng.IntN(12); k {
 		case 0, 1:
 			ns, name, _ := svc()
 			what = "VirtualService " + name
@@ -136,11 +156,44 @@ spec:
 			// Services exported to their own namespace only, or to all.
 			exportTo := []string{`"*"`, `"."`}[rng.IntN(2)]
 			what = "MeshConfig defaultServiceExportTo " + exportTo
-			ev, err := worldtest.MeshConfig("defaultServiceExportTo: [" + exportTo + "]\n")
+			ev, err := worldtest.MeshConfig(churnMesh + "defaultServiceExportTo: [" + exportTo + "]\n")
 			if err != nil {
 				t.Fatal(err)
 			}
 			evs = append(evs, ev)
+		case 10:
+			// A route for the clients of one namespace: the classes of
+			// the others must not take it, nor it theirs.
+			ns, name, _ := svc()
+			src := fmt.Sprintf("ns-%d", rng.IntN(namespaces))
+			what = "VirtualService " + name + " from " + src
+			evs = mustDecode(t, fmt.Sprintf(`
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: %s, namespace: %s, resourceVersion: "%d"}
+spec:
+  hosts: [%s]
+  http:
+  - match: [{sourceNamespace: %s}]
+    route: [{destination: {host: %s}}]
+    timeout: %ds
+  - route: [{destination: {host: %s}}]
+`, name, ns, step, name, src, name, 1+rng.IntN(9), name))
+		case 11:
+			// A namespace's Telemetry changes its classes' listeners only.
+			ns := fmt.Sprintf("ns-%d", rng.IntN(namespaces))
+			what = "Telemetry " + ns
+			evs = mustDecode(t, fmt.Sprintf(`
+apiVersion: telemetry.istio.io/v1
+kind: Telemetry
+metadata: {name: logs, namespace: %s, resourceVersion: "%d"}
+spec:
+  accessLogging: [{providers: [{name: envoy}], disabled: %v}]
+`, ns, step, rng.IntN(2) == 0))
+			if rng.IntN(3) == 0 {
+				what = "Telemetry removed " + ns
+				evs = []model.Event{{Op: model.OpDelete, Key: model.Key{Kind: model.KindTelemetry, Namespace: ns, Name: "logs"}}}
+			}
 		}
 		if _, err := store.Apply(evs...); err != nil {
 			t.Fatalf("step %d (%s): %v", step, what, err)
@@ -186,6 +239,9 @@ spec:
 		}
 	}
 }
+
+// churnMesh is the MeshConfig of churn's World.
+const churnMesh = "accessLogFile: /dev/stdout\n"
 
 // newWithListeners returns a generator with listeners per address or
 // per port, and its options.

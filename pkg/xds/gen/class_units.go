@@ -43,7 +43,7 @@ type unit struct {
 // units' clusters and listeners reference to edsRefs and routeRefs. It
 // runs for every class and change over a thousand services at M1:
 // nothing is allocated or looked up that can be hoisted out of the loop.
-func (g *Generator) addUnits(sc *Scope, cc, prev, reuse *ClassConfig, cs *changes, bs map[string]*builder, edsRefs, routeRefs *followed[string]) {
+func (g *Generator) addUnits(sc *Scope, cc, prev, reuse *ClassConfig, cs *changes, sib *sibling, bs map[string]*builder, edsRefs, routeRefs *followed[string]) {
 	cb, eb, lb, rb := bs[ClusterType], bs[EndpointType], bs[ListenerType], bs[RouteType]
 	units, olds := make([]*unit, len(sc.Services)), make([]*unit, len(sc.Services))
 	// Two reads per unit, and a few of the port listeners'.
@@ -75,11 +75,11 @@ func (g *Generator) addUnits(sc *Scope, cc, prev, reuse *ClassConfig, cs *change
 		var u *unit
 		switch {
 		case reuse == nil:
-			u = g.serviceUnit(sc, svc, nil, cs)
+			u = g.serviceUnit(sc, svc, nil, cs, sib)
 		case old != nil && !old.stale && !old.bloom.meets(changed):
 			u = old
 		default:
-			u = g.serviceUnit(sc, svc, old, cs)
+			u = g.serviceUnit(sc, svc, old, cs, sib)
 		}
 		units[i] = u
 		cc.reads.add(u.reads)
@@ -266,12 +266,14 @@ func endpointNames(u *unit) []string {
 }
 
 // serviceUnit generates, or reuses from old (the previous generation's
-// unit, or nil), the resources of one service.
+// unit, or nil), the resources of one service; routes that old does not
+// give it takes from the sibling sib where they stand
+// (class_sibling.go).
 // A VirtualService edit leaves the clusters' reads standing: the service's
 // clusters and endpoints are reused and its routes alone rebuilt, so an
 // edit costs the edited hosts, not the class
 // (BenchmarkClassAfterEditWith100VirtualServices).
-func (g *Generator) serviceUnit(csc *Scope, svc *model.Service, old *unit, cs *changes) *unit {
+func (g *Generator) serviceUnit(csc *Scope, svc *model.Service, old *unit, cs *changes, sib *sibling) *unit {
 	// A reused part keeps its reads: they stand, so it read the same.
 	routesStand := old != nil && old.reads.stands(csc, cs)
 	clustersStand := old != nil && !old.stale && old.clusterReads.stands(csc, cs)
@@ -286,6 +288,8 @@ func (g *Generator) serviceUnit(csc *Scope, svc *model.Service, old *unit, cs *c
 	}
 	if routesStand {
 		u.listeners, u.routes, u.routeRefs, u.reads = old.listeners, old.routes, old.routeRefs, old.reads
+	} else if d := sib.unitRoutes(csc, svc); d != nil {
+		u.listeners, u.routes, u.routeRefs, u.reads = d.listeners, d.routes, d.routeRefs, d.reads
 	} else {
 		g.unitRoutes(csc, svc, u)
 	}

@@ -13,7 +13,10 @@ type Generator struct {
 	warns warnings
 	ids   atomic.Uint64
 	parts partCache
-	trust trustDomains // Options.TrustDomain (trust_domain.go)
+	// siblings holds the donor of each family of classes
+	// (class_sibling.go).
+	siblings siblings
+	trust    trustDomains // Options.TrustDomain (trust_domain.go)
 	// traceSampling is Options.TraceSampling.
 	traceSampling float64
 	// credentials is Options.Credentials.

@@ -58,6 +58,15 @@ func l4Holds(m l4Match, ns string, port int32, gateway string) bool {
 	return len(m.GetGateways()) == 0 || matchesGateway(m.GetGateways(), ns, gateway)
 }
 
+// l4HoldsFor is l4HoldsFor for the class's proxies, recording the
+// namespace question the match's sourceNamespace asks.
+func (sc *Scope) l4HoldsFor(m l4Match, ns string, port int32) bool {
+	if m != nil {
+		sc.readSource(m)
+	}
+	return l4HoldsFor(m, ns, port, sc.Proxy)
+}
+
 // l4HoldsFor is l4Holds for a sidecar p: the match's sourceLabels and
 // sourceNamespace must select p too.
 func l4HoldsFor(m l4Match, ns string, port int32, p *model.Proxy) bool {
@@ -154,7 +163,7 @@ func (g *Generator) meshTCPFilters(sc *Scope, svc *model.Service, port int32) []
 	for _, c := range g.meshL4VirtualServices(sc, svc.Hostname) {
 		vs := c.Object.(*networkingv1.VirtualService)
 		for _, r := range vs.Spec.GetTcp() {
-			if !tcpRouteHolds(r, c.Key.Namespace, port, svc.Addresses, sc.Proxy) {
+			if !sc.tcpRouteHolds(r, c.Key.Namespace, port, svc.Addresses) {
 				continue
 			}
 			if f := tcpRouteFilter(sc, c.Key.Namespace, r.GetRoute(), svc.Hostname, port); f != nil {
@@ -164,6 +173,15 @@ func (g *Generator) meshTCPFilters(sc *Scope, svc *model.Service, port int32) []
 	}
 	cluster := ClusterName(port, "", svc.Hostname)
 	return t.stack(t.tcpProxy(cluster, cluster))
+}
+
+// tcpRouteHolds is tcpRouteHolds for the class's proxies, recording the
+// namespace questions the matches' sourceNamespace ask.
+func (sc *Scope) tcpRouteHolds(r *networking.TCPRoute, ns string, port int32, addrs []string) bool {
+	for _, m := range r.GetMatch() {
+		sc.readSource(m)
+	}
+	return tcpRouteHolds(r, ns, port, addrs, sc.Proxy)
 }
 
 func tcpRouteHolds(r *networking.TCPRoute, ns string, port int32, addrs []string, p *model.Proxy) bool {
@@ -284,7 +302,7 @@ func meshTLSRouteChains(sc *Scope, c *model.Config, later bool, svc *model.Servi
 			continue
 		}
 		for j, m := range r.GetMatch() {
-			if !l4HoldsFor(m, c.Key.Namespace, port, sc.Proxy) || len(m.GetSniHosts()) == 0 {
+			if !sc.l4HoldsFor(m, c.Key.Namespace, port) || len(m.GetSniHosts()) == 0 {
 				continue
 			}
 			subnets := m.GetDestinationSubnets()

@@ -37,6 +37,11 @@ const (
 	qPortServices
 	// qRegistryOnly: RegistryOnly, in ok.
 	qRegistryOnly
+	// qProxyNamespace: whether the proxies' namespace is host, in ok
+	// (Scope.inNamespace). A class's namespace never changes, so within
+	// a class it always holds; it tells the units a sibling class may
+	// take from another (class_sibling.go).
+	qProxyNamespace
 )
 
 // scopeRead is one question asked of the scope and its answer.
@@ -104,6 +109,18 @@ func (sc *Scope) answers(sr *scopeRead) bool {
 		return slices.Equal(sc.portServices()[sr.port], sr.svcs)
 	case qRegistryOnly:
 		return sc.registryOnlyIn(sc.w.unrecorded()) == sr.ok
+	case qProxyNamespace:
+		return (sc.Proxy.Namespace == sr.host) == sr.ok
 	}
 	return false
+}
+
+// inNamespace reports whether the class's proxies are in namespace ns,
+// recording the question: what is built from the answer (a service's
+// short host name, a match's sourceNamespace) stands for a class of
+// another namespace only where that class answers the same.
+func (sc *Scope) inNamespace(ns string) bool {
+	yes := sc.Proxy.Namespace == ns
+	sc.w.r.scope(scopeRead{q: qProxyNamespace, host: ns, ok: yes})
+	return yes
 }

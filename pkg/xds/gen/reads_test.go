@@ -35,6 +35,10 @@ var worldAllowed = map[string]bool{
 	// Keeps the World it chose in as ClassConfig.at does: changesSince
 	// alone looks into it.
 	"chooseServices": true,
+	// The changes since the World a sibling class was generated in
+	// decide which of its units stand (class_sibling.go); changesSince
+	// alone looks into it.
+	"siblings.donor": true,
 	// Reads that shape no resource.
 	"Generator.requestAuthnConfigs": true, "Generator.peerAuthentication": true, "Generator.authzPolicies": true,
 	"resolvedExtAuthz": true, "Generator.warnEntry": true, "Generator.warnGRPCPermissive": true,
@@ -214,6 +218,7 @@ var scopeAllowed = map[string]string{
 	"autoPassthroughChains": "a gateway's listeners are its class's own, rebuilt by every generation",
 	"Generator.warnRules":   "a warning", "Generator.warnSidecar": "a warning",
 	"Generator.Variant": "sets the variant's telemetry, which reads what its base's recorded",
+	"sibling.port":      "adds the class's telemetry reads to the listeners it takes, as Scope.readTelemetry does",
 }
 
 // TestScopeSelectionsAreRecorded: outside the recording machinery

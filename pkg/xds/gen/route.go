@@ -10,14 +10,21 @@ import (
 	"github.com/meshplane/discovery/pkg/model"
 )
 
-// hostNames are the names a client in namespace clientNS may use for a
-// service port: FQDN, name.ns.svc, name.ns, the short name (same namespace
-// only), the addresses, each with and without the port.
-func hostNames(svc *model.Service, port int32, clientNS string) []string {
+// hostNames are the names the class's proxies may use for a service
+// port: FQDN, name.ns.svc, name.ns, the short name (proxies of the
+// service's namespace only), the addresses, each with and without the
+// port.
+func (sc *Scope) hostNames(svc *model.Service, port int32) []string {
+	return hostNames(svc, port, svc.Entry == nil && sc.inNamespace(svc.Namespace))
+}
+
+// hostNames is Scope.hostNames for a client in the service's namespace
+// (own) or another.
+func hostNames(svc *model.Service, port int32, own bool) []string {
 	bare := []string{svc.Hostname, svc.Name + "." + svc.Namespace + ".svc", svc.Name + "." + svc.Namespace}
 	if svc.Entry != nil {
 		bare = bare[:1] // a ServiceEntry host has no short names
-	} else if svc.Namespace == clientNS {
+	} else if own {
 		bare = append(bare, svc.Name)
 	}
 	for _, a := range svc.Addresses {
@@ -74,7 +81,7 @@ func defaultRoute(cluster string, rp *routev3.RetryPolicy) *routev3.Route {
 
 // serviceRoute is the RouteConfiguration HOST:PORT of one service port.
 func (g *Generator) serviceRoute(sc *Scope, svc *model.Service, port model.Port, extraDomains ...string) *routev3.RouteConfiguration {
-	domains := append(append(hostNames(svc, port.Port, sc.Proxy.Namespace), sc.aliasNames(svc, port.Port)...), extraDomains...)
+	domains := append(append(sc.hostNames(svc, port.Port), sc.aliasNames(svc, port.Port)...), extraDomains...)
 	return &routev3.RouteConfiguration{
 		Name:             RouteName(svc.Hostname, port.Port),
 		VirtualHosts:     []*routev3.VirtualHost{g.virtualHost(sc, svc, port, "mesh", domains)},
@@ -89,7 +96,7 @@ func (g *Generator) portRoute(sc *Scope, port int32, svcs []*model.Service) *rou
 	rc := &routev3.RouteConfiguration{Name: itoa(port), ValidateClusters: wrapperspb.Bool(false)}
 	for _, svc := range svcs {
 		p, _ := svc.PortByNumber(port)
-		rc.VirtualHosts = append(rc.VirtualHosts, g.virtualHost(sc, svc, p, "mesh", append(hostNames(svc, port, sc.Proxy.Namespace), sc.aliasNames(svc, port)...)))
+		rc.VirtualHosts = append(rc.VirtualHosts, g.virtualHost(sc, svc, p, "mesh", append(sc.hostNames(svc, port), sc.aliasNames(svc, port)...)))
 	}
 	rc.VirtualHosts = append(rc.VirtualHosts, &routev3.VirtualHost{
 		Name: "allow_any", Domains: []string{"*"},

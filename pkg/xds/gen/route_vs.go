@@ -66,7 +66,7 @@ func (g *Generator) httpRoutes(sc *Scope, r httpRoute, host string, port int32, 
 	}
 	var out []*routev3.Route
 	for _, m := range matches {
-		if !httpMatchHolds(m, r.ns, port, gateway, sc.Proxy) {
+		if !sc.httpMatchHolds(m, r.ns, port, gateway) {
 			continue
 		}
 		rt := proto.Clone(tmpl).(*routev3.Route)
@@ -93,9 +93,26 @@ func httpMatchHolds(m *networking.HTTPMatchRequest, ns string, port int32, gatew
 	return sourceHolds(m.GetSourceLabels(), m.GetSourceNamespace(), p)
 }
 
+// httpMatchHolds is httpMatchHolds for the class's proxies, recording
+// the namespace question a sourceNamespace asks (Scope.inNamespace).
+func (sc *Scope) httpMatchHolds(m *networking.HTTPMatchRequest, ns string, port int32, gateway string) bool {
+	sc.readSource(m)
+	return httpMatchHolds(m, ns, port, gateway, sc.Proxy)
+}
+
+// readSource records that a match's sourceNamespace, if it has one, is
+// compared with the class's namespace.
+func (sc *Scope) readSource(m interface{ GetSourceNamespace() string }) {
+	if ns := m.GetSourceNamespace(); ns != "" {
+		sc.inNamespace(ns)
+	}
+}
+
 // sourceHolds reports whether a match's sourceLabels and sourceNamespace
 // select proxy p. Proxies of one class agree on it: the class carries the
 // namespace and, through ClassKey, which sourceLabels selectors match.
+// The namespace comparison is a read of the class's scope: callers that
+// build a class record it (Scope.readSource).
 func sourceHolds(labels map[string]string, ns string, p *model.Proxy) bool {
 	return (ns == "" || ns == p.Namespace) && labelsMatch(labels, p.Metadata.Labels)
 }

@@ -386,7 +386,7 @@ func (sc *Scope) aliasNames(svc *model.Service, port int32) []string {
 	sc.w.r.scope(scopeRead{q: qAliases, host: svc.Hostname, svcs: as})
 	var out []string
 	for _, a := range as {
-		out = append(out, hostNames(a, port, sc.Proxy.Namespace)...)
+		out = append(out, sc.hostNames(a, port)...)
 	}
 	return out
 }

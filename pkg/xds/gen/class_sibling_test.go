@@ -1,0 +1,212 @@
+package gen
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/meshplane/discovery/pkg/model"
+	"github.com/meshplane/discovery/pkg/xds/internal/worldtest"
+)
+
+// namespaceProxy is a sidecar of ns as the load tool's injected ones
+// are: labelled, with its service tags.
+func namespaceProxy(t testing.TB, ns string) *model.Proxy {
+	t.Helper()
+	p, err := model.ParseProxy(fmt.Sprintf("sidecar~10.9.0.1~web.%s~%s.svc.cluster.local", ns, ns),
+		map[string]any{model.MetaIstioVersion: "1.32.0", "NAMESPACE": ns, model.MetaLabels: map[string]any{"app": "web", canonicalNameLabel: "web"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// BenchmarkClassesOfNamespaces generates the 50 namespace classes of the
+// 1,000-service World one after the other with a fresh generator, as
+// the server does when 1,000 proxies of 50 namespaces connect (M1:
+// listeners per address, shared service tags).
+func BenchmarkClassesOfNamespaces(b *testing.B) {
+	store := world1000(b)
+	w := store.World()
+	ps := make([]*model.Proxy, 50)
+	for i := range ps {
+		ps[i] = namespaceProxy(b, fmt.Sprintf("ns-%d", i))
+	}
+	opts := DefaultOptions(quietLog())
+	opts.ListenersPerAddress, opts.SharedTags = true, true
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		g, err := New(opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, p := range ps {
+			if _, err := g.Class(w, p, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
+
+// TestSiblingClassesTakeWhatStands generates the classes of four
+// namespaces one after the other, each taking from the one before
+// (class_sibling.go), and requires of each what generation from nothing
+// gives; and that what it took is what stands: the routes of the
+// services of the other two namespaces and the port listeners, one
+// resource for both, while the routes of the services of its own and
+// the donor's namespace (their short names) are its own.
+func TestSiblingClassesTakeWhatStands(t *testing.T) {
+	store := model.NewStore(model.StoreOptions{})
+	if _, err := store.Apply(worldtest.Mesh(16, 4, 2)...); err != nil {
+		t.Fatal(err)
+	}
+	w := store.World()
+	o := DefaultOptions(quietLog())
+	o.ListenersPerAddress, o.SharedTags = true, true
+	g, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var prev *ClassConfig
+	for i := range 4 {
+		ns := fmt.Sprintf("ns-%d", i)
+		p := namespaceProxy(t, ns)
+		cc := mustClass(t, g, w, p, nil)
+		fresh, err := freshClass(w, p, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, typ := range TypeURLs {
+			if got, want := cc.Sets[typ], fresh.Sets[typ]; got.Version != want.Version {
+				t.Fatalf("%s: %s differs from a class generated from nothing in %v", ns, ShortType(typ), changed(got, want))
+			}
+		}
+		if prev == nil {
+			prev = cc
+			continue
+		}
+		donorNS := prev.scope.Proxy.Namespace
+		taken, own := 0, 0
+		for _, u := range cc.units {
+			d := prev.unitOf(u.svc.Key())
+			if d == nil || len(u.routes) == 0 {
+				t.Fatalf("%s: %s has no routes, or no unit in the donor", ns, u.svc.Key())
+			}
+			same := &u.routes[0] == &d.routes[0]
+			switch mine := u.svc.Namespace == ns || u.svc.Namespace == donorNS; {
+			case mine && same:
+				t.Errorf("%s: the routes of %s (short names differ) are the donor's", ns, u.svc.Key())
+			case !mine && !same:
+				t.Errorf("%s: the routes of %s were built again: the donor's stand", ns, u.svc.Key())
+			case same:
+				taken++
+			default:
+				own++
+			}
+		}
+		if taken == 0 || own == 0 {
+			t.Errorf("%s: %d units taken, %d built: the test shows nothing", ns, taken, own)
+		}
+		for port, pu := range cc.ports {
+			if d := prev.ports[port]; d == nil || pu.split == nil || pu.split != d.split {
+				t.Errorf("%s: the listeners of port %d were built again: the donor's stand", ns, port)
+			}
+		}
+		if len(cc.ports) == 0 {
+			t.Fatalf("%s: no port listeners", ns)
+		}
+		prev = cc
+	}
+}
+
+func TestFamilyOf(t *testing.T) {
+	p := namespaceProxy(t, "ns-0")
+	base := p.Class()
+	for _, c := range []struct {
+		key    string
+		shared bool
+		want   string
+	}{
+		{base, false, "sidecar/envoy//1.32"},
+		{base + "|trace=x,-", false, "sidecar/envoy//1.32|trace=x,-"},
+		{base + "|tags=web,,,", true, "sidecar/envoy//1.32"},
+		{base + "|tags=web,,,", false, "sidecar/envoy//1.32|tags=web,,,"},
+		{base + "|trace=x,-|tags=web,,,", true, "sidecar/envoy//1.32|trace=x,-"},
+		{base + "|dr=a", false, ""},
+		{base + "|src=d|tags=web,,,", true, ""},
+		{base + "|sidecar=s", false, ""},
+		{base + "|tel=a", false, ""},
+		{base + "|lb=x", false, ""},
+		{base + "|ef=a@1", false, ""},
+		{base + "|wasm=a@1", false, ""},
+		{base + "|new=a", false, ""},
+		{"sidecar/envoy/ns-1/1.32", false, ""},
+	} {
+		if got := familyOf(c.key, p, c.shared); got != c.want {
+			t.Errorf("familyOf(%q, shared=%v) = %q, want %q", c.key, c.shared, got, c.want)
+		}
+	}
+	gw, err := model.ParseProxy("router~10.9.0.2~gw.ns-0~ns-0.svc.cluster.local", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := familyOf(gw.Class(), gw, false); got != "" {
+		t.Errorf("a gateway's family is %q: gateways take nothing from siblings", got)
+	}
+}
+
+// TestSiblingClassesConcurrently generates the classes of eight
+// namespaces at once, as the server's workers do, then again after a
+// VirtualService edit from their previous configurations: each is what
+// generation from nothing gives. Run with -race it checks that a donor
+// is only read.
+func TestSiblingClassesConcurrently(t *testing.T) {
+	store := model.NewStore(model.StoreOptions{})
+	if _, err := store.Apply(worldtest.Mesh(24, 8, 2)...); err != nil {
+		t.Fatal(err)
+	}
+	o := DefaultOptions(quietLog())
+	o.ListenersPerAddress, o.SharedTags = true, true
+	g, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := make([]*model.Proxy, 8)
+	for i := range ps {
+		ps[i] = namespaceProxy(t, fmt.Sprintf("ns-%d", i))
+	}
+	prev := make([]*ClassConfig, len(ps))
+	for round := range 2 {
+		if round == 1 {
+			if _, err := store.Apply(vsEvent("ns-3", "svc-3", "svc-3", "1", 30, 70)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		w := store.World()
+		var wg sync.WaitGroup
+		errs := make([]error, len(ps))
+		for i, p := range ps {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				prev[i], errs[i] = g.Class(w, p, prev[i])
+			}()
+		}
+		wg.Wait()
+		for i, p := range ps {
+			if errs[i] != nil {
+				t.Fatal(errs[i])
+			}
+			fresh, err := freshClass(w, p, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, typ := range TypeURLs {
+				if got, want := prev[i].Sets[typ], fresh.Sets[typ]; got.Version != want.Version {
+					t.Fatalf("round %d, %s: %s differs from a class generated from nothing in %v", round, p.Namespace, ShortType(typ), changed(got, want))
+				}
+			}
+		}
+	}
+}
