@@ -208,13 +208,11 @@ func (g *Generator) generate(mw *model.World, p *model.Proxy, prev *ClassConfig,
 		shared: shared,
 	}
 	family := familyOf(key, p, shared)
-	var sib *sibling
 	if family != "" {
 		cc.outTelKey = telemetryKey(sc.tel.of(classOutbound))
-		if d, dcs := g.siblings.donor(family, p.Namespace, shared, mw); d != nil {
-			sib = &sibling{cc: d, cs: dcs}
-		}
 	}
+	sib, done := g.siblings.take(family, p.Namespace, shared, mw)
+	defer done()
 	bs, edsRefs, routeRefs := prev.builders()
 	g.addUnits(sc, cc, prev, reuse, cs, sib, bs, edsRefs, routeRefs)
 	switch {

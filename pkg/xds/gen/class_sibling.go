@@ -42,11 +42,17 @@ import (
 // family.
 
 // siblings holds, per family, the class generated last (weakly: a
-// class no proxy is served any longer is no donor). The zero value is
-// empty.
+// class no proxy is served any longer is no donor), and the first
+// generation of a family while it runs. The zero value is empty.
 type siblings struct {
 	mu sync.Mutex
 	m  weakMap[string, ClassConfig]
+	// first holds, per family without a donor yet, a channel closed
+	// when the generation that will be its first donor ends: the
+	// server prepares 16 proxies at once, and when 1,000 connect the
+	// first classes of 50 namespaces would otherwise all be built from
+	// nothing side by side, on two cores, for no gain.
+	first map[string]chan struct{}
 }
 
 // familyOf is the family of the class key of p: the key with p's
@@ -82,24 +88,47 @@ func familyOf(key string, p *model.Proxy, shared bool) string {
 	return q.Class() + rest
 }
 
-// donor returns the last class of family generated in a namespace other
-// than ns, with the changes since its World; nil if there is none or
-// they are not known.
-func (s *siblings) donor(family, ns string, shared bool, cur *model.World) (*ClassConfig, *changes) {
+// take returns what a class of family in namespace ns may take from a
+// sibling in cur: the donor and the changes since its World; nil if
+// there is none or the changes are not known. done is to be called
+// when the class's generation ends. A class that finds no donor waits
+// for the family's first generation, if one runs, or is that one.
+func (s *siblings) take(family, ns string, shared bool, cur *model.World) (sib *sibling, done func()) {
+	done = func() {}
 	if family == "" {
-		return nil, nil
+		return nil, done
 	}
 	s.mu.Lock()
 	d := s.m.get(family)
+	if d == nil {
+		if wait, ok := s.first[family]; ok {
+			s.mu.Unlock()
+			<-wait
+			s.mu.Lock()
+			d = s.m.get(family)
+		} else {
+			if s.first == nil {
+				s.first = map[string]chan struct{}{}
+			}
+			ch := make(chan struct{})
+			s.first[family] = ch
+			done = func() {
+				s.mu.Lock()
+				defer s.mu.Unlock()
+				delete(s.first, family)
+				close(ch)
+			}
+		}
+	}
 	s.mu.Unlock()
 	if d == nil || d.scope == nil || d.scope.Proxy.Namespace == ns || d.shared != shared || d.at == nil {
-		return nil, nil
+		return nil, done
 	}
 	cs := changesSince(d.at, cur)
 	if cs.unknown || cs.mesh {
-		return nil, nil
+		return nil, done
 	}
-	return d, cs
+	return &sibling{cc: d, cs: cs}, done
 }
 
 // generated makes cc the donor of its family.

@@ -159,8 +159,9 @@ func TestFamilyOf(t *testing.T) {
 // TestSiblingClassesConcurrently generates the classes of eight
 // namespaces at once, as the server's workers do, then again after a
 // VirtualService edit from their previous configurations: each is what
-// generation from nothing gives. Run with -race it checks that a donor
-// is only read.
+// generation from nothing gives, and at first the classes started
+// together waited for the first one and took its port listeners. Run
+// with -race it checks that a donor is only read.
 func TestSiblingClassesConcurrently(t *testing.T) {
 	store := model.NewStore(model.StoreOptions{})
 	if _, err := store.Apply(worldtest.Mesh(24, 8, 2)...); err != nil {
@@ -194,6 +195,17 @@ func TestSiblingClassesConcurrently(t *testing.T) {
 			}()
 		}
 		wg.Wait()
+		if round == 0 {
+			splits := map[*addressSplit]bool{}
+			for _, cc := range prev {
+				if cc != nil && cc.ports[80] != nil {
+					splits[cc.ports[80].split] = true
+				}
+			}
+			if len(splits) != 1 {
+				t.Errorf("the classes generated together hold %d splits of port 80's listeners, want the first's", len(splits))
+			}
+		}
 		for i, p := range ps {
 			if errs[i] != nil {
 				t.Fatal(errs[i])

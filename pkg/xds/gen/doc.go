@@ -76,7 +76,13 @@
 // changed: model.World.ChangesSince), and when every selection they took
 // from the class's scope (a host's VirtualServices and DestinationRule,
 // its aliases, a port's services: reads_scope.go) gets the same answer
-// from the new scope. No reuse key names inputs by hand.
+// from the new scope. No reuse key names inputs by hand. The same rule
+// lets a sidecar class take the units and port listeners of a class of
+// another namespace whose key is otherwise equal (class_sibling.go): the
+// proxies' namespace is a scope question too (Scope.inNamespace: a
+// service's short host name, a match's sourceNamespace), so what a class
+// builds differently from its sibling is what asked it or got another
+// answer from its scope.
 // TestReuseRebuildsWhatAChangeTouches checks that a change rebuilds what
 // read it and nothing else; TestScopeSelectionsAreRecorded that no
 // scope selection is taken unrecorded.
@@ -95,6 +101,8 @@
 //     class.go (Class), class_endpoints.go (UpdateEndpoints),
 //     class_history.go (what a class changed over its last steps),
 //     class_key.go (which proxies share a class; the World's index),
+//     class_sibling.go (what a class takes from the class of another
+//     namespace),
 //     class_parts.go (clusters and endpoints shared between classes),
 //     proxy.go (one proxy's configuration), resource.go (Resource, Set),
 //     resource_all.go (a set written whole), resource_versions.go (equal

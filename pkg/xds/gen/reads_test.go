@@ -38,7 +38,7 @@ var worldAllowed = map[string]bool{
 	// The changes since the World a sibling class was generated in
 	// decide which of its units stand (class_sibling.go); changesSince
 	// alone looks into it.
-	"siblings.donor": true,
+	"siblings.take": true,
 	// Reads that shape no resource.
 	"Generator.requestAuthnConfigs": true, "Generator.peerAuthentication": true, "Generator.authzPolicies": true,
 	"resolvedExtAuthz": true, "Generator.warnEntry": true, "Generator.warnGRPCPermissive": true,
