@@ -29,10 +29,11 @@ import (
 // Then a class builds the units of its own namespace's services, and of
 // the donor's, and takes the rest.
 //
-// What a class takes is the routes part of a service's unit (its
-// clusters and endpoints are shared between classes already, by
-// partCache), and the port listeners when the two classes' outbound
-// telemetry is the same. A port listener's reads include the telemetry's
+// What a class takes is a service's unit, or the part of it that stands
+// (its routes; its clusters and endpoints, which partCache shares
+// between classes already, but each class recorded their reads anew),
+// and the port listeners when the two classes' outbound telemetry is
+// the same. A port listener's reads include the telemetry's
 // (Scope.outTel), which are of the donor's namespace: the taken unit
 // reads the class's own too, so that a change of its namespace's
 // Telemetry rebuilds it.
@@ -152,24 +153,26 @@ type sibling struct {
 	next int
 }
 
-// unitRoutes returns the donor's unit of svc if its routes part stands
-// in sc's generation, else nil. Services come in key order.
-func (s *sibling) unitRoutes(sc *Scope, svc *model.Service) *unit {
-	if s == nil {
-		return nil
+// unit returns the donor's unit of svc, and whether its routes part and
+// its clusters part stand in sc's generation; nil if the donor has no
+// unit of svc. Services come in key order. Clusters whose endpoints
+// UpdateEndpoints changed since the donor's World (epsAt, stale) are
+// not taken.
+func (s *sibling) unit(sc *Scope, svc *model.Service, routes, clusters bool) (u *unit, routesStand, clustersStand bool) {
+	if s == nil || !(routes || clusters) {
+		return nil, false, false
 	}
 	key, units := svc.Key(), s.cc.units
 	for s.next < len(units) && lessNN(units[s.next].svc.Key(), key) {
 		s.next++
 	}
 	if s.next == len(units) || units[s.next].svc != svc {
-		return nil
+		return nil, false, false
 	}
-	u := units[s.next]
-	if u.reads == nil || !u.reads.stands(sc, s.cs) {
-		return nil
-	}
-	return u
+	u = units[s.next]
+	routesStand = routes && u.reads != nil && u.reads.stands(sc, s.cs)
+	clustersStand = clusters && !u.stale && u.epsAt == nil && u.clusterReads != nil && u.clusterReads.stands(sc, s.cs)
+	return u, routesStand, clustersStand
 }
 
 // port returns the donor's listeners of port for cc if they stand in

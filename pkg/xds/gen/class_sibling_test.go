@@ -52,10 +52,10 @@ func BenchmarkClassesOfNamespaces(b *testing.B) {
 // TestSiblingClassesTakeWhatStands generates the classes of four
 // namespaces one after the other, each taking from the one before
 // (class_sibling.go), and requires of each what generation from nothing
-// gives; and that what it took is what stands: the routes of the
-// services of the other two namespaces and the port listeners, one
-// resource for both, while the routes of the services of its own and
-// the donor's namespace (their short names) are its own.
+// gives; and that what it took is what stands: the units of the
+// services of the other two namespaces and the port listeners, one for
+// both, and the clusters of the services of its own and the donor's
+// namespace, whose routes (their short names) are its own.
 func TestSiblingClassesTakeWhatStands(t *testing.T) {
 	store := model.NewStore(model.StoreOptions{})
 	if _, err := store.Apply(worldtest.Mesh(16, 4, 2)...); err != nil {
@@ -90,19 +90,21 @@ func TestSiblingClassesTakeWhatStands(t *testing.T) {
 		taken, own := 0, 0
 		for _, u := range cc.units {
 			d := prev.unitOf(u.svc.Key())
-			if d == nil || len(u.routes) == 0 {
-				t.Fatalf("%s: %s has no routes, or no unit in the donor", ns, u.svc.Key())
+			if d == nil || len(u.routes) == 0 || len(u.clusters) == 0 {
+				t.Fatalf("%s: %s has no routes or clusters, or no unit in the donor", ns, u.svc.Key())
 			}
-			same := &u.routes[0] == &d.routes[0]
+			sameRoutes := &u.routes[0] == &d.routes[0]
 			switch mine := u.svc.Namespace == ns || u.svc.Namespace == donorNS; {
-			case mine && same:
+			case mine && sameRoutes:
 				t.Errorf("%s: the routes of %s (short names differ) are the donor's", ns, u.svc.Key())
-			case !mine && !same:
-				t.Errorf("%s: the routes of %s were built again: the donor's stand", ns, u.svc.Key())
-			case same:
-				taken++
-			default:
+			case mine && u.clusterReads != d.clusterReads:
+				t.Errorf("%s: the clusters of %s were taken anew: the donor's stand", ns, u.svc.Key())
+			case !mine && u != d:
+				t.Errorf("%s: the unit of %s was built again: the donor's stands", ns, u.svc.Key())
+			case mine:
 				own++
+			default:
+				taken++
 			}
 		}
 		if taken == 0 || own == 0 {

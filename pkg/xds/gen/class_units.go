@@ -266,9 +266,9 @@ func endpointNames(u *unit) []string {
 }
 
 // serviceUnit generates, or reuses from old (the previous generation's
-// unit, or nil), the resources of one service; routes that old does not
-// give it takes from the sibling sib where they stand
-// (class_sibling.go).
+// unit, or nil), the resources of one service; what old does not give
+// it, it takes from the sibling sib where that stands there
+// (class_sibling.go): the sibling's whole unit when both parts do.
 // A VirtualService edit leaves the clusters' reads standing: the service's
 // clusters and endpoints are reused and its routes alone rebuilt, so an
 // edit costs the edited hosts, not the class
@@ -280,17 +280,25 @@ func (g *Generator) serviceUnit(csc *Scope, svc *model.Service, old *unit, cs *c
 	if routesStand && clustersStand {
 		return old
 	}
+	d, dRoutes, dClusters := sib.unit(csc, svc, !routesStand, !clustersStand)
+	if dRoutes && dClusters {
+		return d
+	}
 	u := &unit{svc: svc}
-	if clustersStand {
+	switch {
+	case clustersStand:
 		u.clusters, u.endpoints, u.edsRefs, u.clusterReads = old.clusters, old.endpoints, old.edsRefs, old.clusterReads
-	} else {
+	case dClusters:
+		u.clusters, u.endpoints, u.edsRefs, u.clusterReads = d.clusters, d.endpoints, d.edsRefs, d.clusterReads
+	default:
 		g.unitClusters(csc, svc, u)
 	}
-	if routesStand {
+	switch {
+	case routesStand:
 		u.listeners, u.routes, u.routeRefs, u.reads = old.listeners, old.routes, old.routeRefs, old.reads
-	} else if d := sib.unitRoutes(csc, svc); d != nil {
+	case dRoutes:
 		u.listeners, u.routes, u.routeRefs, u.reads = d.listeners, d.routes, d.routeRefs, d.reads
-	} else {
+	default:
 		g.unitRoutes(csc, svc, u)
 	}
 	u.summarize()
