@@ -224,3 +224,40 @@ func TestSiblingClassesConcurrently(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkClassesOfNamespacesAfterEdit regenerates the 50 namespace
+// classes of BenchmarkClassesOfNamespaces from their previous
+// configurations after one VirtualService edit, as a push does.
+func BenchmarkClassesOfNamespacesAfterEdit(b *testing.B) {
+	store := world1000(b)
+	ps := make([]*model.Proxy, 50)
+	for i := range ps {
+		ps[i] = namespaceProxy(b, fmt.Sprintf("ns-%d", i))
+	}
+	opts := DefaultOptions(quietLog())
+	opts.ListenersPerAddress, opts.SharedTags = true, true
+	g, err := New(opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	prev := make([]*ClassConfig, len(ps))
+	gen := func() {
+		w := store.World()
+		for i, p := range ps {
+			if prev[i], err = g.Class(w, p, prev[i]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	gen()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		if _, err := store.Apply(vsEvent("ns-7", "svc-7", "svc-7", fmt.Sprint(i), int32(1+i%9), 10)); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		gen()
+	}
+}

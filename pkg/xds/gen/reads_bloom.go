@@ -108,6 +108,11 @@ func (b *readBloom) addReads(r *Reads) {
 			switch sr := &o.scoped[i]; sr.q {
 			case qVirtualServices, qDestinationRule, qAliases:
 				b.add(readToken(tokScope, string(rune(sr.q)), sr.host, ""))
+			case qProxyNamespace:
+				// A class's namespace never changes: the answer holds
+				// for every generation of the class the unit is judged
+				// in (a unit taken from a sibling was judged to hold
+				// when taken).
 			default:
 				b.always = true
 				return true
