@@ -96,3 +96,21 @@ func BenchmarkFirstResponse(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkEncodeWhole encodes a class's set whole, as the first stream
+// sent it does when no encoding of it is held (1,000 services, listeners
+// per address).
+func BenchmarkEncodeWhole(b *testing.B) {
+	v := ratingsVariant(b, 1000, func(o *gen.Options) { o.ListenersPerAddress = true })
+	for _, t := range []string{gen.ClusterType, gen.EndpointType, gen.RouteType} {
+		set := v.Sets[t]
+		b.Run(gen.ShortType(t), func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				if ws := encodeWhole(set); i == 0 {
+					b.ReportMetric(float64(len(ws.b)), "bytes/set")
+				}
+			}
+		})
+	}
+}

@@ -35,15 +35,18 @@ type wholeSet struct {
 // wholeOf returns the encoding of s, a builder's set: made once for the
 // sets of its Versions while streams are being sent it (gen.Memo).
 func wholeOf(s *gen.Set) *wholeSet {
-	return gen.Memo(s.Versions(), func() *wholeSet {
-		n := 0
-		for _, r := range s.All() {
-			n += 32 + len(r.Name) + len(r.Hash) + len(s.TypeURL) + r.Size()
-		}
-		bw := byteWriter{typeURL: s.TypeURL, b: make([]byte, 0, n)}
-		s.WriteAll(&bw)
-		return &wholeSet{b: bw.b, names: s.Names, size: s.Size()}
-	})
+	return gen.Memo(s.Versions(), func() *wholeSet { return encodeWhole(s) })
+}
+
+// encodeWhole writes s whole into one buffer.
+func encodeWhole(s *gen.Set) *wholeSet {
+	n := 0
+	for _, r := range s.All() {
+		n += 32 + len(r.Name) + len(r.Hash) + len(s.TypeURL) + r.Size()
+	}
+	bw := byteWriter{typeURL: s.TypeURL, b: make([]byte, 0, n)}
+	s.WriteAll(&bw)
+	return &wholeSet{b: bw.b, names: s.Names, size: s.Size()}
 }
 
 // byteWriter is a gen.SetWriter into one buffer.
@@ -149,7 +152,7 @@ func (c *conn) wholeFor(t string, sub *deltaSub) (wh whole, ok bool) {
 		wh.view = cls
 	} else {
 		wh.set = wholeOf(cls)
-		c.s.recent.keep(wh.set)
+		c.s.recent.keep(t, wh.set)
 	}
 	return wh, true
 }
@@ -158,24 +161,39 @@ func (c *conn) wholeFor(t string, sub *deltaSub) (wh whole, ok bool) {
 // weakly by its Versions (gen.Memo), and a collection that finds no
 // response being written with it drops it: while 1,000 proxies
 // connected at M1 the three sets' encodings were made again and again,
-// 0.58 of 25 server CPU seconds in a profile. The last few are held
-// here, their memory bounded by their count (one type's set each).
+// 0.58 of 25 server CPU seconds in a profile. The last few of each type
+// are held here, their memory bounded by their count: per type, so that
+// the 50 namespaces' route sets, which differ, do not push out the
+// clusters and endpoints every proxy is sent (encoding the clusters
+// once more is 3 ms at M1, BenchmarkEncodeWhole).
 type recentWholes struct {
-	mu   sync.Mutex
-	ring [6]*wholeSet
+	mu     sync.Mutex
+	byType map[string]*wholeRing
+}
+
+type wholeRing struct {
+	ring [4]*wholeSet
 	next int
 }
 
-func (r *recentWholes) keep(ws *wholeSet) {
+func (r *recentWholes) keep(typeURL string, ws *wholeSet) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, w := range r.ring {
+	if r.byType == nil {
+		r.byType = map[string]*wholeRing{}
+	}
+	rg := r.byType[typeURL]
+	if rg == nil {
+		rg = &wholeRing{}
+		r.byType[typeURL] = rg
+	}
+	for _, w := range rg.ring {
 		if w == ws {
 			return
 		}
 	}
-	r.ring[r.next] = ws
-	r.next = (r.next + 1) % len(r.ring)
+	rg.ring[rg.next] = ws
+	rg.next = (rg.next + 1) % len(rg.ring)
 }
 
 // exactly reports whether s holds the names of set and no others.
