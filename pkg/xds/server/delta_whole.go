@@ -152,7 +152,7 @@ func (c *conn) wholeFor(t string, sub *deltaSub) (wh whole, ok bool) {
 		wh.view = cls
 	} else {
 		wh.set = wholeOf(cls)
-		c.s.recent.keep(t, wh.set)
+		c.s.recent.keep(wh.set)
 	}
 	return wh, true
 }
@@ -161,39 +161,24 @@ func (c *conn) wholeFor(t string, sub *deltaSub) (wh whole, ok bool) {
 // weakly by its Versions (gen.Memo), and a collection that finds no
 // response being written with it drops it: while 1,000 proxies
 // connected at M1 the three sets' encodings were made again and again,
-// 0.58 of 25 server CPU seconds in a profile. The last few of each type
-// are held here, their memory bounded by their count: per type, so that
-// the 50 namespaces' route sets, which differ, do not push out the
-// clusters and endpoints every proxy is sent (encoding the clusters
-// once more is 3 ms at M1, BenchmarkEncodeWhole).
+// 0.58 of 25 server CPU seconds in a profile. The last few are held
+// here, their memory bounded by their count (one type's set each).
 type recentWholes struct {
-	mu     sync.Mutex
-	byType map[string]*wholeRing
-}
-
-type wholeRing struct {
-	ring [4]*wholeSet
+	mu   sync.Mutex
+	ring [6]*wholeSet
 	next int
 }
 
-func (r *recentWholes) keep(typeURL string, ws *wholeSet) {
+func (r *recentWholes) keep(ws *wholeSet) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.byType == nil {
-		r.byType = map[string]*wholeRing{}
-	}
-	rg := r.byType[typeURL]
-	if rg == nil {
-		rg = &wholeRing{}
-		r.byType[typeURL] = rg
-	}
-	for _, w := range rg.ring {
+	for _, w := range r.ring {
 		if w == ws {
 			return
 		}
 	}
-	rg.ring[rg.next] = ws
-	rg.next = (rg.next + 1) % len(rg.ring)
+	r.ring[r.next] = ws
+	r.next = (r.next + 1) % len(r.ring)
 }
 
 // exactly reports whether s holds the names of set and no others.

@@ -216,21 +216,3 @@ func TestFirstResponsesAreSentWhole(t *testing.T) {
 		t.Errorf("%d responses sent a set whole, want still 6", got)
 	}
 }
-
-// TestRecentWholesKeepEachType: the namespaces' route sets, one per
-// class, do not push the clusters' encoding out of those held.
-func TestRecentWholesKeepEachType(t *testing.T) {
-	var r recentWholes
-	cds := &wholeSet{}
-	r.keep(gen.ClusterType, cds)
-	for range 10 {
-		r.keep(gen.RouteType, &wholeSet{})
-	}
-	held := false
-	for _, w := range r.byType[gen.ClusterType].ring {
-		held = held || w == cds
-	}
-	if !held {
-		t.Error("ten route sets sent after the clusters pushed the clusters' encoding out")
-	}
-}
