@@ -84,30 +84,6 @@ type ClassConfig struct {
 	outTelKey string
 }
 
-// portUnit is the outbound listener of one port, reused by the next
-// generation when what it read stands.
-type portUnit struct {
-	listener *Resource
-	// memo holds the listener's HTTP service chains as marshaled in it
-	// (listener_memo.go).
-	memo *chainMemo
-	portRefs
-	// reads are what the listener was built from.
-	reads *Reads
-	// presplit is set when the listener was built split by address
-	// (ClassConfig.presplit): split holds the split, or is nil when the
-	// listener stays whole (listener_address.go).
-	presplit bool
-	split    *addressSplit
-	// svcs are the port's services it was built with; simple says the
-	// next generation may derive its listeners from these
-	// (listener_derive.go).
-	svcs   []*model.Service
-	simple bool
-	// derived is set when it was derived, not built.
-	derived bool
-}
-
 // Reads returns what the configuration was built from.
 func (c *ClassConfig) Reads() *Reads { return c.reads }
 
@@ -165,21 +141,7 @@ func (g *Generator) generate(mw *model.World, p *model.Proxy, prev *ClassConfig,
 	reads.add(own)
 	scopeReads.add(telReads)
 	w := newView(mw, scopeReads)
-	defer func() {
-		// Building protos cannot fail for valid input; should it, the
-		// last good configuration stays and the server keeps serving.
-		if r := recover(); r != nil {
-			g.log.Error("configuration generation failed", "class", key, "world", w.Version, "panic", r)
-			out, err = prev, fmt.Errorf("class %s: generation failed: %v", key, r)
-			if prev != nil {
-				// What the failed generation would have read is not
-				// known: any change may mend it.
-				c := *prev
-				c.reads = readsAll
-				out = &c
-			}
-		}
-	}()
+	defer g.recovered(key, w.Version, prev, &out, &err)
 	sc := newScope(w, p, prev.Scope())
 	sc.tel = g.classTelemetry(w.into(telReads), p, shared)
 	sc.w = sc.w.into(own)
@@ -191,18 +153,7 @@ func (g *Generator) generate(mw *model.World, p *model.Proxy, prev *ClassConfig,
 			r.seal()
 		}
 	}()
-	// What changed since prev decides which of its units stand. A
-	// MeshConfig change is read by nearly every unit and is rare
-	// (meshconfig.go): nothing is reused then, without asking each.
-	// prev is still the last good configuration.
-	reuse := prev
-	var cs *changes
-	if prev != nil {
-		cs = changesSince(prev.at, mw)
-		if cs.unknown || cs.mesh {
-			reuse = nil
-		}
-	}
+	reuse, cs := reuseOf(prev, mw)
 	cc := &ClassConfig{
 		Class: key, WorldVersion: w.Version, at: w.unrecorded(), scope: sc, reads: reads, own: own, prov: &provIndex{}, presplit: g.presplit(w, p),
 		shared: shared,
@@ -238,6 +189,43 @@ func (g *Generator) generate(mw *model.World, p *model.Proxy, prev *ClassConfig,
 		g.siblings.generated(family, out)
 	}
 	return out, err
+}
+
+// reuseOf returns what a generation in mw may reuse of prev, the
+// class's previous configuration, and the changes since prev's World:
+// what changed decides which of its units stand. A MeshConfig change is
+// read by nearly every unit and is rare (meshconfig.go): nothing is
+// reused then, without asking each. prev is still the last good
+// configuration.
+func reuseOf(prev *ClassConfig, mw *model.World) (*ClassConfig, *changes) {
+	if prev == nil {
+		return nil, nil
+	}
+	cs := changesSince(prev.at, mw)
+	if cs.unknown || cs.mesh {
+		return nil, cs
+	}
+	return prev, cs
+}
+
+// recovered, deferred by generate, turns a panic of the generation of
+// class key in World version v into an error: building protos cannot
+// fail for valid input; should it, the last good configuration (prev)
+// stays and the server keeps serving.
+func (g *Generator) recovered(key string, v uint64, prev *ClassConfig, out **ClassConfig, err *error) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	g.log.Error("configuration generation failed", "class", key, "world", v, "panic", r)
+	*out, *err = prev, fmt.Errorf("class %s: generation failed: %v", key, r)
+	if prev != nil {
+		// What the failed generation would have read is not known: any
+		// change may mend it.
+		c := *prev
+		c.reads = readsAll
+		*out = &c
+	}
 }
 
 // builders makes a builder per type, each following the log of the one
@@ -335,72 +323,6 @@ func (g *Generator) fixed(w *view, bs map[string]*builder) {
 	for _, c := range fixedClusters(connectTimeout(w)) {
 		bs[ClusterType].add(c.Name, c)
 	}
-}
-
-// sidecarOutbound adds the outbound listeners and the per-port routes for
-// hosts without an address, and the route names the listeners use to
-// refs.
-// A port's listener is reused from prev when what it read stands after
-// the changes cs, else taken from the sibling sib if it stands there
-// (class_sibling.go).
-func (g *Generator) sidecarOutbound(sc *Scope, bs map[string]*builder, cc, prev *ClassConfig, cs *changes, sib *sibling, refs *followed[string]) {
-	bs[ListenerType].add(VirtualOutbound, sc.applyOutboundPolicy(virtualOutbound(sc.outTel())))
-	g.warnSidecar(sc)
-	ports, byPort := servicesByPort(sc)
-	cc.ports = map[int32]*portUnit{}
-	lb := bs[ListenerType]
-	taken := lb.has
-	for _, port := range ports {
-		pu := prev.port(port)
-		if pu == nil || pu.presplit != cc.presplit || !pu.reads.stands(sc, cs) || (pu.split != nil && !splitStands(lb, pu)) {
-			if pu = sib.port(sc, cc, port, lb); pu == nil {
-				pu = g.derivePort(sc, cc, port, byPort[port], prev.port(port), taken)
-			}
-			if pu == nil {
-				var err error
-				if pu, err = g.buildPort(sc, cc, port, byPort[port], prev.port(port), taken); err != nil {
-					bs[ListenerType].errs = append(bs[ListenerType].errs, err)
-					continue
-				}
-			}
-		}
-		cc.reads.add(pu.reads)
-		cc.ports[port] = pu
-		lb.reuseAll(pu.resources())
-		refs.add(pu.refs...)
-		for _, n := range pu.unclaimed {
-			bs[RouteType].remove(n)
-		}
-		for _, svc := range pu.headless {
-			p, _ := svc.PortByNumber(port)
-			rc := g.serviceRoute(sc, svc, p, "*")
-			bs[RouteType].add(rc.Name, rc)
-		}
-		if pu.portRoute {
-			rc := sc.applyRoutePolicy(g.portRoute(sc, port, pu.addressless))
-			bs[RouteType].add(rc.Name, rc)
-		}
-	}
-}
-
-// splitStands reports whether the port listeners pu split by address
-// still have names of their own: none is a listener lb holds already.
-// When lb replays the previous generation and pu's listeners are its next
-// operation, lb holds what pu was split or last judged against then.
-func splitStands(lb *builder, pu *portUnit) bool {
-	if lb.following() {
-		if op := (buildOp{rs: pu.resources()}); lb.next(&op, false) {
-			return !pu.split.sawTaken
-		}
-	}
-	return pu.split.stands(lb.has)
-}
-
-func (c *ClassConfig) port(p int32) *portUnit {
-	if c == nil {
-		return nil
-	}
-	return c.ports[p]
 }
 
 // addTo builds a resource of sc's class into dst (contain.go: a resource

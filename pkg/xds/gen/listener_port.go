@@ -6,6 +6,96 @@ import "github.com/meshplane/discovery/pkg/model"
 // whole, built split by address (listener_address.go), or derived from
 // the previous one (listener_derive.go).
 
+// portUnit is the outbound listener of one port, reused by the next
+// generation when what it read stands.
+type portUnit struct {
+	listener *Resource
+	// memo holds the listener's HTTP service chains as marshaled in it
+	// (listener_memo.go).
+	memo *chainMemo
+	portRefs
+	// reads are what the listener was built from.
+	reads *Reads
+	// presplit is set when the listener was built split by address
+	// (ClassConfig.presplit): split holds the split, or is nil when the
+	// listener stays whole (listener_address.go).
+	presplit bool
+	split    *addressSplit
+	// svcs are the port's services it was built with; simple says the
+	// next generation may derive its listeners from these
+	// (listener_derive.go).
+	svcs   []*model.Service
+	simple bool
+	// derived is set when it was derived, not built.
+	derived bool
+}
+
+// sidecarOutbound adds the outbound listeners and the per-port routes for
+// hosts without an address, and the route names the listeners use to
+// refs.
+// A port's listener is reused from prev when what it read stands after
+// the changes cs, else taken from the sibling sib if it stands there
+// (class_sibling.go).
+func (g *Generator) sidecarOutbound(sc *Scope, bs map[string]*builder, cc, prev *ClassConfig, cs *changes, sib *sibling, refs *followed[string]) {
+	bs[ListenerType].add(VirtualOutbound, sc.applyOutboundPolicy(virtualOutbound(sc.outTel())))
+	g.warnSidecar(sc)
+	ports, byPort := servicesByPort(sc)
+	cc.ports = map[int32]*portUnit{}
+	lb := bs[ListenerType]
+	taken := lb.has
+	for _, port := range ports {
+		pu := prev.port(port)
+		if pu == nil || pu.presplit != cc.presplit || !pu.reads.stands(sc, cs) || (pu.split != nil && !splitStands(lb, pu)) {
+			if pu = sib.port(sc, cc, port, lb); pu == nil {
+				pu = g.derivePort(sc, cc, port, byPort[port], prev.port(port), taken)
+			}
+			if pu == nil {
+				var err error
+				if pu, err = g.buildPort(sc, cc, port, byPort[port], prev.port(port), taken); err != nil {
+					bs[ListenerType].errs = append(bs[ListenerType].errs, err)
+					continue
+				}
+			}
+		}
+		cc.reads.add(pu.reads)
+		cc.ports[port] = pu
+		lb.reuseAll(pu.resources())
+		refs.add(pu.refs...)
+		for _, n := range pu.unclaimed {
+			bs[RouteType].remove(n)
+		}
+		for _, svc := range pu.headless {
+			p, _ := svc.PortByNumber(port)
+			rc := g.serviceRoute(sc, svc, p, "*")
+			bs[RouteType].add(rc.Name, rc)
+		}
+		if pu.portRoute {
+			rc := sc.applyRoutePolicy(g.portRoute(sc, port, pu.addressless))
+			bs[RouteType].add(rc.Name, rc)
+		}
+	}
+}
+
+// splitStands reports whether the port listeners pu split by address
+// still have names of their own: none is a listener lb holds already.
+// When lb replays the previous generation and pu's listeners are its next
+// operation, lb holds what pu was split or last judged against then.
+func splitStands(lb *builder, pu *portUnit) bool {
+	if lb.following() {
+		if op := (buildOp{rs: pu.resources()}); lb.next(&op, false) {
+			return !pu.split.sawTaken
+		}
+	}
+	return pu.split.stands(lb.has)
+}
+
+func (c *ClassConfig) port(p int32) *portUnit {
+	if c == nil {
+		return nil
+	}
+	return c.ports[p]
+}
+
 // resources are the listeners of the unit as built.
 func (pu *portUnit) resources() []*Resource {
 	if pu.split == nil {

@@ -20,7 +20,7 @@ import (
 // (warnings, provenance), which say so where they are made.
 var worldAllowed = map[string]bool{
 	// Entry points.
-	"Generator.Class": true, "Generator.generate": true, "Generator.Proxy": true, "Generator.UpdateEndpoints": true,
+	"Generator.Class": true, "Generator.generate": true, "reuseOf": true, "Generator.Proxy": true, "Generator.UpdateEndpoints": true,
 	"Generator.Sweep": true, "partCache.sweepLocked": true, "RuleJWKS": true,
 	// The index and the class key.
 	"ClassKey": true, "indexFor": true, "storeIndex": true, "evictIndexes": true, "newWorldIndex": true,
