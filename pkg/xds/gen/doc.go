@@ -133,9 +133,9 @@
 //     address, Options.ListenersPerAddress; listener_address_build.go,
 //     the listeners it marshals; listener_address_reuse.go, what a split
 //     reuses from the previous one; listener_port.go, a port's listener
-//     built whole or split, taken or reused (sidecarOutbound); listener_derive.go, a split derived
-//     from the previous one when only the port's HTTP services changed),
-//     listener_memo.go (a port
+//     built whole or split, reused or taken (sidecarOutbound);
+//     listener_derive.go, a split derived from the previous one when
+//     only the port's HTTP services changed), listener_memo.go (a port
 //     listener's HTTP chains kept as marshaled for its next build, and
 //     its fields for a split as built).
 //   - Routes: route.go (virtual hosts, default routes), route_vs.go (http
