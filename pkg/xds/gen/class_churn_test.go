@@ -45,12 +45,7 @@ func churn(t *testing.T, perAddress, shared bool, steps int) {
 	if _, err := store.Apply(append(worldtest.Mesh(services, namespaces, 2), meshEv)...); err != nil {
 		t.Fatal(err)
 	}
-	o := DefaultOptions(quietLog())
-	o.ListenersPerAddress, o.SharedTags = perAddress, shared
-	g, err := New(o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	g, o := newWithOptions(t, perAddress, shared)
 	side := sidecar
 	if shared {
 		side = namespaceProxy
@@ -246,9 +241,15 @@ const churnMesh = "accessLogFile: /dev/stdout\n"
 // newWithListeners returns a generator with listeners per address or
 // per port, and its options.
 func newWithListeners(tb testing.TB, perAddress bool) (*Generator, Options) {
+	return newWithOptions(tb, perAddress, false)
+}
+
+// newWithOptions returns a generator with listeners per address or per
+// port, with Options.SharedTags or without, and its options.
+func newWithOptions(tb testing.TB, perAddress, shared bool) (*Generator, Options) {
 	tb.Helper()
 	o := DefaultOptions(quietLog())
-	o.ListenersPerAddress = perAddress
+	o.ListenersPerAddress, o.SharedTags = perAddress, shared
 	g, err := New(o)
 	if err != nil {
 		tb.Fatal(err)

@@ -62,12 +62,7 @@ func TestSiblingClassesTakeWhatStands(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := store.World()
-	o := DefaultOptions(quietLog())
-	o.ListenersPerAddress, o.SharedTags = true, true
-	g, err := New(o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	g, o := newWithOptions(t, true, true)
 	var prev *ClassConfig
 	for i := range 4 {
 		ns := fmt.Sprintf("ns-%d", i)
@@ -174,12 +169,7 @@ func TestSiblingClassesConcurrently(t *testing.T) {
 	if _, err := store.Apply(worldtest.Mesh(24, 8, 2)...); err != nil {
 		t.Fatal(err)
 	}
-	o := DefaultOptions(quietLog())
-	o.ListenersPerAddress, o.SharedTags = true, true
-	g, err := New(o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	g, o := newWithOptions(t, true, true)
 	ps := make([]*model.Proxy, 8)
 	for i := range ps {
 		ps[i] = namespaceProxy(t, fmt.Sprintf("ns-%d", i))
@@ -239,16 +229,12 @@ func BenchmarkClassesOfNamespacesAfterEdit(b *testing.B) {
 	for i := range ps {
 		ps[i] = namespaceProxy(b, fmt.Sprintf("ns-%d", i))
 	}
-	opts := DefaultOptions(quietLog())
-	opts.ListenersPerAddress, opts.SharedTags = true, true
-	g, err := New(opts)
-	if err != nil {
-		b.Fatal(err)
-	}
+	g, _ := newWithOptions(b, true, true)
 	prev := make([]*ClassConfig, len(ps))
 	gen := func() {
 		w := store.World()
 		for i, p := range ps {
+			var err error
 			if prev[i], err = g.Class(w, p, prev[i]); err != nil {
 				b.Fatal(err)
 			}
