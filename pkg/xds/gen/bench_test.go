@@ -151,7 +151,7 @@ func BenchmarkClassAfterServiceAdded(b *testing.B) {
 			}
 			b.ReportMetric(float64(sent)/float64(b.N), "listener-bytes/op")
 			lds := 0
-			for _, r := range prev.Sets[ListenerType].res {
+			for _, r := range prev.Sets[ListenerType].rs {
 				lds += r.Size()
 			}
 			b.ReportMetric(float64(lds), "lds-bytes")

@@ -2,7 +2,6 @@ package gen
 
 import (
 	"fmt"
-	"maps"
 	"slices"
 	"sort"
 
@@ -240,7 +239,7 @@ func (b *builder) replayed(prev *Set) (*Set, []string, bool) {
 	for j, i := range b.subs {
 		was := b.replay.ops[i].rs
 		for k, r := range b.subOps[j].rs {
-			if o := was[k]; r != o && r.Hash != o.Hash && prev.res[r.Name] != nil {
+			if o := was[k]; r != o && r.Hash != o.Hash && prev.at(r.Name) != nil {
 				changed = append(changed, r.Name)
 			}
 		}
@@ -248,11 +247,11 @@ func (b *builder) replayed(prev *Set) (*Set, []string, bool) {
 	if len(changed) == 0 {
 		return prev, nil, true
 	}
-	rs := maps.Clone(prev.res)
+	rs := slices.Clone(prev.rs)
 	for _, op := range b.subOps {
 		for _, r := range op.rs {
-			if rs[r.Name] != nil {
-				rs[r.Name] = r
+			if i, ok := prev.find(r.Name); ok {
+				rs[i] = r
 			}
 		}
 	}
@@ -281,15 +280,16 @@ func (b *builder) setFrom(prev *Set) (set *Set, changed []string, known bool) {
 	if prev == nil {
 		return b.set(), nil, false
 	}
-	if len(prev.res) != len(b.out) {
+	if len(prev.rs) != len(b.out) {
 		return b.patched(prev)
 	}
-	for n, r := range b.out {
-		pr, ok := prev.res[n]
+	// In prev's name order: changed comes out sorted.
+	for i, n := range prev.Names {
+		r, ok := b.out[n]
 		if !ok {
 			return b.patched(prev)
 		}
-		if pr != r && pr.Hash != r.Hash {
+		if pr := prev.rs[i]; pr != r && pr.Hash != r.Hash {
 			changed = append(changed, n)
 		}
 	}
@@ -297,8 +297,8 @@ func (b *builder) setFrom(prev *Set) (set *Set, changed []string, known bool) {
 		// Same content (maybe rebuilt objects): the previous set.
 		return prev, nil, true
 	}
-	sort.Strings(changed)
-	return newSetSorted(b.typeURL, b.out, prev.Names, prev.replaced(b.out, changed)), changed, true
+	rs := inOrder(b.out, prev.Names)
+	return newSetSorted(b.typeURL, rs, prev.Names, prev.replaced(rs, changed)), changed, true
 }
 
 // patched is setFrom's answer when names differ from prev's.
@@ -317,36 +317,35 @@ func (b *builder) patched(prev *Set) (*Set, []string, bool) {
 // removed. It returns nil when more than a quarter of the names come or
 // go: building the set afresh costs no more then.
 func setPatched(typeURL string, prev *Set, rs map[string]*Resource) (*Set, []string) {
-	var added, changed []string
-	for n, r := range rs {
-		pr, ok := prev.res[n]
+	var added, changed, removed []string
+	sum := prev.sum
+	kept := 0
+	for i, n := range prev.Names {
+		r, ok := rs[n]
+		pr := prev.rs[i]
 		switch {
 		case !ok:
-			added = append(added, n)
+			removed = append(removed, n)
+			sum -= entryHash(n, pr)
+			continue
 		case pr != r && pr.Hash != r.Hash:
 			changed = append(changed, n)
+			sum += entryHash(n, r) - entryHash(n, pr)
 		}
+		kept++
 	}
-	removedN := len(prev.res) - (len(rs) - len(added))
-	if 4*(len(added)+removedN) > len(rs) {
+	addedN := len(rs) - kept
+	if 4*(addedN+len(removed)) > len(rs) {
 		return nil, nil
 	}
-	sum := prev.sum
-	var removed []string
-	if removedN > 0 {
-		removed = make([]string, 0, removedN)
-		for _, n := range prev.Names {
-			if _, ok := rs[n]; !ok {
-				removed = append(removed, n)
-				sum -= entryHash(n, prev.res[n])
+	if addedN > 0 {
+		added = make([]string, 0, addedN)
+		for n, r := range rs {
+			if _, ok := prev.find(n); !ok {
+				added = append(added, n)
+				sum += entryHash(n, r)
 			}
 		}
-	}
-	for _, n := range added {
-		sum += entryHash(n, rs[n])
-	}
-	for _, n := range changed {
-		sum += entryHash(n, rs[n]) - entryHash(n, prev.res[n])
 	}
 	sort.Strings(added)
 	names := make([]string, 0, len(rs))
@@ -366,5 +365,5 @@ func setPatched(typeURL string, prev *Set, rs map[string]*Resource) (*Set, []str
 	all := make([]string, 0, len(added)+len(removed)+len(changed))
 	all = append(append(append(all, added...), changed...), removed...)
 	sort.Strings(all)
-	return newSetSorted(typeURL, rs, names, sum), all
+	return newSetSorted(typeURL, inOrder(rs, names), names, sum), all
 }

@@ -110,7 +110,7 @@ func TestBuilderReplayEqualsFresh(t *testing.T) {
 func contents(s *Set) []string {
 	var out []string
 	for _, n := range s.Names {
-		out = append(out, fmt.Sprintf("%s:%s", n, s.res[n].Hash[:6]))
+		out = append(out, fmt.Sprintf("%s:%s", n, s.at(n).Hash[:6]))
 	}
 	return out
 }

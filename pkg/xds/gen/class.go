@@ -306,8 +306,8 @@ func diffNames(a, b *Set) []string {
 		return nil
 	}
 	var out []string
-	for _, n := range b.Names {
-		if old := a.Get(n); old == nil || old.Hash != b.res[n].Hash {
+	for i, n := range b.Names {
+		if old := a.Get(n); old == nil || old.Hash != b.rs[i].Hash {
 			out = append(out, n)
 		}
 	}

@@ -17,12 +17,13 @@ func (g *Generator) UpdateEndpoints(prev *ClassConfig, mw *model.World, services
 	sc := prev.scope.in(mw)
 	w := sc.w
 	eds := prev.Sets[EndpointType]
-	// maps.Clone copies a map's table as it is, several times faster
-	// than inserting its thousands of entries again.
-	next := maps.Clone(eds.res)
-	if next == nil {
-		next = map[string]*Resource{}
+	// The set's resources with those of the services' endpoints replaced;
+	// names the set lacks go to added.
+	var next []*Resource
+	if eds != nil {
+		next = slices.Clone(eds.rs)
 	}
+	var added map[string]*Resource
 	cc := *prev
 	cc.prov = &provIndex{}
 	cc.WorldVersion = w.Version
@@ -33,7 +34,6 @@ func (g *Generator) UpdateEndpoints(prev *ClassConfig, mw *model.World, services
 	delete(cc.ops, EndpointType)
 	cc.units = slices.Clone(prev.units)
 	var changed []string
-	added := false
 	for _, nn := range services {
 		i, ok := prev.unitIndex(nn)
 		if !ok || !usesEDS(prev.units[i].svc) {
@@ -54,9 +54,18 @@ func (g *Generator) UpdateEndpoints(prev *ClassConfig, mw *model.World, services
 		nu.stale = u.stale || !sameResources(pt.clusters, u.clusters)
 		nu.epsAt = w
 		for _, r := range nu.endpoints {
-			if old := next[r.Name]; old == nil || old.Hash != r.Hash {
-				added = added || old == nil
-				next[r.Name] = r
+			if j, ok := eds.find(r.Name); ok {
+				if next[j].Hash != r.Hash {
+					next[j] = r
+					changed = append(changed, r.Name)
+				}
+				continue
+			}
+			if old := added[r.Name]; old == nil || old.Hash != r.Hash {
+				if added == nil {
+					added = map[string]*Resource{}
+				}
+				added[r.Name] = r
 				changed = append(changed, r.Name)
 			}
 		}
@@ -64,8 +73,13 @@ func (g *Generator) UpdateEndpoints(prev *ClassConfig, mw *model.World, services
 	}
 	sets := maps.Clone(prev.Sets)
 	switch {
-	case added:
-		sets[EndpointType] = NewSet(EndpointType, next)
+	case added != nil:
+		if eds != nil {
+			for j, n := range eds.Names {
+				added[n] = next[j]
+			}
+		}
+		sets[EndpointType] = NewSet(EndpointType, added)
 	case len(changed) > 0:
 		// Same names: no need to sort them again.
 		sets[EndpointType] = newSetSorted(EndpointType, next, eds.Names, eds.replaced(next, changed))

@@ -100,7 +100,7 @@ func sharedHolds(s *Set, names []string) bool {
 		names = s.Names
 	}
 	for _, n := range names {
-		r := s.res[n]
+		r := s.at(n)
 		if r == nil {
 			continue // removed
 		}

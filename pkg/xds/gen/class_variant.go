@@ -213,10 +213,10 @@ func (s *Set) retagInfoOf(from map[string]string) *retagInfo {
 // newRetagInfo builds s's retagInfo for the representative's values
 // from.
 func (s *Set) newRetagInfo(from map[string]string) *retagInfo {
-	in := &retagInfo{from: from, plans: make(map[string]*retagPlan, len(s.res)), plain: map[string]string{}, ordered: make([]planned, 0, len(s.res))}
+	in := &retagInfo{from: from, plans: make(map[string]*retagPlan, len(s.rs)), plain: map[string]string{}, ordered: make([]planned, 0, len(s.rs))}
 	seen := map[*retagPlan]bool{}
-	for _, n := range s.Names {
-		r := s.res[n]
+	for i, n := range s.Names {
+		r := s.rs[i]
 		plan, err := retagPlanOf(r, from)
 		if err != nil {
 			in.err = fmt.Errorf("listener %s: %w", n, err)
@@ -315,7 +315,7 @@ const bigListener = 32 << 10
 // own when it has no service tags, else a resource whose bytes are made
 // when sent (lazyResource), made for the call.
 func (v *retagView) get(name string) *Resource {
-	r := v.base.res[name]
+	r := v.base.at(name)
 	if r == nil {
 		return nil
 	}
@@ -349,7 +349,7 @@ func (v *retagView) make(r *Resource, plan *retagPlan) *Resource {
 
 // hash is the version of get(name), found without making it.
 func (v *retagView) hash(name string) (string, bool) {
-	r := v.base.res[name]
+	r := v.base.at(name)
 	switch {
 	case r == nil:
 		return "", false
@@ -363,5 +363,5 @@ func (v *retagView) hash(name string) (string, bool) {
 // view's suffix, but for the plain listeners, whose versions are their
 // own.
 func (v *retagView) versions(s *Set) *Versions {
-	return &Versions{names: s.Names, hash: v.info.plain, from: v.base.Versions(), suffix: v.tab.rt.suffix}
+	return &Versions{names: s.Names, plain: v.info.plain, from: v.base.Versions(), suffix: v.tab.rt.suffix}
 }

@@ -345,7 +345,7 @@ func TestVariantVersionsAreDerived(t *testing.T) {
 			if r := set.Get(n); !ok || h != r.Hash {
 				t.Errorf("%s: version %q (%v), the resource's %q", n, h, ok, r.Hash)
 			}
-			if _, kept := got.hash[n]; !kept {
+			if _, kept := got.plain[n]; !kept {
 				rewritten++
 			}
 		}
@@ -362,7 +362,7 @@ func TestVariantVersionsAreDerived(t *testing.T) {
 	ls := base.Sets[ListenerType]
 	// Tracings are planned once for all the listeners that carry them.
 	subs := map[*retagPlan]int{}
-	for _, r := range ls.res {
+	for _, r := range ls.rs {
 		if p := r.plan.Load(); p != nil {
 			for _, b := range p.blobs {
 				subs[b.plan]++

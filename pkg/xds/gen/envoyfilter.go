@@ -267,7 +267,9 @@ func (r *efRun) patchSet(typeURL string, s *Set, want func(string) bool, newMsg 
 		if out == nil {
 			out = make(map[string]*Resource, s.Len()+len(added))
 			if s != nil {
-				maps.Copy(out, s.res)
+				for i, n := range s.Names {
+					out[n] = s.rs[i]
+				}
 			}
 		}
 	}
@@ -276,7 +278,7 @@ func (r *efRun) patchSet(typeURL string, s *Set, want func(string) bool, newMsg 
 			continue
 		}
 		m := newMsg()
-		if err := proto.Unmarshal(s.res[name].Wire().GetValue(), m); err != nil {
+		if err := proto.Unmarshal(s.at(name).Wire().GetValue(), m); err != nil {
 			continue
 		}
 		applied := envoyfilter.Applied{}
@@ -287,7 +289,7 @@ func (r *efRun) patchSet(typeURL string, s *Set, want func(string) bool, newMsg 
 			edit()
 			delete(out, name)
 		default:
-			base := s.res[name].Hash
+			base := s.at(name).Hash
 			key := lastGoodKey(typeURL, r.where, name, applied)
 			res, err := NewResource(name, typeURL, m)
 			if err != nil {

@@ -104,7 +104,7 @@ func (g *Generator) splitByAddress(cc, prev *ClassConfig) {
 		if pu := cc.portNamed(n); pu != nil && pu.presplit {
 			continue // split as built, or left whole
 		}
-		r := s.res[n]
+		r := s.at(n)
 		var old *addressSplit
 		if prev != nil {
 			old = prev.split[n]
@@ -123,7 +123,7 @@ func (g *Generator) splitByAddress(cc, prev *ClassConfig) {
 			continue
 		}
 		if rs == nil {
-			rs = maps.Clone(s.res)
+			rs = s.asMap()
 		}
 		split[n] = sp
 		rs[n] = sp.rest

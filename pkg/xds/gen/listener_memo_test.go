@@ -158,7 +158,7 @@ func memoStep(t *testing.T, store *model.Store, g, fresh *Generator, prev *Class
 	built := next.baseSet(ListenerType)
 	for _, n := range built.Names {
 		if next.splitOf(n) == "" {
-			checkMarshaled(t, st.name, built.res[n])
+			checkMarshaled(t, st.name, built.at(n))
 		}
 	}
 	return next

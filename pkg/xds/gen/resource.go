@@ -152,14 +152,21 @@ func (p *resourcePool) intern(r *Resource) *Resource {
 //
 // A variant's listeners are a view of its base's (retagView): the set
 // holds no resource of its own, and Get makes each when asked for. Read
-// a set through Get, Hash, Len and All; res, the map, is nil for a view
-// and read directly only where the set is a builder's.
+// a set through Get, Hash, Len and All; rs is nil for a view and read
+// directly only where the set is a builder's.
+//
+// A builder's set holds its resources in a slice in name order, beside
+// Names, and finds a name by binary search. It held a map: at M1 the 50
+// namespaces' classes' sets were 50 maps of 2,000 entries per type, 24 of
+// the 162 MB of heap after 1,000 proxies connected, where a slice is a
+// pointer per resource (BENCHMARKS.md, "Sets in name order").
 type Set struct {
 	TypeURL string
 	// Version changes whenever any resource of the set changes.
 	Version string
-	res     map[string]*Resource
-	// view, when set, is what the set's resources are made from (res is
+	// rs are the resources, rs[i] named Names[i]; nil for a view.
+	rs []*Resource
+	// view, when set, is what the set's resources are made from (rs is
 	// nil): a variant's listeners (class_variant.go).
 	view *retagView
 	// Names are the resource names, sorted.
@@ -200,23 +207,73 @@ func NewSet(typeURL string, rs map[string]*Resource) *Set {
 		sum += entryHash(n, r)
 	}
 	sort.Strings(names)
-	return newSetSorted(typeURL, rs, names, sum)
+	return newSetSorted(typeURL, inOrder(rs, names), names, sum)
 }
 
-// newSetSorted builds a Set from resources whose sorted names are names
-// and whose entryHash sum is sum.
-func newSetSorted(typeURL string, rs map[string]*Resource, names []string, sum uint64) *Set {
-	return &Set{TypeURL: typeURL, res: rs, Names: names, sum: sum, Version: strconv.FormatUint(sum, 16)}
+// inOrder lists the resources of rs named names, in that order.
+func inOrder(rs map[string]*Resource, names []string) []*Resource {
+	out := make([]*Resource, len(names))
+	for i, n := range names {
+		out[i] = rs[n]
+	}
+	return out
 }
 
-// replaced is s's sum with the resources of names replaced by those of rs.
-func (s *Set) replaced(rs map[string]*Resource, names []string) uint64 {
+// newSetSorted builds a Set from resources rs named by names, sorted, and
+// whose entryHash sum is sum.
+func newSetSorted(typeURL string, rs []*Resource, names []string, sum uint64) *Set {
+	return &Set{TypeURL: typeURL, rs: rs, Names: names, sum: sum, Version: strconv.FormatUint(sum, 16)}
+}
+
+// find returns where name is among a builder's set's names, and whether
+// it is there.
+func (s *Set) find(name string) (int, bool) {
+	if s == nil {
+		return 0, false
+	}
+	return findName(s.Names, name)
+}
+
+// findName is slices.BinarySearch for sorted names, without its generic
+// compare.
+func findName(names []string, name string) (int, bool) {
+	lo, hi := 0, len(names)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if names[m] < name {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo, lo < len(names) && names[lo] == name
+}
+
+// at returns a builder's set's resource named name, or nil.
+func (s *Set) at(name string) *Resource {
+	if i, ok := s.find(name); ok {
+		return s.rs[i]
+	}
+	return nil
+}
+
+// asMap returns a builder's set's resources by name, a new map.
+func (s *Set) asMap() map[string]*Resource {
+	m := make(map[string]*Resource, len(s.rs))
+	for i, n := range s.Names {
+		m[n] = s.rs[i]
+	}
+	return m
+}
+
+// replaced is s's sum with the resources of names, names of s, replaced
+// by those of rs, the same names as s's in their order.
+func (s *Set) replaced(rs []*Resource, names []string) uint64 {
 	sum := s.sum
 	for _, n := range names {
-		if old := s.res[n]; old != nil {
-			sum -= entryHash(n, old)
+		if i, ok := s.find(n); ok {
+			sum += entryHash(n, rs[i]) - entryHash(n, s.rs[i])
 		}
-		sum += entryHash(n, rs[n])
 	}
 	return sum
 }
@@ -230,7 +287,7 @@ func (s *Set) Get(name string) *Resource {
 	case s.view != nil:
 		return s.view.get(name)
 	}
-	return s.res[name]
+	return s.at(name)
 }
 
 // IsView reports whether the set is a view (a variant's listeners), whose
@@ -247,8 +304,8 @@ func (s *Set) Name(name string) (string, bool) {
 	case s.view != nil:
 		s = s.view.base
 	}
-	r, ok := s.res[name]
-	if !ok {
+	r := s.at(name)
+	if r == nil {
 		return "", false
 	}
 	return r.Name, true
@@ -263,8 +320,8 @@ func (s *Set) Hash(name string) (string, bool) {
 	case s.view != nil:
 		return s.view.hash(name)
 	}
-	r, ok := s.res[name]
-	if !ok {
+	r := s.at(name)
+	if r == nil {
 		return "", false
 	}
 	return r.Hash, true
@@ -278,7 +335,7 @@ func (s *Set) Len() int {
 	case s.view != nil:
 		return s.view.base.Len()
 	}
-	return len(s.res)
+	return len(s.rs)
 }
 
 // All yields the resources in name order.
@@ -287,8 +344,12 @@ func (s *Set) All() iter.Seq2[string, *Resource] {
 		if s == nil {
 			return
 		}
-		for _, n := range s.Names {
-			if !yield(n, s.Get(n)) {
+		for i, n := range s.Names {
+			r := s.Get(n)
+			if s.view == nil {
+				r = s.rs[i]
+			}
+			if !yield(n, r) {
 				return
 			}
 		}
@@ -307,12 +368,15 @@ func (s *Set) All() iter.Seq2[string, *Resource] {
 type Versions struct {
 	// names are the Set's, sorted.
 	names []string
-	hash  map[string]string
-	// from, when set, versions every name hash lacks: from's version
-	// with suffix appended (a view's: retagView.versions). A variant's
-	// 2,000 listeners per address would otherwise be 2,000 entries per
-	// workload.
+	// hashes are the versions of names, in their order (a builder's
+	// set's: a slice, as the set's resources are).
+	hashes []string
+	// from, when set, versions every name that plain lacks: from's
+	// version with suffix appended (a view's: retagView.versions). A
+	// variant's 2,000 listeners per address would otherwise be 2,000
+	// entries per workload.
 	from   *Versions
+	plain  map[string]string
 	suffix string
 	// memo is what Memo made of the resources, weakly held: a
 	// weak.Pointer per type made.
@@ -347,8 +411,14 @@ func (v *Versions) Hash(name string) (string, bool) {
 	if v == nil {
 		return "", false
 	}
-	if h, ok := v.hash[name]; ok || v.from == nil {
-		return h, ok
+	if v.from == nil {
+		if i, ok := findName(v.names, name); ok {
+			return v.hashes[i], true
+		}
+		return "", false
+	}
+	if h, ok := v.plain[name]; ok {
+		return h, true
 	}
 	h, ok := v.from.Hash(name)
 	if !ok {

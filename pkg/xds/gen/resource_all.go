@@ -31,8 +31,7 @@ func (s *Set) WriteAll(w SetWriter) {
 	case s.view != nil:
 		s.view.writeAll(w)
 	default:
-		for _, n := range s.Names {
-			r := s.res[n]
+		for _, r := range s.rs {
 			w.Resource(r.Name, r.Hash, "", r.Size())
 			r.WriteWire(w)
 		}
@@ -73,7 +72,7 @@ func (s *Set) Size() int {
 		return s.view.shapeOf(wholeSmall).size
 	}
 	n := 0
-	for _, r := range s.res {
+	for _, r := range s.rs {
 		n += r.Size()
 	}
 	return n

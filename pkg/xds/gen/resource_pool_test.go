@@ -54,7 +54,7 @@ func TestClassesShareEqualResources(t *testing.T) {
 			}
 			alike := map[string]int{}
 			for _, typ := range TypeURLs {
-				for n, rb := range b.Sets[typ].res {
+				for n, rb := range b.Sets[typ].All() {
 					ra := a.Sets[typ].Get(n)
 					if ra == nil || ra.Hash != rb.Hash {
 						continue

@@ -30,16 +30,16 @@ type versionsShare struct {
 // name by name: the set's version is a 64-bit sum, which finds the
 // candidate but does not prove it.
 func (p *versionsShare) of(s *Set) *Versions {
-	k := versionsKey{s.TypeURL, s.Version, len(s.res)}
+	k := versionsKey{s.TypeURL, s.Version, len(s.rs)}
 	p.mu.Lock()
 	old := p.m.get(k)
 	p.mu.Unlock()
 	if old != nil && old.equals(s) {
 		return old
 	}
-	v := &Versions{names: s.Names, hash: make(map[string]string, len(s.res))}
-	for n, r := range s.res {
-		v.hash[n] = r.Hash
+	v := &Versions{names: s.Names, hashes: make([]string, len(s.rs))}
+	for i, r := range s.rs {
+		v.hashes[i] = r.Hash
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -53,11 +53,11 @@ func (p *versionsShare) of(s *Set) *Versions {
 // equals reports whether v versions exactly the resources of s, a
 // builder's set.
 func (v *Versions) equals(s *Set) bool {
-	if v.from != nil || len(v.hash) != len(s.res) || !slices.Equal(v.names, s.Names) {
+	if v.from != nil || len(v.hashes) != len(s.rs) || !slices.Equal(v.names, s.Names) {
 		return false
 	}
-	for n, r := range s.res {
-		if h, ok := v.hash[n]; !ok || h != r.Hash {
+	for i, r := range s.rs {
+		if v.hashes[i] != r.Hash {
 			return false
 		}
 	}

@@ -103,10 +103,10 @@ func (g *Generator) wasmListeners(s *Set, wps []*wasmPlugin, server bool, skip f
 			continue
 		}
 		if reuse != nil {
-			if r := reuse(name, s.res[name]); r != nil {
-				if r != s.res[name] {
+			if r := reuse(name, s.at(name)); r != nil {
+				if r != s.at(name) {
 					if out == nil {
-						out = maps.Clone(s.res)
+						out = s.asMap()
 					}
 					out[name] = r
 				}
@@ -114,7 +114,7 @@ func (g *Generator) wasmListeners(s *Set, wps []*wasmPlugin, server bool, skip f
 			}
 		}
 		l := &listenerv3.Listener{}
-		if err := proto.Unmarshal(s.res[name].Wire().GetValue(), l); err != nil {
+		if err := proto.Unmarshal(s.at(name).Wire().GetValue(), l); err != nil {
 			continue
 		}
 		port := l.GetAddress().GetSocketAddress().GetPortValue()
@@ -144,7 +144,7 @@ func (g *Generator) wasmListeners(s *Set, wps []*wasmPlugin, server bool, skip f
 			continue
 		}
 		if out == nil {
-			out = maps.Clone(s.res)
+			out = s.asMap()
 		}
 		out[name] = r
 	}
