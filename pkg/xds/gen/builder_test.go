@@ -70,6 +70,10 @@ func TestBuilderReplayEqualsFresh(t *testing.T) {
 		{"asked", script{"put A=1", "has A", "put B=1"}, script{"put A=1", "has A", "put B=2"}, false},
 		{"added twice", script{"put A=1", "add B=1"}, script{"put A=1", "add A=2"}, false},
 		{"added where taken", script{"add A=1", "add B=1"}, script{"add A=1", "add A=1"}, false},
+		// A few names of many come and go: the set is patched from the
+		// previous one (setPatched).
+		{"patched", script{"put A=1 B=1 C=1 D=1 E=1 F=1 G=1 H=1"}, script{"put A=1 B=2 C=1 E=1 F=1 G=1 H=1 I=1"}, false},
+		{"patched, first and last", script{"put B=1 C=1 D=1 E=1 F=1 G=1 H=1 I=1"}, script{"put A=1 C=1 D=1 E=1 F=1 G=1 H=1 J=1"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := newBuilder(RouteType)
@@ -88,7 +92,9 @@ func TestBuilderReplayEqualsFresh(t *testing.T) {
 			f := newBuilder(RouteType)
 			tc.next.run(t, f)
 			want := f.set()
-			if got.Version != want.Version {
+			checkSet(t, got)
+			checkSet(t, want)
+			if got.Version != want.Version || !slices.Equal(contents(got), contents(want)) {
 				t.Errorf("replayed %v, fresh %v", contents(got), contents(want))
 			}
 			if known {
@@ -104,6 +110,35 @@ func TestBuilderReplayEqualsFresh(t *testing.T) {
 				t.Errorf("replayed rewrites %v, fresh %v", r.log.rewrites, f.log.rewrites)
 			}
 		})
+	}
+}
+
+// checkSet requires of a builder's set what its lookups rely on: its
+// names sorted and unique, each resource at its name's place, and its
+// sum that of its contents.
+func checkSet(t *testing.T, s *Set) {
+	t.Helper()
+	if len(s.rs) != len(s.Names) {
+		t.Fatalf("%d resources, %d names", len(s.rs), len(s.Names))
+	}
+	var sum uint64
+	for i, n := range s.Names {
+		if i > 0 && s.Names[i-1] >= n {
+			t.Errorf("names not sorted and unique: %q then %q", s.Names[i-1], n)
+		}
+		if s.rs[i].Name != n {
+			t.Errorf("resource %q at the place of %q", s.rs[i].Name, n)
+		}
+		if s.at(n) != s.rs[i] {
+			t.Errorf("%q not found at its place", n)
+		}
+		sum += entryHash(n, s.rs[i])
+	}
+	if sum != s.sum {
+		t.Errorf("sum %x, contents %x", s.sum, sum)
+	}
+	if s.at("~absent") != nil || s.at("") != nil {
+		t.Errorf("an absent name found")
 	}
 }
 

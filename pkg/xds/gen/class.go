@@ -264,7 +264,7 @@ func (g *Generator) publish(cc *ClassConfig, bs map[string]*builder, prev *Class
 			prevSet = prev.baseSet(t)
 		}
 		set, c, known := b.setFrom(prevSet)
-		cc.Sets[t] = set
+		cc.Sets[t] = setsPool.of(set)
 		// A copy: a pointer into the builder would keep it, and through
 		// its replay every previous generation's builder, alive.
 		log := b.log

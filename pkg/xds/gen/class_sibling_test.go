@@ -273,3 +273,33 @@ func BenchmarkClassesOfNamespacesAfterEdit(b *testing.B) {
 		gen()
 	}
 }
+
+// TestEqualSetsShared: classes that build equal sets publish one of them
+// (setsPool), and sets that differ stay their own: the namespaces'
+// clusters are the same, their routes name their own services by short
+// names.
+func TestEqualSetsShared(t *testing.T) {
+	store := model.NewStore(model.StoreOptions{})
+	if _, err := store.Apply(worldtest.Mesh(16, 4, 2)...); err != nil {
+		t.Fatal(err)
+	}
+	w := store.World()
+	g, _ := newWithOptions(t, true, true)
+	a := mustClass(t, g, w, namespaceProxy(t, "ns-0"), nil)
+	b := mustClass(t, g, w, namespaceProxy(t, "ns-1"), nil)
+	for _, typ := range []string{ClusterType, EndpointType} {
+		if a.Sets[typ] != b.Sets[typ] {
+			t.Errorf("%s: equal sets not shared", ShortType(typ))
+		}
+	}
+	if a.Sets[RouteType] == b.Sets[RouteType] || a.Sets[RouteType].equals(b.Sets[RouteType]) {
+		t.Errorf("the namespaces' routes are one set; want each its own short names")
+	}
+	// A class generated apart, by another generator, shares them too.
+	g2, _ := newWithOptions(t, true, true)
+	c := mustClass(t, g2, w, namespaceProxy(t, "ns-2"), nil)
+	if c.Sets[ClusterType] != a.Sets[ClusterType] {
+		t.Errorf("another generator's equal clusters not shared")
+	}
+	runtime.KeepAlive(a)
+}

@@ -64,6 +64,53 @@ func (v *Versions) equals(s *Set) bool {
 	return true
 }
 
+// setsPool shares equal builder sets between classes. The 50 namespaces'
+// classes at M1 build equal clusters, endpoints and listeners (their
+// routes differ by their own services' short names), each from its own
+// builder: 50 equal lists of names and resources per type. A class
+// publishes the pooled set when one equal to its own is in use (publish):
+// a Set is never changed once built, so sharing it is sharing its value.
+// Held weakly, like the Versions.
+var setsPool = setsShare{m: newWeakMap[versionsKey, Set](1024)}
+
+type setsShare struct {
+	mu sync.Mutex
+	m  weakMap[versionsKey, Set]
+}
+
+// of returns the pooled set equal to s, a builder's set, if one is in
+// use; else s, pooled.
+func (p *setsShare) of(s *Set) *Set {
+	if s == nil || s.view != nil {
+		return s
+	}
+	k := versionsKey{s.TypeURL, s.Version, len(s.rs)}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if old := p.m.get(k); old != nil {
+		if old == s || old.equals(s) {
+			return old
+		}
+		return s // a sum's collision: s goes unshared
+	}
+	p.m.put(k, s)
+	return s
+}
+
+// equals reports whether builder sets s and o hold the same names with
+// the same contents (versions: resources are hashed by their bytes).
+func (s *Set) equals(o *Set) bool {
+	if s.TypeURL != o.TypeURL || len(s.rs) != len(o.rs) || !slices.Equal(s.Names, o.Names) {
+		return false
+	}
+	for i, r := range s.rs {
+		if q := o.rs[i]; r != q && r.Hash != q.Hash {
+			return false
+		}
+	}
+	return true
+}
+
 // Memo returns what build makes of the resources v versions, made once
 // per Versions while the last one made is in use: v holds it weakly, so
 // it lives as long as its callers hold it and is made again after a
