@@ -178,6 +178,52 @@ func TestHashCollisionsAreNotShared(t *testing.T) {
 	}
 }
 
+// TestFirstRequestsAdoptThePoolsSet: a stream whose first request names
+// exactly the names of a set the pool holds, in any order, takes that set
+// without building one; a list that repeats a name or holds the
+// wildcard is no set's, even found under one's hash.
+func TestFirstRequestsAdoptThePoolsSet(t *testing.T) {
+	pool := newNamePool()
+	req := func(names []string) *discovery.DeltaDiscoveryRequest {
+		return &discovery.DeltaDiscoveryRequest{ResourceNamesSubscribe: names}
+	}
+	a := newDeltaSub(pool, req(routeNames(0, 500)), false)
+	shuffled := routeNames(0, 500)
+	slices.Reverse(shuffled)
+	b := newDeltaSub(pool, req(shuffled), false)
+	if b.names.shared != a.names.shared || b.names.plus != nil {
+		t.Fatal("the same names in another order did not take the pool's set")
+	}
+	// Adopting builds nothing per name (adding them built a map of 500).
+	if n := testing.AllocsPerRun(20, func() { newDeltaSub(pool, req(shuffled), false) }); n > 8 {
+		t.Errorf("a first request for a pooled set's names allocated %v times", n)
+	}
+	hashOf := func(names []string) uint64 {
+		var h uint64
+		for _, n := range names {
+			h += pool.hashOf(n)
+		}
+		return h
+	}
+	for name, names := range map[string][]string{
+		"a name twice":  append(routeNames(0, 499), routeNames(0, 1)...),
+		"with wildcard": append(routeNames(0, 499), wildcardName),
+	} {
+		// Found under a's hash, and as long as a's set.
+		pool.sets[hashOf(names)] = pool.sets[a.names.shared.hash]
+		c := newDeltaSub(pool, req(names), false)
+		if c.names.shared == a.names.shared {
+			t.Errorf("%s: took a set that is not its names", name)
+		}
+		if c.names.len() != 499 || !c.names.has(names[0]) || c.names.has(routeNames(499, 500)[0]) {
+			t.Errorf("%s: holds %d names, want the 499 it named", name, c.names.len())
+		}
+		if c.wildcard != (name == "with wildcard") {
+			t.Errorf("%s: wildcard %v", name, c.wildcard)
+		}
+	}
+}
+
 // TestDeltaStreamRules checks, over gRPC, the rules serveDelta keeps from
 // go-control-plane's delta server: nonces count up from 1 per stream, the
 // first request's node serves the requests that omit it, a per-type

@@ -67,6 +67,9 @@ func (s *deltaSub) update(pool *namePool, sub, unsub []string) {
 		}
 		s.legacy = false
 	}
+	if s.names.adopt(pool, sub) {
+		sub = nil
+	}
 	for _, n := range sub {
 		if n == wildcardName {
 			s.wildcard = true
@@ -133,6 +136,25 @@ func (s *nameSet) all() iter.Seq[string] {
 	}
 }
 
+// adopt makes the empty set s the pool's shared set of names, when the
+// pool holds one with exactly those names (the wildcard not among them),
+// and reports whether it did. A proxy's first request for routes or
+// endpoints names thousands of them, as every proxy of its class does:
+// adding them one by one built a map per stream and type only for settle
+// to find the set the pool held already (413 MB allocated and 0.8 CPU s
+// while 1,000 proxies connected at M1).
+func (s *nameSet) adopt(pool *namePool, names []string) bool {
+	if s.shared != nil || len(s.plus)+len(s.minus) > 0 || len(names) <= foldAbove {
+		return false
+	}
+	cand := pool.find(names)
+	if cand == nil {
+		return false
+	}
+	s.shared = cand
+	return true
+}
+
 func (s *nameSet) add(n string) {
 	if s.shared.has(n) {
 		delete(s.minus, n)
@@ -177,7 +199,9 @@ func (s *nameSet) settle(pool *namePool) {
 // refer to. hash is the sum of its names' hashes under the pool's seed,
 // so a set's hash follows from another's and the names that differ.
 type sharedNames struct {
-	m    map[string]struct{}
+	// m numbers the names 0 to len-1 (find tells a list of names that
+	// repeats one from the set's).
+	m    map[string]int32
 	hash uint64
 	// cover is what covers last found (delta_whole.go).
 	cover atomic.Pointer[coverMemo]
@@ -233,9 +257,9 @@ func (p *namePool) fold(s *nameSet) *sharedNames {
 	if cand != nil && sameNames(cand, s) {
 		return cand
 	}
-	m := make(map[string]struct{}, s.len())
+	m := make(map[string]int32, s.len())
 	for n := range s.all() {
-		m[n] = struct{}{}
+		m[n] = int32(len(m))
 	}
 	out := &sharedNames{m: m, hash: h}
 	p.mu.Lock()
@@ -243,6 +267,33 @@ func (p *namePool) fold(s *nameSet) *sharedNames {
 	p.mu.Unlock()
 	runtime.AddCleanup(out, p.forget, h)
 	return out
+}
+
+// find returns the shared set of exactly names, if the pool holds one;
+// names holding the wildcard or a name twice have none. The hash finds
+// the candidate; the names are then checked one by one against it, each
+// a name of the set not seen before.
+func (p *namePool) find(names []string) *sharedNames {
+	var h uint64
+	for _, n := range names {
+		h += p.hashOf(n)
+	}
+	p.mu.Lock()
+	cand := p.sets[h].Value()
+	p.mu.Unlock()
+	if cand == nil || len(cand.m) != len(names) {
+		return nil
+	}
+	seen := make([]uint64, (len(names)+63)/64)
+	for _, n := range names {
+		i, ok := cand.m[n]
+		if !ok || seen[i/64]&(1<<(i%64)) != 0 {
+			return nil
+		}
+		seen[i/64] |= 1 << (i % 64)
+	}
+	// len(names) distinct names of the set, which has as many.
+	return cand
 }
 
 // forget drops the entry of a collected set, unless a live set has taken
