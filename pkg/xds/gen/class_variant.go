@@ -292,9 +292,10 @@ type retagView struct {
 
 // viewShape is what a view's listeners are on the wire, written whole:
 // their bytes, and what Set.WriteAll writes of them in parts shorter
-// than small (copied) and as long or longer (shared).
+// than small (copied) and as long or longer (shared); and the bytes of
+// the names and versions it gives SetWriter.Resource (heads).
 type viewShape struct {
-	size, small, copied, shared int
+	size, small, copied, shared, heads int
 }
 
 // bigListener is the size from which a view's listener is one resource

@@ -42,6 +42,7 @@ func (v *retagView) writeAll(w SetWriter) {
 	rt := v.tab.rt
 	var sz []int
 	var blobs [][]byte
+	pw := &planWriter{w: w, t: rt}
 	for _, e := range v.info.ordered {
 		r := e.r
 		switch {
@@ -57,7 +58,7 @@ func (v *retagView) writeAll(w SetWriter) {
 			sz = e.plan.sizesInto(sz[:0], *rt, blobs)
 			b := r.Wire().GetValue()
 			w.Resource(r.Name, r.Hash, rt.suffix, e.plan.sized(b, sz))
-			e.plan.write(w, b, *rt, blobs, sz)
+			pw.write(e.plan, b, blobs, sz)
 		}
 	}
 }
@@ -81,14 +82,16 @@ func (s *Set) Size() int {
 // WholeShape bounds what WriteAll writes of a view, as
 // Resource.WireShape does for one resource: the bytes in parts shorter
 // than small (copied) and the parts as long or longer (shared), the
-// resources' headers not counted. Counted once per view for one small;
-// (0, 0) for a set that is not a view.
-func (s *Set) WholeShape(small int) (copied, shared int) {
+// resources' headers not counted; and heads, the bytes of the names and
+// versions (with their suffixes) WriteAll gives SetWriter.Resource.
+// Counted once per view for one small; zeros for a set that is not a
+// view.
+func (s *Set) WholeShape(small int) (copied, shared, heads int) {
 	if s == nil || s.view == nil {
-		return 0, 0
+		return 0, 0, 0
 	}
 	sh := s.view.shapeOf(small)
-	return sh.copied, sh.shared
+	return sh.copied, sh.shared, sh.heads
 }
 
 // wholeSmall is the part size WholeShape is asked with (the server's
@@ -107,6 +110,7 @@ func (v *retagView) shapeOf(small int) *viewShape {
 	for _, e := range v.info.ordered {
 		r := e.r
 		var copied, shared int
+		sh.heads += len(r.Name) + len(r.Hash)
 		switch {
 		case e.plan == nil:
 			sh.size += r.Size()
@@ -114,8 +118,10 @@ func (v *retagView) shapeOf(small int) *viewShape {
 		case r.Size() >= bigListener:
 			m := v.get(r.Name)
 			sh.size += m.Size()
+			sh.heads += len(m.Hash) - len(r.Hash)
 			copied, shared = 0, 1
 		default:
+			sh.heads += len(rt.suffix)
 			blobs = v.tab.into(blobs[:0], e.plan)
 			sz = e.plan.sizesInto(sz[:0], *rt, blobs)
 			b := r.Wire().GetValue()

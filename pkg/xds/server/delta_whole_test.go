@@ -86,9 +86,9 @@ func TestViewIsWrittenWholeAsItsListeners(t *testing.T) {
 		// buffers by it.
 		var cw countingWriter
 		set.WriteAll(&cw)
-		copied, shared := set.WholeShape(inlineBelow)
-		if cw.copied > copied || cw.shared != shared {
-			t.Errorf("%d services: WriteAll copied %d bytes and shared %d parts; WholeShape says at most %d and %d", services, cw.copied, cw.shared, copied, shared)
+		copied, shared, heads := set.WholeShape(inlineBelow)
+		if cw.copied > copied || cw.shared != shared || cw.heads != heads {
+			t.Errorf("%d services: WriteAll copied %d bytes, shared %d parts and named %d bytes; WholeShape says at most %d, %d and %d", services, cw.copied, cw.shared, cw.heads, copied, shared, heads)
 		}
 		if cw.resources != set.Len() {
 			t.Errorf("%d services: WriteAll wrote %d resources, want %d", services, cw.resources, set.Len())
@@ -98,7 +98,7 @@ func TestViewIsWrittenWholeAsItsListeners(t *testing.T) {
 
 // countingWriter counts what a gen.SetWriter is given, as the codec
 // would copy or share it.
-type countingWriter struct{ copied, shared, resources int }
+type countingWriter struct{ copied, shared, resources, heads int }
 
 func (w *countingWriter) Copy(b []byte) { w.copied += len(b) }
 func (w *countingWriter) Share(b []byte) {
@@ -108,7 +108,10 @@ func (w *countingWriter) Share(b []byte) {
 		w.shared++
 	}
 }
-func (w *countingWriter) Resource(string, string, string, int) { w.resources++ }
+func (w *countingWriter) Resource(name, version, suffix string, _ int) {
+	w.resources++
+	w.heads += len(name) + len(version) + len(suffix)
+}
 
 // classSet is the set of typeURL of sidecarID's class in a World of
 // services.
