@@ -406,18 +406,21 @@ func check(sets map[string]*Set, typeURL string, refs []string) error {
 		want[r] = true
 	}
 	var missing, unused []string
-	for r := range want {
-		if sets[typeURL].Get(r) == nil {
-			missing = append(missing, r)
-		}
-	}
-	for _, n := range sets[typeURL].Names {
+	set := sets[typeURL]
+	for _, n := range set.Names {
 		if !want[n] {
 			unused = append(unused, n)
 		}
 	}
-	if len(missing)+len(unused) == 0 {
+	if len(unused) == 0 && len(want) == set.Len() {
+		// Every name of the set referenced, as many as the references:
+		// none missing.
 		return nil
+	}
+	for r := range want {
+		if set.Get(r) == nil {
+			missing = append(missing, r)
+		}
 	}
 	sort.Strings(missing)
 	sort.Strings(unused)
