@@ -303,3 +303,75 @@ func TestEqualSetsShared(t *testing.T) {
 	}
 	runtime.KeepAlive(a)
 }
+
+// TestGroupsAreTheSet: a class's groups (ClassConfig.Groups), where it
+// gives them, hold each resource of its set once, as the set has it;
+// sibling classes give the same slices for the units one took from the
+// other; a variant gives its base's; a set whose names were taken out
+// gives none.
+func TestGroupsAreTheSet(t *testing.T) {
+	store := model.NewStore(model.StoreOptions{})
+	if _, err := store.Apply(worldtest.Mesh(16, 4, 2)...); err != nil {
+		t.Fatal(err)
+	}
+	w := store.World()
+	g, _ := newWithOptions(t, true, true)
+	pa, pb := namespaceProxy(t, "ns-0"), namespaceProxy(t, "ns-1")
+	a := mustClass(t, g, w, pa, nil)
+	b := mustClass(t, g, w, pb, nil)
+	for _, cc := range []*ClassConfig{a, b} {
+		for typ, set := range cc.Sets {
+			groups := cc.Groups(typ)
+			if groups == nil {
+				if typ == RouteType {
+					t.Fatalf("%s: no groups for the routes", cc.Class)
+				}
+				continue
+			}
+			seen := map[string]bool{}
+			for _, gr := range groups {
+				for _, r := range gr {
+					if seen[r.Name] {
+						t.Errorf("%s %s: %s in two groups", cc.Class, ShortType(typ), r.Name)
+					}
+					seen[r.Name] = true
+					if h, ok := set.Hash(r.Name); !ok || h != r.Hash {
+						t.Errorf("%s %s: group's %s is not the set's", cc.Class, ShortType(typ), r.Name)
+					}
+				}
+			}
+			if len(seen) != set.Len() {
+				t.Errorf("%s %s: groups hold %d resources, the set %d", cc.Class, ShortType(typ), len(seen), set.Len())
+			}
+		}
+	}
+	// b took the units of ns-2's and ns-3's services from a: the same
+	// slices.
+	first := map[**Resource]bool{}
+	for _, gr := range a.Groups(RouteType) {
+		first[&gr[0]] = true
+	}
+	shared := 0
+	for _, gr := range b.Groups(RouteType) {
+		if first[&gr[0]] {
+			shared++
+		}
+	}
+	if shared == 0 {
+		t.Error("sibling classes share no group of routes")
+	}
+	key := ClassKey(w, pb)
+	v, ok := g.Variant(b, key, pb, nil)
+	if !ok {
+		t.Fatalf("no variant for %s", key)
+	}
+	if vg, bg := v.Groups(RouteType), b.Groups(RouteType); len(vg) != len(bg) || &vg[0][0] != &bg[0][0] {
+		t.Error("a variant's groups are not its base's")
+	}
+	// Endpoints updated: the set is no longer its builder's.
+	svc := model.NamespacedName{Namespace: "ns-1", Name: "svc-1"}
+	up, _ := g.UpdateEndpoints(b, w, []model.NamespacedName{svc})
+	if up.Groups(EndpointType) != nil {
+		t.Error("groups for endpoints updated since generation")
+	}
+}

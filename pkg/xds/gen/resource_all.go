@@ -134,3 +134,50 @@ func (v *retagView) shapeOf(small int) *viewShape {
 	v.shape.Store(sh)
 	return sh
 }
+
+// Groups returns the class's set of typeURL as the slices of resources
+// its builder was given, in the order it was given them, when those are
+// the set exactly: each resource of the set in one slice, and no other;
+// nil when they are not (a set patched by EnvoyFilters or WasmPlugins, a
+// name put in twice or taken out, endpoints updated since the class was
+// generated, a view). A unit's slice is the same slice in every class
+// that took the unit (class_sibling.go), so a caller may encode each
+// slice once and compose the classes' sets from them (pkg/xds/server).
+// It checks each resource against the set: call it once per set.
+func (c *ClassConfig) Groups(typeURL string) [][]*Resource {
+	set := c.Sets[typeURL]
+	if c.variant != nil {
+		// A variant keeps no log: its sets but the listeners are its
+		// base's.
+		if b := c.variant.base; b != nil && b.Sets[typeURL] == set {
+			return b.Groups(typeURL)
+		}
+		return nil
+	}
+	log := c.ops[typeURL]
+	if set == nil || set.view != nil || log == nil || log.rewrites || set != c.baseSet(typeURL) {
+		return nil
+	}
+	out := make([][]*Resource, 0, len(log.ops))
+	n := 0
+	for _, op := range log.ops {
+		if op.del != "" {
+			return nil
+		}
+		for _, r := range op.rs {
+			if h, ok := set.Hash(r.Name); !ok || h != r.Hash {
+				return nil
+			}
+		}
+		if len(op.rs) > 0 {
+			out = append(out, op.rs)
+			n += len(op.rs)
+		}
+	}
+	// No name was put in twice (rewrites): the slices hold n distinct
+	// names, each of the set's.
+	if n != set.Len() {
+		return nil
+	}
+	return out
+}

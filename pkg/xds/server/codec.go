@@ -203,6 +203,9 @@ func (w *sliceWriter) delta(m *discovery.DeltaDiscoveryResponse, whole *wholeSet
 		}
 	}
 	parts := len(m.GetResources()) + len(send) + 1
+	if whole != nil {
+		parts += 2 * len(whole.parts)
+	}
 	if view != nil {
 		// Each listener's header, and the parts gen.Set.WriteAll copies
 		// and shares, counted once per view: growing the buffers as the
@@ -220,6 +223,9 @@ func (w *sliceWriter) delta(m *discovery.DeltaDiscoveryResponse, whole *wholeSet
 	}
 	if whole != nil {
 		w.share(whole.b)
+		for _, p := range whole.parts {
+			w.share(p)
+		}
 	}
 	if view != nil {
 		w.typeURL = typeURL

@@ -90,8 +90,8 @@ func BenchmarkFirstResponse(b *testing.B) {
 				run(b, func() any { return &deltaWire{resp: resp(t), view: set} })
 				return
 			}
-			held := wholeOf(set)
-			run(b, func() any { return &deltaWire{resp: resp(t), whole: wholeOf(set)} })
+			held := wholeOf(set, nil)
+			run(b, func() any { return &deltaWire{resp: resp(t), whole: wholeOf(set, nil)} })
 			runtime.KeepAlive(held)
 		})
 	}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"runtime"
 	"sync"
 	"weak"
 
@@ -25,17 +26,107 @@ import (
 // proxy and are still written one by one.
 
 // wholeSet is a set's resources encoded as consecutive resources fields
-// of a DeltaDiscoveryResponse, in name order.
+// of a DeltaDiscoveryResponse: in name order (b), or group after group
+// (parts; see groupWires).
 type wholeSet struct {
 	b     []byte
+	parts [][]byte
 	names []string // the set's: the observer's list
 	size  int      // the resources' marshaled bytes, for the size metric
 }
 
 // wholeOf returns the encoding of s, a builder's set: made once for the
-// sets of its Versions while streams are being sent it (gen.Memo).
-func wholeOf(s *gen.Set) *wholeSet {
-	return gen.Memo(s.Versions(), func() *wholeSet { return encodeWhole(s) })
+// sets of its Versions while streams are being sent it (gen.Memo). When
+// groups gives the set's groups (gen.ClassConfig.Groups), it is composed
+// of their encodings (groupWires); else written in one buffer.
+func wholeOf(s *gen.Set, groups func() [][]*gen.Resource) *wholeSet {
+	return gen.Memo(s.Versions(), func() *wholeSet {
+		if groups != nil {
+			if gs := groups(); gs != nil {
+				return composeWhole(s, gs)
+			}
+		}
+		return encodeWhole(s)
+	})
+}
+
+// composedTypes are the types whose sets are composed of their groups'
+// encodings. The routes of the namespaces' classes at M1 are 50 sets of
+// 2,000 that differ by the routes of one or two namespaces' services (a
+// service's short name is its own namespace's): encoded one by one, 1.1
+// MB each, they were dropped by every collection that found no response
+// being written with them and made again, 0.9 of 19 CPU s and 0.8 of 4.1
+// GB allocated while 1,000 proxies connected. Composed, each unit's
+// routes are encoded once for every class that took the unit. Clusters
+// and endpoints are one set for all those classes: one buffer serves
+// them all.
+var composedTypes = map[string]bool{gen.RouteType: true}
+
+func composeWhole(s *gen.Set, groups [][]*gen.Resource) *wholeSet {
+	ws := &wholeSet{parts: make([][]byte, len(groups)), names: s.Names, size: s.Size()}
+	for i, g := range groups {
+		ws.parts[i] = groupEncodings.of(s.TypeURL, g)
+	}
+	return ws
+}
+
+// groupWires holds the encodings of groups of resources (the slices a
+// class's builder was given: a unit's routes) for as long as the group
+// lives: an entry is made for a slice's backing array and dropped when
+// the array is collected (runtime.AddCleanup). A group's slice never
+// changes once given to a builder (gen's reuseAll).
+type groupWires struct {
+	mu sync.Mutex
+	m  map[groupKey][]byte
+}
+
+type groupKey struct {
+	first weak.Pointer[*gen.Resource]
+	n     int
+}
+
+var groupEncodings = groupWires{m: map[groupKey][]byte{}}
+
+// of returns the encoding of group rs of type typeURL, made once while
+// rs lives.
+func (g *groupWires) of(typeURL string, rs []*gen.Resource) []byte {
+	k := groupKey{weak.Make(&rs[0]), len(rs)}
+	g.mu.Lock()
+	b, ok := g.m[k]
+	g.mu.Unlock()
+	if ok {
+		return b
+	}
+	n := 0
+	for _, r := range rs {
+		n += 32 + len(r.Name) + len(r.Hash) + len(typeURL) + r.Size()
+	}
+	bw := byteWriter{typeURL: typeURL, b: make([]byte, 0, n)}
+	for _, r := range rs {
+		bw.Resource(r.Name, r.Hash, "", r.Size())
+		r.WriteWire(&bw)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if old, ok := g.m[k]; ok {
+		return old
+	}
+	g.m[k] = bw.b
+	runtime.AddCleanup(&rs[0], g.forget, k)
+	return bw.b
+}
+
+func (g *groupWires) forget(k groupKey) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.m, k)
+}
+
+// len is how many groups' encodings are held (for tests).
+func (g *groupWires) len() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.m)
 }
 
 // encodeWhole writes s whole into one buffer.
@@ -151,7 +242,12 @@ func (c *conn) wholeFor(t string, sub *deltaSub) (wh whole, ok bool) {
 	if cls.IsView() {
 		wh.view = cls
 	} else {
-		wh.set = wholeOf(cls)
+		var groups func() [][]*gen.Resource
+		if composedTypes[t] {
+			class := c.cfg.Class
+			groups = func() [][]*gen.Resource { return class.Groups(t) }
+		}
+		wh.set = wholeOf(cls, groups)
 		c.s.recent.keep(wh.set)
 	}
 	return wh, true

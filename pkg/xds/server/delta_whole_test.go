@@ -3,13 +3,17 @@ package server
 import (
 	"bytes"
 	"fmt"
+	"runtime"
 	"sort"
 	"testing"
+	"time"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/meshplane/discovery/pkg/model"
 	"github.com/meshplane/discovery/pkg/xds/gen"
+	"github.com/meshplane/discovery/pkg/xds/internal/worldtest"
 )
 
 // A class's set written whole is byte for byte the response that
@@ -23,7 +27,7 @@ func TestWholeSetIsWrittenAsItsResources(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ws := wholeOf(set)
+		ws := wholeOf(set, nil)
 		got, err := Codec().Marshal(&deltaWire{resp: resp, whole: ws})
 		if err != nil {
 			t.Fatal(err)
@@ -217,5 +221,91 @@ func TestFirstResponsesAreSentWhole(t *testing.T) {
 	}
 	if got := ts.s.wholeSent.Load(); got != 6 {
 		t.Errorf("%d responses sent a set whole, want still 6", got)
+	}
+}
+
+// A set composed of its groups' encodings (composeWhole) carries the
+// set's resources, each once, as the set has them; the classes of two
+// namespaces share the encodings of the units one took from the other;
+// and the encodings go when their groups do.
+func TestComposedWholeIsTheSet(t *testing.T) {
+	before := groupEncodings.len()
+	store := model.NewStore(model.StoreOptions{})
+	if _, err := store.Apply(worldtest.Mesh(30, 4, 2)...); err != nil {
+		t.Fatal(err)
+	}
+	g := newGen(t)
+	composed := func(ns string) (*gen.Set, *wholeSet) {
+		p, err := model.ParseProxy(fmt.Sprintf("sidecar~10.9.0.1~client.%s~%s.svc.cluster.local", ns, ns), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cls, err := g.Class(store.World(), p, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		set := cls.Sets[gen.RouteType]
+		groups := cls.Groups(gen.RouteType)
+		if groups == nil {
+			t.Fatalf("%s: the routes have no groups", ns)
+		}
+		return set, composeWhole(set, groups)
+	}
+	decode := func(ws *wholeSet) map[string]*discovery.Resource {
+		resp := &discovery.DeltaDiscoveryResponse{TypeUrl: gen.RouteType, Nonce: "1"}
+		bs, err := Codec().Marshal(&deltaWire{resp: resp, whole: ws})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got discovery.DeltaDiscoveryResponse
+		if err := proto.Unmarshal(bs.Materialize(), &got); err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]*discovery.Resource{}
+		for _, r := range got.GetResources() {
+			if out[r.GetName()] != nil {
+				t.Errorf("%s sent twice", r.GetName())
+			}
+			out[r.GetName()] = r
+		}
+		return out
+	}
+	setA, a := composed("ns-0")
+	got := decode(a)
+	if len(got) != setA.Len() {
+		t.Errorf("composed routes carry %d resources, the set %d", len(got), setA.Len())
+	}
+	for n, r := range setA.All() {
+		s := got[n]
+		if s == nil || s.GetVersion() != r.Hash || !bytes.Equal(s.GetResource().GetValue(), r.Any.GetValue()) || s.GetResource().GetTypeUrl() != gen.RouteType {
+			t.Errorf("%s: sent %v, the set's version %s", n, s, r.Hash)
+		}
+	}
+	_, b := composed("ns-1")
+	parts := map[*byte]bool{}
+	for _, p := range a.parts {
+		parts[&p[0]] = true
+	}
+	shared := 0
+	for _, p := range b.parts {
+		if parts[&p[0]] {
+			shared++
+		}
+	}
+	if shared == 0 {
+		t.Error("the namespaces' classes share no group's encoding")
+	}
+	if groupEncodings.len() <= before {
+		t.Fatal("no group's encoding held")
+	}
+	// Nothing refers to the classes any more: their groups' encodings go.
+	g, a, b = nil, nil, nil
+	deadline := time.Now().Add(10 * time.Second)
+	for groupEncodings.len() > before {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d groups' encodings held after their classes went, %d before", groupEncodings.len(), before)
+		}
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
 	}
 }
