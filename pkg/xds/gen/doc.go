@@ -105,8 +105,9 @@
 //     namespace),
 //     class_parts.go (clusters and endpoints shared between classes),
 //     proxy.go (one proxy's configuration), resource.go (Resource, Set),
-//     resource_all.go (a set written whole), resource_versions.go (equal
-//     sets' Versions shared, and what is made of them: Memo),
+//     resource_all.go (a set written whole, and the groups a class's set
+//     was built from), resource_versions.go (equal sets and their
+//     Versions shared, and what is made of them: Memo),
 //     contain.go (what one bad config may cost), provenance.go (the configs a
 //     rejected resource came from), warn.go and kinds.go (what is not
 //     supported, and reported), envoy_refusals.go (what Envoy would

@@ -15,8 +15,9 @@
 // once per proxy class (push.Classes) and sent as the difference from what
 // the proxy already has. A stream's first response for a type sends
 // its class's set whole: encoded once and shared by the streams sent an
-// equal set, or, for a variant's listeners, written from the base's
-// plans (delta_whole.go); responses are written from the generator's
+// equal set (routes composed of their groups' encodings, each shared by
+// the classes that took the group), or, for a variant's listeners,
+// written from the base's plans (delta_whole.go); responses are written from the generator's
 // marshaled bytes, shared, not copied (codec.go). A rejected response (NACK) is counted and logged;
 // the proxy keeps its last good configuration and is sent nothing more for
 // that type until the configuration changes.
