@@ -78,11 +78,7 @@ func liveHeap() uint64 {
 // both, and the clusters of the services of its own and the donor's
 // namespace, whose routes (their short names) are its own.
 func TestSiblingClassesTakeWhatStands(t *testing.T) {
-	store := model.NewStore(model.StoreOptions{})
-	if _, err := store.Apply(worldtest.Mesh(16, 4, 2)...); err != nil {
-		t.Fatal(err)
-	}
-	w := store.World()
+	w := fourNamespaces(t)
 	g, o := newWithOptions(t, true, true)
 	var prev *ClassConfig
 	for i := range 4 {
@@ -274,16 +270,23 @@ func BenchmarkClassesOfNamespacesAfterEdit(b *testing.B) {
 	}
 }
 
+// fourNamespaces is the World of the sibling tests: 16 services in four
+// namespaces, two ports each.
+func fourNamespaces(t *testing.T) *model.World {
+	t.Helper()
+	store := model.NewStore(model.StoreOptions{})
+	if _, err := store.Apply(worldtest.Mesh(16, 4, 2)...); err != nil {
+		t.Fatal(err)
+	}
+	return store.World()
+}
+
 // TestEqualSetsShared: classes that build equal sets publish one of them
 // (setsPool), and sets that differ stay their own: the namespaces'
 // clusters are the same, their routes name their own services by short
 // names.
 func TestEqualSetsShared(t *testing.T) {
-	store := model.NewStore(model.StoreOptions{})
-	if _, err := store.Apply(worldtest.Mesh(16, 4, 2)...); err != nil {
-		t.Fatal(err)
-	}
-	w := store.World()
+	w := fourNamespaces(t)
 	g, _ := newWithOptions(t, true, true)
 	a := mustClass(t, g, w, namespaceProxy(t, "ns-0"), nil)
 	b := mustClass(t, g, w, namespaceProxy(t, "ns-1"), nil)
@@ -310,11 +313,7 @@ func TestEqualSetsShared(t *testing.T) {
 // other; a variant gives its base's; a set whose names were taken out
 // gives none.
 func TestGroupsAreTheSet(t *testing.T) {
-	store := model.NewStore(model.StoreOptions{})
-	if _, err := store.Apply(worldtest.Mesh(16, 4, 2)...); err != nil {
-		t.Fatal(err)
-	}
-	w := store.World()
+	w := fourNamespaces(t)
 	g, _ := newWithOptions(t, true, true)
 	pa, pb := namespaceProxy(t, "ns-0"), namespaceProxy(t, "ns-1")
 	a := mustClass(t, g, w, pa, nil)

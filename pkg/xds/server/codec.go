@@ -89,11 +89,17 @@ type sliceWriter struct {
 	typeURL string
 }
 
-// grow sizes the writer for a message of n resources.
+// grow sizes the writer for a message of n buffers.
 func (w *sliceWriter) grow(n int) {
-	w.slices = make([]mem.SliceBuffer, 0, 2*n+2)
-	w.out = make(mem.BufferSlice, 0, 2*n+2)
+	w.slices = make([]mem.SliceBuffer, 0, n)
+	w.out = make(mem.BufferSlice, 0, n)
 }
+
+// buffersFor is how many buffers a message takes that shares separate
+// parts (a resource's bytes: the header bytes before each are a buffer
+// of their own) and adjacent ones (a composed set's groups: one buffer
+// each), and ends with header bytes.
+func buffersFor(separate, adjacent int) int { return 2*separate + adjacent + 2 }
 
 func (w *sliceWriter) push(b []byte) {
 	w.slices = append(w.slices, b)
@@ -165,7 +171,7 @@ func (w *sliceWriter) sotw(m *discovery.DiscoveryResponse) error {
 		n += 16 + len(a.GetTypeUrl()) + inlined(a)
 	}
 	w.buf = append(make([]byte, 0, n), head...)
-	w.grow(len(m.GetResources()))
+	w.grow(buffersFor(len(m.GetResources()), 0))
 	for _, a := range m.GetResources() {
 		if err := w.anyField(sotwResources, a); err != nil {
 			return err
@@ -202,9 +208,11 @@ func (w *sliceWriter) delta(m *discovery.DeltaDiscoveryResponse, whole *wholeSet
 			n += size
 		}
 	}
-	parts := len(m.GetResources()) + len(send) + 1
+	// It reserved twice what a view and a composed set take, 0.3 MB per
+	// proxy's listeners at M1 (BENCHMARKS.md).
+	separate, adjacent := len(m.GetResources())+len(send)+1, 0
 	if whole != nil {
-		parts += 2 * len(whole.parts)
+		adjacent = len(whole.parts)
 	}
 	if view != nil {
 		// Each listener's header, and the parts gen.Set.WriteAll copies
@@ -212,10 +220,10 @@ func (w *sliceWriter) delta(m *discovery.DeltaDiscoveryResponse, whole *wholeSet
 		// parts came was a fifth of writing a view.
 		copied, shared, heads := view.WholeShape(inlineBelow)
 		n += view.Len()*(resourceHeader+len(typeURL)) + heads + copied
-		parts += 2 * shared
+		separate += shared
 	}
 	w.buf = append(make([]byte, 0, n), head...)
-	w.grow(parts)
+	w.grow(buffersFor(separate, adjacent))
 	for _, r := range m.GetResources() {
 		if err := w.protoResource(r); err != nil {
 			return err

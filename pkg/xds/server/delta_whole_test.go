@@ -97,6 +97,16 @@ func TestViewIsWrittenWholeAsItsListeners(t *testing.T) {
 		if cw.resources != set.Len() {
 			t.Errorf("%d services: WriteAll wrote %d resources, want %d", services, cw.resources, set.Len())
 		}
+		// The codec's buffers are sized once, for what it writes: not
+		// grown as parts come (twice what is needed then), nor reserved
+		// twice over.
+		var sw sliceWriter
+		if err := sw.delta(resp, nil, set, nil); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(sw.slices); cap(sw.slices) > n+n/2+8 {
+			t.Errorf("%d services: %d buffers written, %d reserved", services, n, cap(sw.slices))
+		}
 	}
 }
 
@@ -280,6 +290,13 @@ func TestComposedWholeIsTheSet(t *testing.T) {
 		if s == nil || s.GetVersion() != r.Hash || !bytes.Equal(s.GetResource().GetValue(), r.Any.GetValue()) || s.GetResource().GetTypeUrl() != gen.RouteType {
 			t.Errorf("%s: sent %v, the set's version %s", n, s, r.Hash)
 		}
+	}
+	var sw sliceWriter
+	if err := sw.delta(&discovery.DeltaDiscoveryResponse{TypeUrl: gen.RouteType}, a, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(sw.slices); cap(sw.slices) > n+n/2+8 {
+		t.Errorf("%d buffers written for %d groups, %d reserved", n, len(a.parts), cap(sw.slices))
 	}
 	_, b := composed("ns-1")
 	parts := map[*byte]bool{}

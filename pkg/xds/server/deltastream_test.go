@@ -194,9 +194,21 @@ func TestFirstRequestsAdoptThePoolsSet(t *testing.T) {
 	if b.names.shared != a.names.shared || b.names.plus != nil {
 		t.Fatal("the same names in another order did not take the pool's set")
 	}
-	// Adopting builds nothing per name (adding them built a map of 500).
-	if n := testing.AllocsPerRun(20, func() { newDeltaSub(pool, req(shuffled), false) }); n > 8 {
-		t.Errorf("a first request for a pooled set's names allocated %v times", n)
+	// Adopting builds nothing per name (adding them built a map of 500,
+	// 19 allocations). The count is the process's: a try disturbed by
+	// another goroutine's allocations is taken again.
+	var allocs float64
+	for range 3 {
+		if allocs = testing.AllocsPerRun(20, func() { newDeltaSub(pool, req(shuffled), false) }); allocs <= 8 {
+			break
+		}
+	}
+	if allocs > 8 {
+		t.Errorf("a first request for a pooled set's names allocated %v times", allocs)
+	}
+	var fresh nameSet
+	if !fresh.adopt(pool, shuffled) || fresh.shared != a.names.shared {
+		t.Error("adopt refused the names of a pooled set")
 	}
 	hashOf := func(names []string) uint64 {
 		var h uint64
