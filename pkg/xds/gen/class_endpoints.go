@@ -16,14 +16,6 @@ func (g *Generator) UpdateEndpoints(prev *ClassConfig, mw *model.World, services
 	// reads name them already): nothing new is recorded.
 	sc := prev.scope.in(mw)
 	w := sc.w
-	eds := prev.Sets[EndpointType]
-	// The set's resources with those of the services' endpoints replaced;
-	// names the set lacks go to added.
-	var next []*Resource
-	if eds != nil {
-		next = slices.Clone(eds.rs)
-	}
-	var added map[string]*Resource
 	cc := *prev
 	cc.prov = &provIndex{}
 	cc.WorldVersion = w.Version
@@ -33,7 +25,7 @@ func (g *Generator) UpdateEndpoints(prev *ClassConfig, mw *model.World, services
 	cc.ops = maps.Clone(prev.ops)
 	delete(cc.ops, EndpointType)
 	cc.units = slices.Clone(prev.units)
-	var changed []string
+	var fresh []*Resource
 	for _, nn := range services {
 		i, ok := prev.unitIndex(nn)
 		if !ok || !usesEDS(prev.units[i].svc) {
@@ -53,38 +45,14 @@ func (g *Generator) UpdateEndpoints(prev *ClassConfig, mw *model.World, services
 		// generation rebuilds them.
 		nu.stale = u.stale || !sameResources(pt.clusters, u.clusters)
 		nu.epsAt = w
-		for _, r := range nu.endpoints {
-			if j, ok := eds.find(r.Name); ok {
-				if next[j].Hash != r.Hash {
-					next[j] = r
-					changed = append(changed, r.Name)
-				}
-				continue
-			}
-			if old := added[r.Name]; old == nil || old.Hash != r.Hash {
-				if added == nil {
-					added = map[string]*Resource{}
-				}
-				added[r.Name] = r
-				changed = append(changed, r.Name)
-			}
-		}
+		fresh = append(fresh, nu.endpoints...)
 		cc.units[i] = &nu
 	}
-	sets := maps.Clone(prev.Sets)
-	switch {
-	case added != nil:
-		if eds != nil {
-			for j, n := range eds.Names {
-				added[n] = next[j]
-			}
-		}
-		sets[EndpointType] = NewSet(EndpointType, added)
-	case len(changed) > 0:
-		// Same names: no need to sort them again.
-		sets[EndpointType] = newSetSorted(EndpointType, next, eds.Names, eds.replaced(next, changed))
+	eds, changed := withResources(EndpointType, prev.Sets[EndpointType], fresh)
+	cc.Sets = maps.Clone(prev.Sets)
+	if eds != prev.Sets[EndpointType] {
+		cc.Sets[EndpointType] = eds
 	}
-	cc.Sets = sets
 	// Judging whether the changes since at leave everything reused
 	// standing walks the class: it is done once they are many, not on
 	// every endpoint push (a full generation judges a few dozen changes
@@ -148,4 +116,45 @@ func (c *ClassConfig) standsAfterEndpoints(cs *changes, cur *view) bool {
 		}
 	}
 	return true
+}
+
+// withResources returns set s (of typeURL; nil: empty) with the resources
+// rs put in, each replacing the one of its name, and the names added or
+// changed; s itself when none are.
+func withResources(typeURL string, s *Set, rs []*Resource) (*Set, []string) {
+	var next []*Resource // s's resources, those of rs replaced
+	if s != nil {
+		next = slices.Clone(s.rs)
+	}
+	var added map[string]*Resource // rs's names s lacks
+	var changed []string
+	for _, r := range rs {
+		if j, ok := s.find(r.Name); ok {
+			if next[j].Hash != r.Hash {
+				next[j] = r
+				changed = append(changed, r.Name)
+			}
+			continue
+		}
+		if old := added[r.Name]; old == nil || old.Hash != r.Hash {
+			if added == nil {
+				added = map[string]*Resource{}
+			}
+			added[r.Name] = r
+			changed = append(changed, r.Name)
+		}
+	}
+	switch {
+	case added != nil:
+		if s != nil {
+			for j, n := range s.Names {
+				added[n] = next[j]
+			}
+		}
+		return NewSet(typeURL, added), changed
+	case len(changed) > 0:
+		// Same names: no need to sort them again.
+		return newSetSorted(typeURL, next, s.Names, s.replaced(next, changed)), changed
+	}
+	return s, nil
 }
