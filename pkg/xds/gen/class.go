@@ -106,6 +106,8 @@ var ErrInconsistent = errors.New("inconsistent configuration")
 // result is not consistent, Class returns prev (the last good
 // configuration) and the error.
 func (g *Generator) Class(mw *model.World, p *model.Proxy, prev *ClassConfig) (*ClassConfig, error) {
+	g.slots <- struct{}{}
+	defer func() { <-g.slots }()
 	key := ClassKey(mw, p)
 	// A class generated with its representative's values stays so while
 	// it has a previous configuration (it was, or its placeholders did

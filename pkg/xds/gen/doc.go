@@ -92,7 +92,8 @@
 // A file's prefix says what it produces or decides; its _test.go files
 // share the name.
 //
-//   - Generation and reuse: generator.go (Generator, Options, New),
+//   - Generation and reuse: generator.go (Generator, Options, New;
+//     Options.Generating bounds the classes generated at once),
 //     reads.go (Reads: what a configuration read, Touches, stands),
 //     reads_view.go (the recording views generation reads through),
 //     reads_scope.go (selections taken from the class's scope, with
