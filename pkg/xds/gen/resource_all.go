@@ -1,5 +1,11 @@
 package gen
 
+import (
+	"encoding/binary"
+	"maps"
+	"slices"
+)
+
 // A set written whole, one resource after another (Set.WriteAll): a
 // delta stream's first response for a type (pkg/xds/server) sends every
 // resource of its class's set.
@@ -98,11 +104,42 @@ func (s *Set) WholeShape(small int) (copied, shared, heads int) {
 // codec's): Size counts the shape for it, so that one walk serves both.
 const wholeSmall = 256
 
-// shapeOf returns the view's shape for small, counted on first use.
+// shapeOf returns the view's shape for small: that of a view of the
+// same listeners with values as long, or counted on first use.
 func (v *retagView) shapeOf(small int) *viewShape {
 	if sh := v.shape.Load(); sh != nil && sh.small == small {
 		return sh
 	}
+	key := v.shapeKey(small)
+	if sh, ok := v.info.shapes.Load(key); ok {
+		v.shape.Store(sh.(*viewShape))
+		return sh.(*viewShape)
+	}
+	sh := v.countShape(small)
+	v.info.shapes.Store(key, sh)
+	v.shape.Store(sh)
+	return sh
+}
+
+// shapeKey is what a view's shape depends on besides its base's
+// listeners: small, and the lengths of the values its listeners are
+// written with (its tracings', its service tags', its version suffix).
+func (v *retagView) shapeKey(small int) string {
+	rt := v.tab.rt
+	k := binary.AppendUvarint(nil, uint64(small))
+	k = binary.AppendUvarint(k, uint64(len(rt.suffix)))
+	for _, tag := range slices.Sorted(maps.Keys(rt.toBytes)) {
+		k = append(binary.AppendUvarint(k, uint64(len(tag))), tag...)
+		k = binary.AppendUvarint(k, uint64(len(rt.toBytes[tag])))
+	}
+	for _, b := range v.info.blobs {
+		k = binary.AppendUvarint(k, uint64(len(v.tab.blobs[b.plan])))
+	}
+	return string(k)
+}
+
+// countShape counts the view's shape for small, listener by listener.
+func (v *retagView) countShape(small int) *viewShape {
 	rt := v.tab.rt
 	var sz []int
 	var blobs [][]byte
@@ -131,7 +168,6 @@ func (v *retagView) shapeOf(small int) *viewShape {
 		sh.copied += copied
 		sh.shared += shared
 	}
-	v.shape.Store(sh)
 	return sh
 }
 
