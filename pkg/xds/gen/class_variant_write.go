@@ -98,7 +98,11 @@ type planWriter struct {
 func (pw *planWriter) emit(spans []*span, start, end int) {
 	pos := start
 	for _, s := range spans {
-		pw.w.Share(pw.b[pos:s.lenAt])
+		if pos < s.lenAt {
+			// A span's length follows its parent's at once, or its
+			// sibling's value (a third of the parts at M1).
+			pw.w.Share(pw.b[pos:s.lenAt])
+		}
 		pw.w.Copy(protowire.AppendVarint(pw.varint[:0], uint64(pw.sz[s.id])))
 		switch {
 		case s.blob >= 0:
@@ -110,7 +114,9 @@ func (pw *planWriter) emit(spans []*span, start, end int) {
 		}
 		pos = s.end
 	}
-	pw.w.Share(pw.b[pos:end])
+	if pos < end {
+		pw.w.Share(pw.b[pos:end])
+	}
 }
 
 // shape counts, without writing or sizing anything, what write would
