@@ -83,10 +83,10 @@ type Options struct {
 	// GOMAXPROCS). Generation takes no locks and waits on nothing but a
 	// family's first class (class_sibling.go), so more at once than
 	// there are cores finishes none sooner: each holds its builders,
-	// their maps and the consistency check's at the same time. When a
-	// service was added at M1, the 16 proxies prepared at once generated
-	// up to 16 of the 50 namespaces' classes side by side, and the heap a
-	// collection found live grew by 50-60 MB (BENCHMARKS.md).
+	// their maps and the consistency check's at the same time. The
+	// server prepares 16 proxies at once, which generated up to 16 of the
+	// 50 namespaces' classes side by side when a service was added at M1
+	// (BENCHMARKS.md, "Classes generated one per core").
 	Generating int
 }
 
