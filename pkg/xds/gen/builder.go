@@ -42,6 +42,13 @@ type builder struct {
 	n       int
 	subs    []int
 	subOps  []buildOp
+	// ins are the operations put in between the log's, skips the
+	// indexes of the log's operations that did not come (builder_edit.go).
+	ins   []insertion
+	skips []int
+	// edits caches whether the log may be followed with insertions and
+	// skips (canEdit): 0 not asked yet, 1 yes, 2 no.
+	edits int8
 	// deleted are the names taken out of out, while they are not put in
 	// again (buildLog.rewrites).
 	deleted map[string]bool
@@ -122,6 +129,11 @@ func (b *builder) do(op buildOp) {
 			b.subs, b.subOps = append(b.subs, b.n), append(b.subOps, op)
 			b.n++
 			return
+		case b.insert(&op):
+			return
+		case b.skipTo(&op):
+			b.do(op)
+			return
 		}
 		b.diverge()
 	}
@@ -133,7 +145,10 @@ func (b *builder) do(op buildOp) {
 // log, shared, or a copy with the substitutions.
 func (b *builder) followed() buildLog {
 	ops := b.replay.ops[:b.n]
-	if len(b.subs) > 0 {
+	switch {
+	case len(b.ins) > 0 || len(b.skips) > 0:
+		ops = b.edited()
+	case len(b.subs) > 0:
 		ops = slices.Clone(ops)
 		for k, i := range b.subs {
 			ops[i] = b.subOps[k]
@@ -172,6 +187,7 @@ func (b *builder) diverge() {
 	log := b.followed()
 	b.log.ops = append(make([]buildOp, 0, len(b.replay.ops)+8), log.ops...)
 	b.replay, b.prevSet, b.n, b.subs, b.subOps = nil, nil, 0, nil, nil
+	b.ins, b.skips, b.edits = nil, nil, 0
 	for i := range b.log.ops {
 		b.apply(&b.log.ops[i])
 	}
@@ -193,7 +209,7 @@ func (b *builder) add(name string, m proto.Message) {
 	}
 	// Replaying, the name was not taken when the previous generation put
 	// it in at this point, and the state is the same now.
-	if b.replay != nil && (r == nil || !b.next(&op, true)) {
+	if b.replay != nil && (r == nil || !b.next(&op, true) && !b.insertable(&op) && b.skippable(&op) == 0) {
 		b.diverge()
 	}
 	if b.replay == nil {
@@ -244,6 +260,9 @@ func (b *builder) replayed(prev *Set) (*Set, []string, bool) {
 			}
 		}
 	}
+	if len(b.ins) > 0 || len(b.skips) > 0 {
+		return b.editedSet(prev, changed)
+	}
 	if len(changed) == 0 {
 		return prev, nil, true
 	}
@@ -271,6 +290,9 @@ func (b *builder) replayed(prev *Set) (*Set, []string, bool) {
 // patched from prev (setPatched) and known is true as well.
 func (b *builder) setFrom(prev *Set) (set *Set, changed []string, known bool) {
 	if b.replay != nil {
+		if b.prevSet == prev {
+			b.skipRest()
+		}
 		if b.n == len(b.replay.ops) && b.prevSet == prev {
 			b.log = b.followed()
 			return b.replayed(prev)

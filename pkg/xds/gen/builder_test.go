@@ -65,8 +65,28 @@ func TestBuilderReplayEqualsFresh(t *testing.T) {
 		{"put twice", script{"put A=1", "put A=2"}, script{"put A=9", "put A=2"}, false},
 		{"put again after taken out", script{"put A=1", "del A", "put A=3"}, script{"put A=7", "del A", "put A=3"}, false},
 		{"other names", script{"put A=1 B=1", "put C=1"}, script{"put A=1 E=1", "put C=1"}, false},
-		{"one more", script{"put A=1"}, script{"put A=1", "put B=1"}, false},
-		{"one fewer", script{"put A=1", "put B=1"}, script{"put A=1"}, false},
+		// Operations put in between the log's, and operations of the log
+		// that do not come (builder_edit.go): followed without a map.
+		{"one more", script{"put A=1"}, script{"put A=1", "put B=1"}, true},
+		{"one fewer", script{"put A=1", "put B=1"}, script{"put A=1"}, true},
+		{"one more first", script{"put B=1", "put C=1"}, script{"put A=1", "put B=1", "put C=1"}, true},
+		{"one more between", script{"put A=1 B=1", "put E=1", "add F=1"}, script{"put A=1 B=1", "put C=1 D=1", "put E=1", "add F=1"}, true},
+		{"one added between", script{"put A=1", "put C=1"}, script{"put A=1", "add B=1", "put C=1"}, true},
+		{"one fewer between", script{"put A=1 B=1", "put C=1 D=1", "put E=1", "add F=1"}, script{"put A=1 B=1", "put E=1", "add F=1"}, true},
+		{"one fewer first", script{"put A=1", "put B=1", "put C=1"}, script{"put B=1", "put C=1"}, true},
+		{"several fewer", script{"put A=1", "put B=1", "put C=1", "put D=1", "put E=1"}, script{"put A=1", "put E=1"}, true},
+		{"more and fewer, contents", script{"put A=1", "put B=1", "put C=1", "add D=1"}, script{"put A=2", "put X=1", "put C=1", "put Y=1 Z=1", "add D=3", "add W=1"}, true},
+		// What an edit cannot follow: the builder fills its map.
+		{"moved later", script{"put A=1", "put B=1", "put C=1"}, script{"put B=1", "put C=1", "put A=1"}, false},
+		{"put between, then again", script{"put A=1", "put C=1"}, script{"put A=1", "put B=1", "put C=1", "put B=2"}, false},
+		{"added between, then again", script{"put A=1", "put C=1"}, script{"put A=1", "add B=1", "put C=1", "add B=2"}, false},
+		{"put between twice in one", script{"put A=1"}, script{"put A=1", "put B=1 B=2"}, false},
+		{"skipped, then again", script{"put A=1", "put B=1", "put C=1"}, script{"put A=1", "put C=1", "put B=1"}, false},
+		{"taken out in the log", script{"put A=1", "put B=1", "del B"}, script{"put A=1", "put X=1", "put B=1", "del B"}, false},
+		{"taken out in the log, put between", script{"put A=1", "put B=1", "del B"}, script{"put A=1", "put B=1", "put B=2", "del B"}, false},
+		{"taken out in the log, put before", script{"put A=1", "put X=1", "del X"}, script{"put X=2", "put A=1", "put X=1", "del X"}, false},
+		{"rewrites in the log", script{"put A=1", "put A=2"}, script{"put X=1", "put A=1", "put A=2"}, false},
+		{"too far to skip", script{"put A=1", "put B=1", "put C=1", "put D=1", "put E=1", "put F=1", "put G=1", "put H=1", "put I=1", "put J=1", "put K=1"}, script{"put A=1", "put K=1"}, false},
 		{"asked", script{"put A=1", "has A", "put B=1"}, script{"put A=1", "has A", "put B=2"}, false},
 		{"added twice", script{"put A=1", "add B=1"}, script{"put A=1", "add A=2"}, false},
 		{"added where taken", script{"add A=1", "add B=1"}, script{"add A=1", "add A=1"}, false},
@@ -88,6 +108,9 @@ func TestBuilderReplayEqualsFresh(t *testing.T) {
 			if tc.mapless && r.out != nil {
 				t.Errorf("the replaying builder filled a map")
 			}
+			if !tc.mapless && r.out == nil {
+				t.Errorf("the replaying builder followed what it cannot: no map")
+			}
 
 			f := newBuilder(RouteType)
 			tc.next.run(t, f)
@@ -108,6 +131,19 @@ func TestBuilderReplayEqualsFresh(t *testing.T) {
 			}
 			if r.log.rewrites != f.log.rewrites {
 				t.Errorf("replayed rewrites %v, fresh %v", r.log.rewrites, f.log.rewrites)
+			}
+			// The log the replaying builder leaves is the fresh one's: the
+			// next generation, the same again, follows it to the same set.
+			if got, want := logOf(r.log), logOf(f.log); !slices.Equal(got, want) {
+				t.Errorf("replayed log %v, fresh %v", got, want)
+			}
+			rlog := r.log
+			again := newBuilder(RouteType)
+			again.replaying(&rlog, got)
+			tc.next.run(t, again)
+			set, _, _ := again.setFrom(got)
+			if set.Version != got.Version || tc.mapless && (set != got || again.out != nil) {
+				t.Errorf("the same generation again: set %v, the last %v; map filled %v", contents(set), contents(got), again.out != nil)
 			}
 		})
 	}
@@ -140,6 +176,24 @@ func checkSet(t *testing.T, s *Set) {
 	if s.at("~absent") != nil || s.at("") != nil {
 		t.Errorf("an absent name found")
 	}
+}
+
+// logOf lists a log's operations: the names and contents each put in,
+// or the name it took out.
+func logOf(l buildLog) []string {
+	var out []string
+	for _, op := range l.ops {
+		if op.rs == nil {
+			out = append(out, "del "+op.del)
+			continue
+		}
+		var kv []string
+		for _, r := range op.rs {
+			kv = append(kv, r.Name+"="+r.Hash[:6])
+		}
+		out = append(out, strings.Join(kv, " "))
+	}
+	return out
 }
 
 func contents(s *Set) []string {

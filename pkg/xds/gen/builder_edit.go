@@ -1,0 +1,217 @@
+package gen
+
+import (
+	"slices"
+	"sort"
+	"strings"
+)
+
+// A builder that follows its previous log through operations put in
+// between the log's and operations of the log that do not come.
+//
+// A service added to the World is one unit more in every class that sees
+// it: in each type's log, one operation more, putting in names the
+// previous set did not have; a service removed is one operation fewer.
+// A builder that stopped following at the first such operation filled a
+// map of the whole set from the log (diverge): at M1, the 50 namespaces'
+// classes filled 200 maps of 2,000 entries for every service added or
+// removed, 25 MB that the collection running meanwhile found live
+// (BENCHMARKS.md). Instead the builder goes on following: its set is the
+// previous one with the new names merged in and the missing operations'
+// names taken out, and its log is the previous one with the same edits.
+//
+// That holds when every name the previous log put in, it put in once and
+// never took out (no rewrites, no deletions): then each of the previous
+// set's names is one operation's, an operation put in between may put in
+// only names the previous set lacks (and no operation put in before has),
+// and the names of an operation that did not come are out of the set. A
+// later operation that puts in such a name again, or any other that is
+// none of these, is the log's no more, and the builder fills its map from
+// what it followed (diverge), as before.
+
+// insertion is an operation put in before the log's operation at.
+type insertion struct {
+	at int
+	op buildOp
+}
+
+// skipAhead is how many of the log's operations an operation may skip
+// to be the log's next: a service removed is one unit's operation fewer,
+// and a few of them are removed together.
+const skipAhead = 8
+
+// canEdit reports whether b's log may be followed with insertions and
+// skips: it put in every name once and took none out.
+func (b *builder) canEdit() bool {
+	if b.edits == 0 {
+		b.edits = 1
+		if b.replay.rewrites {
+			b.edits = 2
+		}
+		for i := range b.replay.ops {
+			if b.replay.ops[i].rs == nil {
+				b.edits = 2
+				break
+			}
+		}
+	}
+	return b.edits == 1
+}
+
+// insertable reports whether op may be put in between the log's
+// operations: it puts in names that neither the previous set nor an
+// operation put in before has, each once.
+func (b *builder) insertable(op *buildOp) bool {
+	if len(op.rs) == 0 || !b.canEdit() {
+		return false
+	}
+	for i, r := range op.rs {
+		if _, ok := b.prevSet.find(r.Name); ok || b.inserted(r.Name) {
+			return false
+		}
+		for _, o := range op.rs[:i] {
+			if o.Name == r.Name {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// inserted reports whether an operation put in between has name.
+func (b *builder) inserted(name string) bool {
+	for _, in := range b.ins {
+		for _, r := range in.op.rs {
+			if r.Name == name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// insert puts op in between the log's operations, if it may be.
+func (b *builder) insert(op *buildOp) bool {
+	if !b.insertable(op) {
+		return false
+	}
+	b.ins = append(b.ins, insertion{at: b.n, op: *op})
+	return true
+}
+
+// skippable returns k > 0 when op is the log's operation k after the
+// next, and the k before it put names in: those did not come.
+func (b *builder) skippable(op *buildOp) int {
+	if op.rs == nil || !b.canEdit() {
+		return 0
+	}
+	for k := 1; k <= skipAhead && b.n+k < len(b.replay.ops); k++ {
+		if op.same(&b.replay.ops[b.n+k], true) {
+			return k
+		}
+	}
+	return 0
+}
+
+// skipTo skips the log's operations before the one op is, if it is one
+// of the next few: op is then the log's next.
+func (b *builder) skipTo(op *buildOp) bool {
+	k := b.skippable(op)
+	for range k {
+		b.skips = append(b.skips, b.n)
+		b.n++
+	}
+	return k > 0
+}
+
+// skipRest skips the log's operations that did not come at its end.
+func (b *builder) skipRest() {
+	if b.n == len(b.replay.ops) || !b.canEdit() {
+		return
+	}
+	for ; b.n < len(b.replay.ops); b.n++ {
+		b.skips = append(b.skips, b.n)
+	}
+}
+
+// edited is the log b followed: the previous one's operations it did, as
+// it did them, with those put in between in their places.
+func (b *builder) edited() []buildOp {
+	ops := make([]buildOp, 0, b.n+len(b.ins)-len(b.skips))
+	ii, si, ki := 0, 0, 0
+	for i := 0; ; i++ {
+		for ; ii < len(b.ins) && b.ins[ii].at == i; ii++ {
+			ops = append(ops, b.ins[ii].op)
+		}
+		if i == b.n {
+			return ops
+		}
+		if ki < len(b.skips) && b.skips[ki] == i {
+			ki++
+			continue
+		}
+		op := b.replay.ops[i]
+		if si < len(b.subs) && b.subs[si] == i {
+			op = b.subOps[si]
+			si++
+		}
+		ops = append(ops, op)
+	}
+}
+
+// editedSet is replayed's set when operations were put in between or
+// did not come: prev's resources with the substitutions' contents
+// (changed: the names whose contents differ), the names of the
+// operations that did not come taken out and those put in merged in; its
+// sum is prev's, updated for those names alone. The names it lists as
+// changed are diffNames's, in its order.
+func (b *builder) editedSet(prev *Set, changed []string) (*Set, []string, bool) {
+	rs := slices.Clone(prev.rs)
+	for _, op := range b.subOps {
+		for _, r := range op.rs {
+			if i, ok := prev.find(r.Name); ok {
+				rs[i] = r
+			}
+		}
+	}
+	sum := prev.replaced(rs, changed)
+	var removed []string
+	for _, i := range b.skips {
+		for _, r := range b.replay.ops[i].rs {
+			removed = append(removed, r.Name)
+		}
+	}
+	sort.Strings(removed)
+	var added []*Resource
+	for _, in := range b.ins {
+		added = append(added, in.op.rs...)
+	}
+	slices.SortFunc(added, func(x, y *Resource) int { return strings.Compare(x.Name, y.Name) })
+	names := make([]string, 0, len(rs)+len(added)-len(removed))
+	out := make([]*Resource, 0, cap(names))
+	ai, ri := 0, 0
+	for i, n := range prev.Names {
+		for ; ai < len(added) && added[ai].Name < n; ai++ {
+			names, out = append(names, added[ai].Name), append(out, added[ai])
+		}
+		if ri < len(removed) && removed[ri] == n {
+			ri++
+			sum -= entryHash(n, rs[i])
+			continue
+		}
+		names, out = append(names, n), append(out, rs[i])
+	}
+	for ; ai < len(added); ai++ {
+		names, out = append(names, added[ai].Name), append(out, added[ai])
+	}
+	// In diffNames's order: the names changed or added, then those
+	// removed, each in name order.
+	all := slices.Clone(changed)
+	for _, r := range added {
+		sum += entryHash(r.Name, r)
+		all = append(all, r.Name)
+	}
+	sort.Strings(all)
+	all = append(all, removed...)
+	return newSetSorted(b.typeURL, out, names, sum), all, true
+}
