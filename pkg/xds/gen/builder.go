@@ -46,6 +46,8 @@ type builder struct {
 	// indexes of the log's operations that did not come (builder_edit.go).
 	ins   []insertion
 	skips []int
+	// insNames are the names ins put in, sorted.
+	insNames []string
 	// edits caches whether the log may be followed with insertions and
 	// skips (canEdit): 0 not asked yet, 1 yes, 2 no.
 	edits int8
@@ -187,14 +189,21 @@ func (b *builder) diverge() {
 	log := b.followed()
 	b.log.ops = append(make([]buildOp, 0, len(b.replay.ops)+8), log.ops...)
 	b.replay, b.prevSet, b.n, b.subs, b.subOps = nil, nil, 0, nil, nil
-	b.ins, b.skips, b.edits = nil, nil, 0
+	b.ins, b.skips, b.insNames, b.edits = nil, nil, nil, 0
 	for i := range b.log.ops {
 		b.apply(&b.log.ops[i])
 	}
 }
 
-// has reports whether b holds a resource named name.
+// has reports whether b holds a resource named name. Following a log
+// that puts every name in once and takes none out, b holds a name the
+// previous set lacks only if an operation put in between put it.
 func (b *builder) has(name string) bool {
+	if b.replay != nil && b.canEdit() {
+		if _, ok := b.prevSet.find(name); !ok {
+			return b.inserted(name)
+		}
+	}
 	b.diverge()
 	return b.out[name] != nil
 }

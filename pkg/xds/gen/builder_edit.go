@@ -2,7 +2,6 @@ package gen
 
 import (
 	"slices"
-	"sort"
 	"strings"
 )
 
@@ -14,11 +13,16 @@ import (
 // previous set did not have; a service removed is one operation fewer.
 // A builder that stopped following at the first such operation filled a
 // map of the whole set from the log (diverge): at M1, the 50 namespaces'
-// classes filled 200 maps of 2,000 entries for every service added or
-// removed, 25 MB that the collection running meanwhile found live
-// (BENCHMARKS.md). Instead the builder goes on following: its set is the
-// previous one with the new names merged in and the missing operations'
-// names taken out, and its log is the previous one with the same edits.
+// classes filled a map of about 2,000 entries per type for every service
+// added or removed, 25 MB that the collection running meanwhile found
+// live (BENCHMARKS.md). Instead the builder goes on following: its set is
+// the previous one with the new names merged in and the missing
+// operations' names taken out, and its log is the previous one with the
+// same edits. (With listeners per address a port's listeners are one
+// operation, which a service added or removed changes rather than adds
+// to: the listeners' builder still fills its map then. Replacing an
+// operation by one with a few names more or fewer, tried, cost as much:
+// two sorted copies of the operation's names and the set's.)
 //
 // That holds when every name the previous log put in, it put in once and
 // never took out (no rewrites, no deletions): then each of the previous
@@ -80,14 +84,8 @@ func (b *builder) insertable(op *buildOp) bool {
 
 // inserted reports whether an operation put in between has name.
 func (b *builder) inserted(name string) bool {
-	for _, in := range b.ins {
-		for _, r := range in.op.rs {
-			if r.Name == name {
-				return true
-			}
-		}
-	}
-	return false
+	_, ok := slices.BinarySearch(b.insNames, name)
+	return ok
 }
 
 // insert puts op in between the log's operations, if it may be.
@@ -95,8 +93,43 @@ func (b *builder) insert(op *buildOp) bool {
 	if !b.insertable(op) {
 		return false
 	}
-	b.ins = append(b.ins, insertion{at: b.n, op: *op})
+	b.inserting(op, nil)
 	return true
+}
+
+// inserting records op as put in before the log's next operation; names
+// are its names, sorted, when known.
+func (b *builder) inserting(op *buildOp, names []string) {
+	b.ins = append(b.ins, insertion{at: b.n, op: *op})
+	if len(op.rs) == 1 {
+		i, _ := slices.BinarySearch(b.insNames, op.rs[0].Name)
+		b.insNames = slices.Insert(b.insNames, i, op.rs[0].Name)
+		return
+	}
+	if names == nil {
+		names = sortedNames(op.rs)
+	}
+	all := make([]string, 0, len(b.insNames)+len(names))
+	i, j := 0, 0
+	for i < len(b.insNames) && j < len(names) {
+		if b.insNames[i] < names[j] {
+			all = append(all, b.insNames[i])
+			i++
+		} else {
+			all = append(all, names[j])
+			j++
+		}
+	}
+	b.insNames = append(append(all, b.insNames[i:]...), names[j:]...)
+}
+
+func sortedNames(rs []*Resource) []string {
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = r.Name
+	}
+	slices.Sort(out)
+	return out
 }
 
 // skippable returns k > 0 when op is the log's operation k after the
@@ -162,9 +195,10 @@ func (b *builder) edited() []buildOp {
 // editedSet is replayed's set when operations were put in between or
 // did not come: prev's resources with the substitutions' contents
 // (changed: the names whose contents differ), the names of the
-// operations that did not come taken out and those put in merged in; its
-// sum is prev's, updated for those names alone. The names it lists as
-// changed are diffNames's, in its order.
+// operations that did not come taken out and those put in merged in
+// (insertable: no name is both); its sum is prev's, updated for those
+// names alone. The names it lists as changed
+// are diffNames's, in its order.
 func (b *builder) editedSet(prev *Set, changed []string) (*Set, []string, bool) {
 	rs := slices.Clone(prev.rs)
 	for _, op := range b.subOps {
@@ -175,43 +209,52 @@ func (b *builder) editedSet(prev *Set, changed []string) (*Set, []string, bool) 
 		}
 	}
 	sum := prev.replaced(rs, changed)
-	var removed []string
+	n := 0
+	for _, i := range b.skips {
+		n += len(b.replay.ops[i].rs)
+	}
+	skipped := make([]string, 0, n)
 	for _, i := range b.skips {
 		for _, r := range b.replay.ops[i].rs {
-			removed = append(removed, r.Name)
+			skipped = append(skipped, r.Name)
 		}
 	}
-	sort.Strings(removed)
-	var added []*Resource
+	slices.Sort(skipped)
+	added := make([]*Resource, 0, len(b.insNames))
 	for _, in := range b.ins {
 		added = append(added, in.op.rs...)
 	}
 	slices.SortFunc(added, func(x, y *Resource) int { return strings.Compare(x.Name, y.Name) })
-	names := make([]string, 0, len(rs)+len(added)-len(removed))
+	names := make([]string, 0, len(rs)+len(added)-len(skipped))
 	out := make([]*Resource, 0, cap(names))
-	ai, ri := 0, 0
+	all := slices.Clone(changed)
+	var removed []string
+	put := func(r *Resource) {
+		names, out = append(names, r.Name), append(out, r)
+	}
+	ai, si := 0, 0
 	for i, n := range prev.Names {
 		for ; ai < len(added) && added[ai].Name < n; ai++ {
-			names, out = append(names, added[ai].Name), append(out, added[ai])
+			put(added[ai])
+			sum += entryHash(added[ai].Name, added[ai])
+			all = append(all, added[ai].Name)
 		}
-		if ri < len(removed) && removed[ri] == n {
-			ri++
-			sum -= entryHash(n, rs[i])
+		if si == len(skipped) || skipped[si] != n {
+			put(rs[i])
 			continue
 		}
-		names, out = append(names, n), append(out, rs[i])
+		si++
+		sum -= entryHash(n, rs[i])
+		removed = append(removed, n)
 	}
 	for ; ai < len(added); ai++ {
-		names, out = append(names, added[ai].Name), append(out, added[ai])
+		put(added[ai])
+		sum += entryHash(added[ai].Name, added[ai])
+		all = append(all, added[ai].Name)
 	}
 	// In diffNames's order: the names changed or added, then those
 	// removed, each in name order.
-	all := slices.Clone(changed)
-	for _, r := range added {
-		sum += entryHash(r.Name, r)
-		all = append(all, r.Name)
-	}
-	sort.Strings(all)
+	slices.Sort(all)
 	all = append(all, removed...)
 	return newSetSorted(b.typeURL, out, names, sum), all, true
 }

@@ -23,7 +23,7 @@ func route(name, content string) *Resource {
 	return rawResource(name, RouteType, []byte(name+"="+content))
 }
 
-func (s script) run(t *testing.T, b *builder) {
+func (s script) run(t *testing.T, b *builder) (answers []bool) {
 	t.Helper()
 	for _, op := range s {
 		verb, args, _ := strings.Cut(op, " ")
@@ -41,11 +41,12 @@ func (s script) run(t *testing.T, b *builder) {
 		case "del":
 			b.remove(args)
 		case "has":
-			b.has(args)
+			answers = append(answers, b.has(args))
 		default:
 			t.Fatalf("bad op %q", op)
 		}
 	}
+	return answers
 }
 
 // TestBuilderReplayEqualsFresh: a builder that replays the previous
@@ -74,6 +75,8 @@ func TestBuilderReplayEqualsFresh(t *testing.T) {
 		{"one added between", script{"put A=1", "put C=1"}, script{"put A=1", "add B=1", "put C=1"}, true},
 		{"one fewer between", script{"put A=1 B=1", "put C=1 D=1", "put E=1", "add F=1"}, script{"put A=1 B=1", "put E=1", "add F=1"}, true},
 		{"one fewer first", script{"put A=1", "put B=1", "put C=1"}, script{"put B=1", "put C=1"}, true},
+		{"asked a name none has", script{"put A=1", "put B=1"}, script{"put A=1", "has X", "put B=1"}, true},
+		{"asked a name put between", script{"put A=1", "put C=1"}, script{"put A=1", "put B=1", "has B", "has C", "put C=1"}, false},
 		{"several fewer", script{"put A=1", "put B=1", "put C=1", "put D=1", "put E=1"}, script{"put A=1", "put E=1"}, true},
 		{"more and fewer, contents", script{"put A=1", "put B=1", "put C=1", "add D=1"}, script{"put A=2", "put X=1", "put C=1", "put Y=1 Z=1", "add D=3", "add W=1"}, true},
 		// What an edit cannot follow: the builder fills its map.
@@ -103,7 +106,7 @@ func TestBuilderReplayEqualsFresh(t *testing.T) {
 
 			r := newBuilder(RouteType)
 			r.replaying(&log, prev)
-			tc.next.run(t, r)
+			asked := tc.next.run(t, r)
 			got, changed, known := r.setFrom(prev)
 			if tc.mapless && r.out != nil {
 				t.Errorf("the replaying builder filled a map")
@@ -113,7 +116,9 @@ func TestBuilderReplayEqualsFresh(t *testing.T) {
 			}
 
 			f := newBuilder(RouteType)
-			tc.next.run(t, f)
+			if answered := tc.next.run(t, f); !slices.Equal(asked, answered) {
+				t.Errorf("has answered %v replaying, %v fresh", asked, answered)
+			}
 			want := f.set()
 			checkSet(t, got)
 			checkSet(t, want)

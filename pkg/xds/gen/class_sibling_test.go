@@ -270,6 +270,45 @@ func BenchmarkClassesOfNamespacesAfterEdit(b *testing.B) {
 	}
 }
 
+// BenchmarkClassesOfNamespacesAfterServiceChange regenerates the 50
+// namespace classes of the 1,000-service World after a service is added,
+// and after it is removed again, one after the other (M1's service
+// changes: listeners per address, shared service tags).
+func BenchmarkClassesOfNamespacesAfterServiceChange(b *testing.B) {
+	store := world1000(b)
+	ps := make([]*model.Proxy, 50)
+	for i := range ps {
+		ps[i] = namespaceProxy(b, fmt.Sprintf("ns-%d", i))
+	}
+	g, _ := newWithOptions(b, true, true)
+	prev := make([]*ClassConfig, len(ps))
+	gen := func() {
+		w := store.World()
+		for i, p := range ps {
+			var err error
+			if prev[i], err = g.Class(w, p, prev[i]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	gen()
+	svc := worldtest.Service("ns-9", "added", "10.97.0.1")
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		ev := svc
+		if i%2 == 1 {
+			ev.Op, ev.Object = model.OpDelete, nil
+		}
+		if _, err := store.Apply(ev); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		gen()
+	}
+}
+
 // fourNamespaces is the World of the sibling tests: 16 services in four
 // namespaces, two ports each.
 func fourNamespaces(t *testing.T) *model.World {
