@@ -99,7 +99,10 @@
 //     reads_scope.go (selections taken from the class's scope, with
 //     their answers), reads_changes.go (what changed between two
 //     Worlds, as reads are asked about it),
-//     class.go (Class), class_endpoints.go (UpdateEndpoints),
+//     class.go (Class), builder.go (a type's resources collected, and
+//     the previous generation's log replayed), builder_edit.go (the log
+//     followed through a service added or removed),
+//     class_endpoints.go (UpdateEndpoints),
 //     class_history.go (what a class changed over its last steps),
 //     class_key.go (which proxies share a class; the World's index),
 //     class_sibling.go (what a class takes from the class of another
