@@ -241,33 +241,9 @@ func TestSiblingClassesConcurrently(t *testing.T) {
 // classes of BenchmarkClassesOfNamespaces from their previous
 // configurations after one VirtualService edit, as a push does.
 func BenchmarkClassesOfNamespacesAfterEdit(b *testing.B) {
-	store := world1000(b)
-	ps := make([]*model.Proxy, 50)
-	for i := range ps {
-		ps[i] = namespaceProxy(b, fmt.Sprintf("ns-%d", i))
-	}
-	g, _ := newWithOptions(b, true, true)
-	prev := make([]*ClassConfig, len(ps))
-	gen := func() {
-		w := store.World()
-		for i, p := range ps {
-			var err error
-			if prev[i], err = g.Class(w, p, prev[i]); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
-	gen()
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		b.StopTimer()
-		if _, err := store.Apply(vsEvent("ns-7", "svc-7", "svc-7", fmt.Sprint(i), int32(1+i%9), 10)); err != nil {
-			b.Fatal(err)
-		}
-		b.StartTimer()
-		gen()
-	}
+	benchNamespacesAfter(b, func(i int) model.Event {
+		return vsEvent("ns-7", "svc-7", "svc-7", fmt.Sprint(i), int32(1+i%9), 10)
+	})
 }
 
 // BenchmarkClassesOfNamespacesAfterServiceChange regenerates the 50
@@ -275,6 +251,20 @@ func BenchmarkClassesOfNamespacesAfterEdit(b *testing.B) {
 // and after it is removed again, one after the other (M1's service
 // changes: listeners per address, shared service tags).
 func BenchmarkClassesOfNamespacesAfterServiceChange(b *testing.B) {
+	svc := worldtest.Service("ns-9", "added", "10.97.0.1")
+	benchNamespacesAfter(b, func(i int) model.Event {
+		ev := svc
+		if i%2 == 1 {
+			ev.Op, ev.Object = model.OpDelete, nil
+		}
+		return ev
+	})
+}
+
+// benchNamespacesAfter generates the 50 namespace classes of the
+// 1,000-service World, then times their regeneration from their previous
+// configurations after each change(i).
+func benchNamespacesAfter(b *testing.B, change func(int) model.Event) {
 	store := world1000(b)
 	ps := make([]*model.Proxy, 50)
 	for i := range ps {
@@ -292,16 +282,11 @@ func BenchmarkClassesOfNamespacesAfterServiceChange(b *testing.B) {
 		}
 	}
 	gen()
-	svc := worldtest.Service("ns-9", "added", "10.97.0.1")
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		ev := svc
-		if i%2 == 1 {
-			ev.Op, ev.Object = model.OpDelete, nil
-		}
-		if _, err := store.Apply(ev); err != nil {
+		if _, err := store.Apply(change(i)); err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()
