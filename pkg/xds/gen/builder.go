@@ -275,6 +275,14 @@ func (b *builder) replayed(prev *Set) (*Set, []string, bool) {
 	if len(changed) == 0 {
 		return prev, nil, true
 	}
+	rs := b.substituted(prev)
+	sort.Strings(changed)
+	return newSetSorted(b.typeURL, rs, prev.Names, prev.replaced(rs, changed)), changed, true
+}
+
+// substituted is prev's resources, in its order, with the contents the
+// substitutions put in.
+func (b *builder) substituted(prev *Set) []*Resource {
 	rs := slices.Clone(prev.rs)
 	for _, op := range b.subOps {
 		for _, r := range op.rs {
@@ -283,8 +291,7 @@ func (b *builder) replayed(prev *Set) (*Set, []string, bool) {
 			}
 		}
 	}
-	sort.Strings(changed)
-	return newSetSorted(b.typeURL, rs, prev.Names, prev.replaced(rs, changed)), changed, true
+	return rs
 }
 
 // setFrom is set for a builder whose previous result was prev: when every

@@ -88,27 +88,14 @@ func (b *builder) inserted(name string) bool {
 	return ok
 }
 
-// insert puts op in between the log's operations, if it may be.
+// insert puts op in between the log's operations, if it may be: before
+// the log's next one, its names merged into insNames.
 func (b *builder) insert(op *buildOp) bool {
 	if !b.insertable(op) {
 		return false
 	}
-	b.inserting(op, nil)
-	return true
-}
-
-// inserting records op as put in before the log's next operation; names
-// are its names, sorted, when known.
-func (b *builder) inserting(op *buildOp, names []string) {
 	b.ins = append(b.ins, insertion{at: b.n, op: *op})
-	if len(op.rs) == 1 {
-		i, _ := slices.BinarySearch(b.insNames, op.rs[0].Name)
-		b.insNames = slices.Insert(b.insNames, i, op.rs[0].Name)
-		return
-	}
-	if names == nil {
-		names = sortedNames(op.rs)
-	}
+	names := sortedNames(op.rs)
 	all := make([]string, 0, len(b.insNames)+len(names))
 	i, j := 0, 0
 	for i < len(b.insNames) && j < len(names) {
@@ -121,6 +108,7 @@ func (b *builder) inserting(op *buildOp, names []string) {
 		}
 	}
 	b.insNames = append(append(all, b.insNames[i:]...), names[j:]...)
+	return true
 }
 
 func sortedNames(rs []*Resource) []string {
@@ -197,17 +185,10 @@ func (b *builder) edited() []buildOp {
 // (changed: the names whose contents differ), the names of the
 // operations that did not come taken out and those put in merged in
 // (insertable: no name is both); its sum is prev's, updated for those
-// names alone. The names it lists as changed
-// are diffNames's, in its order.
+// names alone. The names it lists as changed are diffNames's, in its
+// order.
 func (b *builder) editedSet(prev *Set, changed []string) (*Set, []string, bool) {
-	rs := slices.Clone(prev.rs)
-	for _, op := range b.subOps {
-		for _, r := range op.rs {
-			if i, ok := prev.find(r.Name); ok {
-				rs[i] = r
-			}
-		}
-	}
+	rs := b.substituted(prev)
 	sum := prev.replaced(rs, changed)
 	n := 0
 	for _, i := range b.skips {
@@ -233,12 +214,15 @@ func (b *builder) editedSet(prev *Set, changed []string) (*Set, []string, bool) 
 		names, out = append(names, r.Name), append(out, r)
 	}
 	ai, si := 0, 0
-	for i, n := range prev.Names {
-		for ; ai < len(added) && added[ai].Name < n; ai++ {
+	addBefore := func(n string, last bool) {
+		for ; ai < len(added) && (last || added[ai].Name < n); ai++ {
 			put(added[ai])
 			sum += entryHash(added[ai].Name, added[ai])
 			all = append(all, added[ai].Name)
 		}
+	}
+	for i, n := range prev.Names {
+		addBefore(n, false)
 		if si == len(skipped) || skipped[si] != n {
 			put(rs[i])
 			continue
@@ -247,11 +231,7 @@ func (b *builder) editedSet(prev *Set, changed []string) (*Set, []string, bool) 
 		sum -= entryHash(n, rs[i])
 		removed = append(removed, n)
 	}
-	for ; ai < len(added); ai++ {
-		put(added[ai])
-		sum += entryHash(added[ai].Name, added[ai])
-		all = append(all, added[ai].Name)
-	}
+	addBefore("", true)
 	// In diffNames's order: the names changed or added, then those
 	// removed, each in name order.
 	slices.Sort(all)
