@@ -340,7 +340,7 @@ func (c *conn) deliverSotw(w *sotwWatch, resp *discovery.DiscoveryResponse, next
 			if names == nil {
 				names = mapKeys(next)
 			}
-			c.handed(resp.GetTypeUrl(), resp, names)
+			c.handed(resp.GetTypeUrl(), resp, nil, names)
 		}
 	default:
 		// Each watch is answered at most once and the server's channel

@@ -232,12 +232,15 @@ const maxDeltaOverrides = 512
 // held, on the stream's goroutine.
 func (c *conn) noteDeltaRequest(t string, req *discovery.DeltaDiscoveryRequest) {
 	ts := c.of(t)
-	var fresh []string
 	if ts.dsub == nil {
-		fresh = make([]string, 0, len(req.GetResourceNamesSubscribe()))
+		// Every name is new: the request's own list, which nothing
+		// changes (copying it was 64 MB while M1's proxies connected).
+		ts.dnew = req.GetResourceNamesSubscribe()
+		return
 	}
+	var fresh []string
 	for _, n := range req.GetResourceNamesSubscribe() {
-		if ts.dsub == nil || !ts.dsub.names.has(n) {
+		if !ts.dsub.names.has(n) {
 			fresh = append(fresh, n)
 		}
 	}
@@ -313,21 +316,23 @@ func (c *conn) hand(w *deltaWatch, r cachev3.DeltaResponse, next map[string]stri
 	select {
 	case w.ch <- r:
 		if c.s.observer != nil {
-			var names []string
+			var shared, names []string
 			switch {
 			case wh.set != nil:
-				names = wh.set.names
+				shared = wh.set.names
 			case wh.view != nil:
-				names = wh.view.Names
+				shared = wh.view.Names
 			}
-			names = append(make([]string, 0, len(names)+len(resp.GetResources())+len(send)), names...)
+			if n := len(resp.GetResources()) + len(send); n > 0 {
+				names = make([]string, 0, n)
+			}
 			for _, r := range resp.GetResources() {
 				names = append(names, r.GetName())
 			}
 			for _, r := range send {
 				names = append(names, r.Name)
 			}
-			c.handed(resp.GetTypeUrl(), resp, names)
+			c.handed(resp.GetTypeUrl(), resp, shared, names)
 		}
 		w.sub.returned = next
 	default:
