@@ -81,18 +81,31 @@ const resourceHeader = 21
 type sliceWriter struct {
 	out mem.BufferSlice
 	buf []byte
-	// slices backs out's buffers: a pointer into it makes a mem.Buffer
+	// parts backs out's buffers: a pointer into it makes a mem.Buffer
 	// without an allocation per resource. Sized before use, never grown
 	// in place (a lazy resource's parts may start a new one).
-	slices []mem.SliceBuffer
+	parts []part
+	// m, when set, is the pooled memory buf, parts and out came from
+	// (codec_pool.go).
+	m *pooledMessage
+	// reserved is how many buffers start sized the lists for.
+	reserved int
 	// typeURL is the response's, for Resource.
 	typeURL string
 }
 
-// grow sizes the writer for a message of n buffers.
-func (w *sliceWriter) grow(n int) {
-	w.slices = make([]mem.SliceBuffer, 0, n)
-	w.out = make(mem.BufferSlice, 0, n)
+// start sizes the writer for a message of n header bytes, beginning with
+// head, and of buffers buffers; a large one's memory comes from the pool.
+func (w *sliceWriter) start(head []byte, n, buffers int) {
+	w.reserved = buffers
+	if w.m = getMessage(n, buffers); w.m != nil {
+		w.buf = append(w.m.buf[:0], head...)
+		w.parts, w.out = w.m.parts[:0], w.m.out[:0]
+		return
+	}
+	w.buf = append(make([]byte, 0, n), head...)
+	w.parts = make([]part, 0, buffers)
+	w.out = make(mem.BufferSlice, 0, buffers)
 }
 
 // buffersFor is how many buffers a message takes that shares separate
@@ -102,8 +115,8 @@ func (w *sliceWriter) grow(n int) {
 func buffersFor(separate, adjacent int) int { return 2*separate + adjacent + 2 }
 
 func (w *sliceWriter) push(b []byte) {
-	w.slices = append(w.slices, b)
-	w.out = append(w.out, &w.slices[len(w.slices)-1])
+	w.parts = append(w.parts, part{SliceBuffer: b, m: w.m})
+	w.out = append(w.out, &w.parts[len(w.parts)-1])
 }
 
 // share appends b to the message without copying it.
@@ -120,9 +133,14 @@ func (w *sliceWriter) share(b []byte) {
 	w.push(b)
 }
 
+// done returns the message. A pooled one holds a reference per buffer,
+// which gRPC's frees give back.
 func (w *sliceWriter) done() mem.BufferSlice {
 	if len(w.buf) > 0 {
 		w.push(w.buf)
+	}
+	if w.m != nil {
+		w.m.refs.Store(int64(len(w.out)))
 	}
 	return w.out
 }
@@ -170,8 +188,7 @@ func (w *sliceWriter) sotw(m *discovery.DiscoveryResponse) error {
 	for _, a := range m.GetResources() {
 		n += 16 + len(a.GetTypeUrl()) + inlined(a)
 	}
-	w.buf = append(make([]byte, 0, n), head...)
-	w.grow(buffersFor(len(m.GetResources()), 0))
+	w.start(head, n, buffersFor(len(m.GetResources()), 0))
 	for _, a := range m.GetResources() {
 		if err := w.anyField(sotwResources, a); err != nil {
 			return err
@@ -222,8 +239,7 @@ func (w *sliceWriter) delta(m *discovery.DeltaDiscoveryResponse, whole *wholeSet
 		n += view.Len()*(resourceHeader+len(typeURL)) + heads + copied
 		separate += shared
 	}
-	w.buf = append(make([]byte, 0, n), head...)
-	w.grow(buffersFor(separate, adjacent))
+	w.start(head, n, buffersFor(separate, adjacent))
 	for _, r := range m.GetResources() {
 		if err := w.protoResource(r); err != nil {
 			return err
@@ -293,10 +309,10 @@ func (w *sliceWriter) resource(typeURL string, r *gen.Resource) {
 	// allocated.
 	copied, shared := r.WireShape(inlineBelow)
 	w.buf = slices.Grow(w.buf, copied)
-	if free := cap(w.slices) - len(w.slices); free < 2*shared {
-		// Pushed buffers point into w.slices: the old array stays
+	if free := cap(w.parts) - len(w.parts); free < 2*shared {
+		// Pushed buffers point into w.parts: the old array stays
 		// theirs, a new one takes the rest.
-		w.slices = make([]mem.SliceBuffer, 0, 2*shared+cap(w.slices))
+		w.parts = make([]part, 0, 2*shared+cap(w.parts))
 		w.out = slices.Grow(w.out, 2*shared)
 	}
 	r.WriteWire(w)
