@@ -401,31 +401,42 @@ func consistent(sets map[string]*Set, edsRefs, routeRefs []string) error {
 	return errors.Join(check(sets, EndpointType, edsRefs), check(sets, RouteType, routeRefs))
 }
 
-// check is consistent for one type: its resources are exactly refs.
+// check is consistent for one type: its resources are exactly refs. The
+// set's names are sorted, so a bit per name marks those referenced: a map
+// of the references, per type and class, was 100 MB of what M1's 40
+// changes allocated, and, allocated while the collector marks, counted
+// as live.
 func check(sets map[string]*Set, typeURL string, refs []string) error {
-	want := make(map[string]bool, len(refs))
-	for _, r := range refs {
-		want[r] = true
-	}
-	var missing, unused []string
 	set := sets[typeURL]
-	for _, n := range set.Names {
-		if !want[n] {
-			unused = append(unused, n)
+	seen := make([]uint64, (set.Len()+63)/64)
+	named, unknown := 0, false
+	for _, r := range refs {
+		i, ok := set.find(r)
+		if !ok {
+			unknown = true
+			continue
+		}
+		if bit := uint64(1) << (i % 64); seen[i/64]&bit == 0 {
+			seen[i/64] |= bit
+			named++
 		}
 	}
-	if len(unused) == 0 && len(want) == set.Len() {
-		// Every name of the set referenced, as many as the references:
-		// none missing.
+	if !unknown && named == set.Len() {
 		return nil
 	}
-	for r := range want {
-		if set.Get(r) == nil {
+	var missing, unused []string
+	for _, r := range refs {
+		if _, ok := set.find(r); !ok {
 			missing = append(missing, r)
 		}
 	}
+	for i, n := range set.Names {
+		if seen[i/64]&(uint64(1)<<(i%64)) == 0 {
+			unused = append(unused, n)
+		}
+	}
 	sort.Strings(missing)
-	sort.Strings(unused)
+	missing = slices.Compact(missing)
 	return fmt.Errorf("%w: %s referenced but missing [%s], present but unreferenced [%s]",
 		ErrInconsistent, ShortType(typeURL), strings.Join(missing, " "), strings.Join(unused, " "))
 }
