@@ -30,8 +30,9 @@ import (
 // field's elements may follow the envelope's other fields: protobuf parsers
 // accept fields in any order).
 //
-// Use it with grpc.ForceServerCodecV2. Requests, and every other message,
-// go through gRPC's proto codec unchanged.
+// Use it with grpc.ForceServerCodecV2. A delta request's resource names
+// are decoded into one block (unmarshalDeltaRequest); every other message
+// goes through gRPC's proto codec unchanged.
 func Codec() encoding.CodecV2 {
 	return xdsCodec{fallback: encoding.GetCodecV2(grpcproto.Name)}
 }
@@ -40,7 +41,15 @@ type xdsCodec struct{ fallback encoding.CodecV2 }
 
 func (xdsCodec) Name() string { return grpcproto.Name }
 
-func (c xdsCodec) Unmarshal(data mem.BufferSlice, v any) error { return c.fallback.Unmarshal(data, v) }
+func (c xdsCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	req, ok := v.(*discovery.DeltaDiscoveryRequest)
+	if !ok {
+		return c.fallback.Unmarshal(data, v)
+	}
+	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	defer buf.Free()
+	return unmarshalDeltaRequest(buf.ReadOnlyData(), req)
+}
 
 func (c xdsCodec) Marshal(v any) (mem.BufferSlice, error) {
 	var w sliceWriter

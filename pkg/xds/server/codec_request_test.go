@@ -1,0 +1,115 @@
+package server
+
+import (
+	"testing"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// deltaRequestSeeds are encodings of delta requests: names subscribed and
+// unsubscribed, interleaved with the other fields, none, one, empty
+// ones, a name that is not UTF-8, a name field of the wrong type, and
+// input cut short.
+func deltaRequestSeeds(t testing.TB) [][]byte {
+	meta, err := structpb.NewStruct(map[string]any{"ISTIO_VERSION": "1.32.0", "LABELS": map[string]any{"app": "reviews"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := &discovery.DeltaDiscoveryRequest{
+		Node:                     &core.Node{Id: "sidecar~10.0.0.1~reviews-1.ns-0~ns-0.svc.cluster.local", Metadata: meta},
+		TypeUrl:                  "type.googleapis.com/envoy.config.route.v3.RouteConfiguration",
+		ResourceNamesSubscribe:   []string{"reviews.ns-0.svc.cluster.local:9080", "ratings.ns-0.svc.cluster.local:9080", "", "9080"},
+		ResourceNamesUnsubscribe: []string{"details.ns-0.svc.cluster.local:9080", "x"},
+		InitialResourceVersions:  map[string]string{"a": "1", "b": "2"},
+		ResponseNonce:            "7",
+	}
+	var out [][]byte
+	for _, m := range []*discovery.DeltaDiscoveryRequest{
+		full,
+		{TypeUrl: "t"},
+		{TypeUrl: "t", ResourceNamesSubscribe: []string{"one"}},
+		{ResourceNamesSubscribe: []string{"a", "b"}},
+		{ResourceNamesUnsubscribe: []string{"a", "b", "c"}},
+		{ResourceNamesSubscribe: []string{"", ""}},
+	} {
+		b, err := proto.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, b)
+	}
+	b, _ := proto.Marshal(full)
+	// Names after the other fields, and between them.
+	var mixed []byte
+	mixed = protowire.AppendTag(mixed, deltaSubscribe, protowire.BytesType)
+	mixed = protowire.AppendString(mixed, "first")
+	mixed = append(mixed, b...)
+	mixed = protowire.AppendTag(mixed, deltaUnsubscribe, protowire.BytesType)
+	mixed = protowire.AppendString(mixed, "last")
+	out = append(out, mixed)
+	// Not UTF-8, among other names.
+	bad := protowire.AppendTag(append([]byte(nil), b...), deltaSubscribe, protowire.BytesType)
+	out = append(out, protowire.AppendBytes(bad, []byte{0xff, 0xfe}))
+	// A name field of the wrong type: an unknown field.
+	odd := protowire.AppendTag(append([]byte(nil), b...), deltaSubscribe, protowire.VarintType)
+	out = append(out, protowire.AppendVarint(odd, 3))
+	// An unknown field.
+	unk := protowire.AppendTag(append([]byte(nil), b...), 99, protowire.BytesType)
+	out = append(out, protowire.AppendString(unk, "?"))
+	// Cut short, inside a name and inside the node.
+	out = append(out, b[:len(b)-3], b[:20])
+	return out
+}
+
+// sameAsLibrary requires unmarshalDeltaRequest to decode b as the protobuf
+// library does: the same error or none, and an equal message.
+func sameAsLibrary(t *testing.T, b []byte) {
+	t.Helper()
+	var want, got discovery.DeltaDiscoveryRequest
+	werr := proto.Unmarshal(b, &want)
+	gerr := unmarshalDeltaRequest(b, &got)
+	if (werr == nil) != (gerr == nil) {
+		t.Fatalf("decoding %x: error %v, the library's %v", b, gerr, werr)
+	}
+	if werr == nil && !proto.Equal(&got, &want) {
+		t.Fatalf("decoding %x:\n got %v\nwant %v", b, &got, &want)
+	}
+}
+
+func TestDeltaRequestDecodedAsByTheLibrary(t *testing.T) {
+	for _, b := range deltaRequestSeeds(t) {
+		sameAsLibrary(t, b)
+	}
+}
+
+// The names are copied out of the buffer gRPC decodes from, which it
+// reuses.
+func TestDeltaRequestNamesOutliveTheBuffer(t *testing.T) {
+	want := &discovery.DeltaDiscoveryRequest{TypeUrl: "t", ResourceNamesSubscribe: []string{"alpha", "beta"}, ResourceNamesUnsubscribe: []string{"gamma"}}
+	b, err := proto.Marshal(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got discovery.DeltaDiscoveryRequest
+	if err := Codec().Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, &got); err != nil {
+		t.Fatal(err)
+	}
+	for i := range b {
+		b[i] = 'z'
+	}
+	if !proto.Equal(&got, want) {
+		t.Fatalf("after the buffer was written over: %v, want %v", &got, want)
+	}
+}
+
+func FuzzDeltaRequest(f *testing.F) {
+	for _, b := range deltaRequestSeeds(f) {
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) { sameAsLibrary(t, b) })
+}
