@@ -89,7 +89,7 @@ const (
 // collector finds holding them makes them live, and the heap grows to
 // twice what it finds live. A sync.Pool kept all 64 that M1's streams
 // had in flight when its proxies were configured, 55 MB.
-const idleBytes = 8 << 20
+const idleBytes = 32 << 20
 
 // messagePool is a class's idle messages.
 type messagePool struct {
