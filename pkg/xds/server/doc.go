@@ -18,7 +18,10 @@
 // equal set (routes composed of their groups' encodings, each shared by
 // the classes that took the group), or, for a variant's listeners,
 // written from the base's plans (delta_whole.go); responses are written from the generator's
-// marshaled bytes, shared, not copied (codec.go). A rejected response (NACK) is counted and logged;
+// marshaled bytes, shared, not copied (codec.go); a large response's own
+// bytes come from a pool they return to once gRPC has written them
+// (codec_pool.go), and a delta request's resource names are decoded into
+// one block (codec_request.go). A rejected response (NACK) is counted and logged;
 // the proxy keeps its last good configuration and is sent nothing more for
 // that type until the configuration changes.
 //
