@@ -24,6 +24,10 @@ var (
 //
 // Input that is not a well-formed request, or a name that is not UTF-8,
 // is left to proto.Unmarshal, so that its error is the library's.
+//
+// The three passes over the fields are written out: a callback or a
+// reader method per field made decoding 2,000 names 25-90% slower
+// (BenchmarkDeltaRequest).
 func unmarshalDeltaRequest(b []byte, req *discovery.DeltaDiscoveryRequest) error {
 	names, nameBytes, rest := 0, 0, 0
 	for i := 0; i < len(b); {
