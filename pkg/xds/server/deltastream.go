@@ -52,8 +52,8 @@ func legacyWildcard(t string) bool {
 var deltaStreamIDs atomic.Int64
 
 // serveDelta serves one delta stream; typeURL is "" for ADS, else the
-// per-type service's type.
-func (s *Server) serveDelta(st deltaStream, typeURL string) error {
+// per-type service's type. It returns when ctl kills the stream.
+func (s *Server) serveDelta(st deltaStream, typeURL string, ctl *streamCtl) error {
 	id := deltaStreamIDs.Add(1)
 	cb := callbacks{s}
 	reqs := make(chan *discovery.DeltaDiscoveryRequest)
@@ -71,6 +71,8 @@ func (s *Server) serveDelta(st deltaStream, typeURL string) error {
 		select {
 		case <-s.xdsCtx.Done():
 			return nil
+		case <-ctl.done:
+			return status.Error(codes.Unavailable, ctl.reason)
 		case resp := <-resps:
 			if err := l.send(resp); err != nil {
 				return err

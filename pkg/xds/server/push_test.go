@@ -13,6 +13,9 @@ import (
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/meshplane/discovery/pkg/model"
@@ -158,6 +161,124 @@ func TestSlowProxiesAreBoundedAndDoNotDelayOthers(t *testing.T) {
 		}
 		cancel()
 	})
+
+	// Delta streams run in gRPC's handler goroutine and watch their
+	// streamCtl themselves (guardedDelta): each way a stream is killed
+	// must still end it.
+	t.Run("a delta proxy that never acknowledges is disconnected after MaxUnackedPushes", func(t *testing.T) {
+		store := meshStore(t, 2)
+		ts := startServer(t, store, func(o *Options) { o.MaxUnackedPushes = 3 })
+		silent := newDeltaClient(t, ts)
+		silent.send(&discovery.DeltaDiscoveryRequest{Node: node("sidecar~10.9.0.7~silent.ns-0~ns-0.svc.cluster.local", nil), TypeUrl: gen.ClusterType})
+		silent.next() // and never answer
+		good := syncedClient(t, ts, sidecarID)
+		for i := 0; i < 6; i++ {
+			apply(t, store, worldtest.Service("ns-0", fmt.Sprintf("more-%d", i), fmt.Sprintf("10.96.7.%d", i+1)))
+			good.ack(good.next(), nil) // one push at a time
+		}
+		select {
+		case err := <-silent.errc:
+			if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "did not acknowledge") {
+				t.Errorf("silent proxy's stream ended with %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the silent proxy's stream was not closed")
+		}
+	})
+
+	t.Run("a delta proxy that does not read is disconnected after the send timeout", func(t *testing.T) {
+		ts := startServer(t, bigMesh(t), func(o *Options) { o.SendTimeout = 300 * time.Millisecond })
+		stuck := stuckDelta(t, ts)
+		select {
+		case err := <-stuck:
+			if status.Code(err) != codes.DeadlineExceeded && status.Code(err) != codes.Unavailable {
+				t.Errorf("stuck stream ended with %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the stuck stream was not closed")
+		}
+		if got := ts.counter(t, "discovery_xds_streams_closed_total", "reason", "send_timeout"); got != 1 {
+			t.Errorf("streams closed for not reading: %v, want 1", got)
+		}
+	})
+
+	t.Run("a delta stream blocked in a send ends when drained, with no send timeout", func(t *testing.T) {
+		ts := startServer(t, bigMesh(t), func(o *Options) { o.SendTimeout = 0 })
+		stuck := stuckDelta(t, ts)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if n := ts.s.Drain(ctx, 0); n != 1 {
+			t.Fatalf("drained %d streams, want 1", n)
+		}
+		select {
+		case err := <-stuck:
+			if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "shutting down") {
+				t.Errorf("drained stream ended with %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the drained stream was not closed")
+		}
+	})
+}
+
+// bigMesh is a store whose listeners and clusters, about 1 MB, exceed
+// gRPC's flow-control windows.
+func bigMesh(t *testing.T) *model.Store {
+	store := model.NewStore(model.StoreOptions{})
+	apply(t, store, worldtest.Mesh(1000, 10, 1)...)
+	return store
+}
+
+// stuckDelta opens a delta stream that asks for every cluster and
+// listener and does not read, so that the server's send blocks: its
+// flow-control windows are fixed at 64 KB (no growth from the
+// bandwidth-delay estimate). Once the server has ended the stream (its
+// conn is gone), the client reads what was queued and returns the
+// stream's end on the channel.
+func stuckDelta(t *testing.T, ts *testServer) <-chan error {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	cc := dial(t, ts.addr, grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
+	st, err := discovery.NewAggregatedDiscoveryServiceClient(cc).DeltaAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := node("sidecar~10.9.0.8~stuck.ns-0~ns-0.svc.cluster.local", nil)
+	for _, typ := range []string{gen.ClusterType, gen.ListenerType} {
+		if err := st.Send(&discovery.DeltaDiscoveryRequest{Node: n, TypeUrl: typ}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The listeners' response is handed to gRPC after the clusters',
+	// which exceeded the windows: its send blocks.
+	eventually(t, "the stuck stream's listeners to be sent", func() bool {
+		for _, st := range ts.s.Syncz() {
+			if st.Node == n.GetId() && st.ListenerSent != "" {
+				return true
+			}
+		}
+		return false
+	})
+	ended := make(chan error, 1)
+	go func() {
+		for streams(ts) != 0 {
+			time.Sleep(10 * time.Millisecond)
+		}
+		for {
+			if _, err := st.Recv(); err != nil {
+				ended <- err
+				return
+			}
+		}
+	}()
+	return ended
+}
+
+// streams counts the server's open streams.
+func streams(ts *testServer) int {
+	n := 0
+	ts.s.conns.Range(func(any, any) bool { n++; return true })
+	return n
 }
 
 func TestDebugHandlers(t *testing.T) {

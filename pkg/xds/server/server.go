@@ -184,7 +184,10 @@ func (c *streamCtl) kill(reason string) {
 }
 
 // guard runs a go-control-plane stream handler and returns early, which
-// makes gRPC end the stream, when the stream is killed.
+// makes gRPC end the stream, when the stream is killed. go-control-plane's
+// loop does not watch the streamCtl, so it runs in a goroutine of its own;
+// delta streams, served by this package's loop (deltastream.go), watch it
+// themselves and need no second goroutine (guardedDelta).
 func (s *Server) guard(ctx context.Context, run func(ctx context.Context, ctl *streamCtl) error) error {
 	ctl := newStreamCtl()
 	sctx := context.WithValue(ctx, ctlKey{}, ctl)
@@ -215,17 +218,23 @@ func (g *guardedStream[Req, Resp]) Send(m *Resp) error { return g.SendMsg(m) }
 // SendMsg sends m, a *Resp or a message the codec writes as one
 // (deltaWire), giving up after the send timeout.
 func (g *guardedStream[Req, Resp]) SendMsg(m any) error {
-	if g.timeout <= 0 {
-		return g.BidiStreamingServer.SendMsg(m)
-	}
 	done := make(chan error, 1)
 	go func() { done <- g.BidiStreamingServer.SendMsg(m) }()
-	t := time.NewTimer(g.timeout)
-	defer t.Stop()
+	var timeout <-chan time.Time
+	if g.timeout > 0 {
+		t := time.NewTimer(g.timeout)
+		defer t.Stop()
+		timeout = t.C
+	}
 	select {
 	case err := <-done:
 		return err
-	case <-t.C:
+	case <-g.ctl.done:
+		// A stream killed while it sends (drained, or its proxy too slow
+		// to acknowledge) ends now; the send gives up when gRPC ends the
+		// stream.
+		return status.Error(codes.Unavailable, g.ctl.reason)
+	case <-timeout:
 		g.s.log.Warn("closing xDS stream: the proxy did not read a response in time", "timeout", g.timeout.String())
 		g.s.m.streamsClosed.WithLabelValues("send_timeout").Inc()
 		g.ctl.kill("the proxy did not read configuration in time")
@@ -243,6 +252,20 @@ func guarded[Req, Resp any](s *Server, st grpc.BidiStreamingServer[Req, Resp], r
 	})
 }
 
+// guardedDelta serves a delta stream in gRPC's handler goroutine: its loop
+// returns when the stream is killed, as guard would (one goroutine fewer
+// per proxy than guard's).
+func (s *Server) guardedDelta(st deltaStream, typeURL string) error {
+	if err := s.admit(); err != nil {
+		return err
+	}
+	defer s.release()
+	ctl := newStreamCtl()
+	ctx := context.WithValue(st.Context(), ctlKey{}, ctl)
+	g := &guardedStream[discovery.DeltaDiscoveryRequest, discovery.DeltaDiscoveryResponse]{BidiStreamingServer: st, ctx: ctx, ctl: ctl, s: s, timeout: s.opts.SendTimeout}
+	return s.serveDelta(g, typeURL, ctl)
+}
+
 type (
 	sotwStream  = grpc.BidiStreamingServer[discovery.DiscoveryRequest, discovery.DiscoveryResponse]
 	deltaStream = grpc.BidiStreamingServer[discovery.DeltaDiscoveryRequest, discovery.DeltaDiscoveryResponse]
@@ -255,7 +278,7 @@ func (a adsService) StreamAggregatedResources(st sotwStream) error {
 }
 
 func (a adsService) DeltaAggregatedResources(st deltaStream) error {
-	return guarded(a.s, st, func(st deltaStream) error { return a.s.serveDelta(st, "") })
+	return a.s.guardedDelta(st, "")
 }
 
 // typeService serves the per-type discovery services.
@@ -266,7 +289,7 @@ func (t typeService) StreamClusters(st sotwStream) error {
 }
 
 func (t typeService) DeltaClusters(st deltaStream) error {
-	return guarded(t.s, st, func(st deltaStream) error { return t.s.serveDelta(st, gen.ClusterType) })
+	return t.s.guardedDelta(st, gen.ClusterType)
 }
 
 func (t typeService) StreamEndpoints(st sotwStream) error {
@@ -274,7 +297,7 @@ func (t typeService) StreamEndpoints(st sotwStream) error {
 }
 
 func (t typeService) DeltaEndpoints(st deltaStream) error {
-	return guarded(t.s, st, func(st deltaStream) error { return t.s.serveDelta(st, gen.EndpointType) })
+	return t.s.guardedDelta(st, gen.EndpointType)
 }
 
 func (t typeService) StreamListeners(st sotwStream) error {
@@ -282,7 +305,7 @@ func (t typeService) StreamListeners(st sotwStream) error {
 }
 
 func (t typeService) DeltaListeners(st deltaStream) error {
-	return guarded(t.s, st, func(st deltaStream) error { return t.s.serveDelta(st, gen.ListenerType) })
+	return t.s.guardedDelta(st, gen.ListenerType)
 }
 
 func (t typeService) StreamRoutes(st sotwStream) error {
@@ -290,7 +313,7 @@ func (t typeService) StreamRoutes(st sotwStream) error {
 }
 
 func (t typeService) DeltaRoutes(st deltaStream) error {
-	return guarded(t.s, st, func(st deltaStream) error { return t.s.serveDelta(st, gen.RouteType) })
+	return t.s.guardedDelta(st, gen.RouteType)
 }
 
 func (t typeService) FetchClusters(ctx context.Context, r *discovery.DiscoveryRequest) (*discovery.DiscoveryResponse, error) {
