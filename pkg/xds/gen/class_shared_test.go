@@ -367,3 +367,73 @@ spec:
 		t.Error("regenerating one class changed the EndpointsOf of another")
 	}
 }
+
+// An index equal to a pooled one is found without being built (a
+// service added or removed changes every namespace class's units
+// alike), and one that differs in a service or an endpoint name is
+// built with its own contents.
+func TestEndpointsOfFoundBeforeBuilt(t *testing.T) {
+	mk := func(services int, rename string) []*unit {
+		var us []*unit
+		for i := range services {
+			u := &unit{svc: &model.Service{Namespace: "ns", Name: fmt.Sprintf("svc-%03d", i)}}
+			if i%4 != 1 { // some services have no endpoints
+				for p := range 2 {
+					n := fmt.Sprintf("outbound|%d||svc-%03d.ns.svc.cluster.local", 80+p, i)
+					if n == rename {
+						n += "|renamed"
+					}
+					u.endpoints = append(u.endpoints, &Resource{Name: n})
+				}
+			}
+			us = append(us, u)
+		}
+		return us
+	}
+	want := func(us []*unit) map[model.NamespacedName][]string {
+		m := map[model.NamespacedName][]string{}
+		for _, u := range us {
+			if names := endpointNames(u); names != nil {
+				m[u.svc.Key()] = names
+			}
+		}
+		return m
+	}
+	first := mk(200, "")
+	a := endpointsPool.ofUnits(first)
+	if !maps.EqualFunc(a.m, want(first), slices.Equal[[]string]) {
+		t.Fatalf("index of 200 services: %v", a.m)
+	}
+	again := mk(200, "")
+	if b := endpointsPool.ofUnits(again); b != a {
+		t.Error("an equal index was built again")
+	}
+	if n := testing.AllocsPerRun(20, func() { endpointsPool.ofUnits(again) }); n != 0 {
+		t.Errorf("finding an equal index allocated %v times, want 0", n)
+	}
+	for what, us := range map[string][]*unit{
+		"a service more":      mk(201, ""),
+		"a service fewer":     mk(199, ""),
+		"an endpoint renamed": mk(200, "outbound|81||svc-100.ns.svc.cluster.local"),
+		"no endpoints at all": mk(0, ""),
+		"a service without":   append(mk(200, ""), &unit{svc: &model.Service{Namespace: "ns", Name: "zz"}}),
+	} {
+		got := endpointsPool.ofUnits(us)
+		if !maps.EqualFunc(got.m, want(us), slices.Equal[[]string]) {
+			t.Errorf("%s: index %v", what, got.m)
+		}
+		if what != "a service without" && got == a {
+			t.Errorf("%s: given the first index", what)
+		}
+	}
+	// Found by the sum of its entries' hashes, an index is then compared
+	// entry by entry (sums can collide).
+	renamed := mk(200, "outbound|80||svc-007.ns.svc.cluster.local")
+	if listsUnits(a.m, renamed, len(a.m)) {
+		t.Error("an index with an endpoint renamed is taken for the first")
+	}
+	if !listsUnits(a.m, again, len(a.m)) {
+		t.Error("an equal index is not taken for the first")
+	}
+	runtime.KeepAlive(a)
+}
