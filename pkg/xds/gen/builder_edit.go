@@ -188,24 +188,16 @@ func (b *builder) edited() []buildOp {
 // names alone. The names it lists as changed are diffNames's, in its
 // order.
 func (b *builder) editedSet(prev *Set, changed []string) (*Set, []string, bool) {
-	rs := b.substituted(prev)
+	e := b.edit(prev, changed)
+	if set, all, ok := e.madeOf(prev); ok {
+		return set, all, true
+	}
+	rs := slices.Clone(prev.rs)
+	for _, s := range e.subs {
+		rs[s.at] = s.r
+	}
 	sum := prev.replaced(rs, changed)
-	n := 0
-	for _, i := range b.skips {
-		n += len(b.replay.ops[i].rs)
-	}
-	skipped := make([]string, 0, n)
-	for _, i := range b.skips {
-		for _, r := range b.replay.ops[i].rs {
-			skipped = append(skipped, r.Name)
-		}
-	}
-	slices.Sort(skipped)
-	added := make([]*Resource, 0, len(b.insNames))
-	for _, in := range b.ins {
-		added = append(added, in.op.rs...)
-	}
-	slices.SortFunc(added, func(x, y *Resource) int { return strings.Compare(x.Name, y.Name) })
+	added, skipped := e.added, e.skipped
 	names := make([]string, 0, len(rs)+len(added)-len(skipped))
 	out := make([]*Resource, 0, cap(names))
 	all := slices.Clone(changed)
@@ -235,6 +227,40 @@ func (b *builder) editedSet(prev *Set, changed []string) (*Set, []string, bool) 
 	// In diffNames's order: the names changed or added, then those
 	// removed, each in name order.
 	slices.Sort(all)
-	all = append(all, removed...)
-	return newSetSorted(b.typeURL, out, names, sum), all, true
+	all = slices.Clip(append(all, removed...))
+	e.set, e.all = newSetSorted(b.typeURL, out, names, sum), all
+	prev.edit.Store(e)
+	return e.set, all, true
+}
+
+// edit is what b's edit of prev is made of: the substitutions' contents
+// (changed: the names whose contents differ), the names of the
+// operations that did not come, and the resources of those put in
+// between, each in name order.
+func (b *builder) edit(prev *Set, changed []string) *setEdit {
+	e := &setEdit{changed: changed}
+	for _, op := range b.subOps {
+		for _, r := range op.rs {
+			if i, ok := prev.find(r.Name); ok {
+				e.subs = append(e.subs, subst{i, r})
+			}
+		}
+	}
+	n := 0
+	for _, i := range b.skips {
+		n += len(b.replay.ops[i].rs)
+	}
+	e.skipped = make([]string, 0, n)
+	for _, i := range b.skips {
+		for _, r := range b.replay.ops[i].rs {
+			e.skipped = append(e.skipped, r.Name)
+		}
+	}
+	slices.Sort(e.skipped)
+	e.added = make([]*Resource, 0, len(b.insNames))
+	for _, in := range b.ins {
+		e.added = append(e.added, in.op.rs...)
+	}
+	slices.SortFunc(e.added, func(x, y *Resource) int { return strings.Compare(x.Name, y.Name) })
+	return e
 }

@@ -154,6 +154,57 @@ func TestBuilderReplayEqualsFresh(t *testing.T) {
 	}
 }
 
+// TestEditsOfOneSetShareTheirResult: builders that follow the same log
+// through the same edit of the same set (M1's namespace classes after a
+// service is added or removed) are given the set the first made; an edit
+// that differs in what it puts in, skips or substitutes is made anew,
+// and each is what a fresh builder makes.
+func TestEditsOfOneSetShareTheirResult(t *testing.T) {
+	b := newBuilder(RouteType)
+	script{"put A=1", "put B=1", "put C=1", "put D=1"}.run(t, b)
+	prev, _, _ := b.setFrom(nil)
+	log := b.log
+	edit := func(next script) *Set {
+		t.Helper()
+		r := newBuilder(RouteType)
+		r.replaying(&log, prev)
+		next.run(t, r)
+		got, _, _ := r.setFrom(prev)
+		if r.out != nil {
+			t.Fatalf("%v: the builder filled a map, the test shows nothing", next)
+		}
+		f := newBuilder(RouteType)
+		next.run(t, f)
+		want := f.set()
+		checkSet(t, got)
+		if got.Version != want.Version || !slices.Equal(contents(got), contents(want)) {
+			t.Errorf("%v: edited %v, fresh %v", next, contents(got), contents(want))
+		}
+		return got
+	}
+	inserted := script{"put A=1", "put X=1", "put B=1", "put C=1", "put D=1"}
+	first := edit(inserted)
+	// The script makes new resources each time: equal by name and hash.
+	if again := edit(inserted); again != first {
+		t.Error("the same edit again was made anew")
+	}
+	// A set keeps its last edit: each of these is compared with the one
+	// before it.
+	for _, next := range []script{
+		{"put A=1", "put X=2", "put B=1", "put C=1", "put D=1"}, // other contents put in
+		{"put A=1", "put Y=1", "put B=1", "put C=1", "put D=1"}, // another put in
+		{"put A=2", "put X=1", "put B=1", "put C=1", "put D=1"}, // a substitution more
+		{"put A=3", "put X=1", "put B=1", "put C=1", "put D=1"}, // another substitution
+		{"put A=1", "put C=1", "put D=1"},                       // B skipped
+		{"put A=1", "put B=1", "put D=1"},                       // C skipped instead
+		{"put A=1", "put X=1", "put B=1", "put D=1"},            // put in and skipped
+	} {
+		if got := edit(next); got == first {
+			t.Errorf("%v: given the result of %v", next, inserted)
+		}
+	}
+}
+
 // checkSet requires of a builder's set what its lookups rely on: its
 // names sorted and unique, each resource at its name's place, and its
 // sum that of its contents.

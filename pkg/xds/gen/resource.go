@@ -180,6 +180,9 @@ type Set struct {
 	// retag is what views of the set read of it (retagInfoOf): kept
 	// with the set, built by the first variant made from it.
 	retag atomic.Pointer[retagInfo]
+	// edit is the last edit made of the set and its result
+	// (builder_edit_memo.go).
+	edit atomic.Pointer[setEdit]
 }
 
 // entryHash identifies one name and content. Resource hashes are
