@@ -151,3 +151,49 @@ func TestEntryAddressesKeepsCIDRs(t *testing.T) {
 		t.Fatalf("entryAddresses = %v, want %v", got, want)
 	}
 }
+
+// SharedHostnames lists the hosts several Services have, follows the
+// Services as they change, and is the same list while they do not.
+func TestSharedHostnames(t *testing.T) {
+	s := NewStore(StoreOptions{})
+	host := "cart.shop.svc.cluster.local"
+	port := []*apinetworking.ServicePort{{Number: 80, Name: "http", Protocol: "HTTP"}}
+	if _, err := s.Apply(
+		Event{Op: OpUpsert, Key: Key{KindService, "shop", "cart"}, Object: svc("shop", "cart")},
+		Event{Op: OpUpsert, Key: Key{KindService, "shop", "web"}, Object: svc("shop", "web")},
+		serviceEntry("shop", "ext", "1", &apinetworking.ServiceEntry{Hosts: []string{"api.example.com"}, Ports: port}),
+	); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.World().SharedHostnames(); len(got) != 0 {
+		t.Fatalf("no host is shared; SharedHostnames = %v", got)
+	}
+	if _, err := s.Apply(
+		serviceEntry("other", "squat", "1", &apinetworking.ServiceEntry{Hosts: []string{host}, Ports: port}),
+		serviceEntry("other", "ext", "1", &apinetworking.ServiceEntry{Hosts: []string{"api.example.com"}, Ports: port}),
+		serviceEntry("third", "ext", "1", &apinetworking.ServiceEntry{Hosts: []string{"api.example.com"}, Ports: port}),
+	); err != nil {
+		t.Fatal(err)
+	}
+	w := s.World()
+	got := w.SharedHostnames()
+	if want := []string{"api.example.com", host}; strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("SharedHostnames = %v, want %v", got, want)
+	}
+	// A change that leaves the Services alone keeps the list made.
+	if _, err := s.Apply(workloadEntry("shop", "vm", "1", &apinetworking.WorkloadEntry{Address: "10.9.9.9"})); err != nil {
+		t.Fatal(err)
+	}
+	if again := s.World().SharedHostnames(); len(again) == 0 || &again[0] != &got[0] {
+		t.Errorf("the Services did not change, yet the list was made again: %v", again)
+	}
+	if _, err := s.Apply(Event{Op: OpDelete, Key: Key{KindServiceEntry, "other", "squat"}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.World().SharedHostnames(); strings.Join(got, ",") != "api.example.com" {
+		t.Errorf("after the squatter left: SharedHostnames = %v", got)
+	}
+	if w.SharedHostnames()[1] != host {
+		t.Error("an earlier World's list changed")
+	}
+}

@@ -53,8 +53,11 @@ type World struct {
 // and shared with the next Worlds while their map stays the same.
 type sortedLists struct {
 	services *lazyList[*Service]
-	mu       sync.Mutex
-	configs  map[Kind]*lazyList[*Config]
+	// sharedHosts are the host names several Services have, made with
+	// services (SharedHostnames).
+	sharedHosts *lazyList[string]
+	mu          sync.Mutex
+	configs     map[Kind]*lazyList[*Config]
 }
 
 // lazyList is a list made once, at its first use.
@@ -87,12 +90,12 @@ func (sl *sortedLists) next(services bool, configs map[Kind]bool) *sortedLists {
 	if sl != nil && !services && len(configs) == 0 {
 		return sl
 	}
-	n := &sortedLists{services: &lazyList[*Service]{}, configs: map[Kind]*lazyList[*Config]{}}
+	n := &sortedLists{services: &lazyList[*Service]{}, sharedHosts: &lazyList[string]{}, configs: map[Kind]*lazyList[*Config]{}}
 	if sl == nil {
 		return n
 	}
 	if !services {
-		n.services = sl.services
+		n.services, n.sharedHosts = sl.services, sl.sharedHosts
 	}
 	sl.mu.Lock()
 	defer sl.mu.Unlock()
@@ -298,6 +301,35 @@ func (w *World) sortServices() []*Service {
 		out = append(out, s)
 	}
 	sort.Slice(out, func(i, j int) bool { return lessNN(out[i].Key(), out[j].Key()) })
+	return out
+}
+
+// SharedHostnames lists, sorted, the host names that more than one
+// Service has (ServiceEntries may name a Service's host or each other's),
+// made once per set of Services: each class's choice of the services it
+// sees (gen's ownHosts) needs a map of their hosts only when one is
+// shared, and 50 namespace classes filled one for every service added.
+func (w *World) SharedHostnames() []string {
+	if w.sorted == nil {
+		return w.sharedHostnames()
+	}
+	return w.sorted.sharedHosts.get(w.sharedHostnames)
+}
+
+func (w *World) sharedHostnames() []string {
+	seen := make(map[string]bool, len(w.services))
+	var out []string
+	for _, s := range w.services {
+		if once, ok := seen[s.Hostname]; ok {
+			if once {
+				out = append(out, s.Hostname)
+				seen[s.Hostname] = false
+			}
+			continue
+		}
+		seen[s.Hostname] = true
+	}
+	slices.Sort(out)
 	return out
 }
 

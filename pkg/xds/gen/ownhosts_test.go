@@ -96,3 +96,69 @@ func TestExternalNameAlias(t *testing.T) {
 		t.Errorf("after the alias is gone the domains still name it: %s", d)
 	}
 }
+
+// A class looks for the owners of its services' hosts only when the World
+// says one of them is shared.
+func TestHostShared(t *testing.T) {
+	a := &model.Service{Name: "svc", Namespace: "a", Hostname: "x.a"}
+	b := &model.Service{Name: "svc", Namespace: "b", Hostname: "y.b"}
+	for _, tc := range []struct {
+		svcs   []*model.Service
+		shared []string
+		want   bool
+	}{
+		{[]*model.Service{a, b}, nil, false},
+		{[]*model.Service{a, b}, []string{"x.a"}, true},
+		{[]*model.Service{a, b}, []string{"w", "y.b", "z"}, true},
+		{[]*model.Service{b}, []string{"x.a"}, false},
+		{nil, []string{"x.a"}, false},
+	} {
+		if got := hostShared(tc.svcs, tc.shared); got != tc.want {
+			t.Errorf("hostShared(%d services, %v) = %v, want %v", len(tc.svcs), tc.shared, got, tc.want)
+		}
+	}
+}
+
+// A ServiceEntry in another namespace that names a Service's host is left
+// out of a class's clusters, also once it comes after the class was
+// generated (the class then reuses what it had).
+func TestSquattingEntryLeftOut(t *testing.T) {
+	store := model.NewStore(model.StoreOptions{})
+	if _, err := store.Apply(worldtest.Mesh(4, 2, 2)...); err != nil {
+		t.Fatal(err)
+	}
+	g := newForTest(quietLog())
+	p := sidecar(t, "ns-0")
+	before, err := g.Class(store.World(), p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := worldtest.Decode([]byte(`apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: squat, namespace: ns-1}
+spec:
+  hosts: [svc-0.ns-0.svc.cluster.local]
+  ports: [{number: 9999, name: http, protocol: HTTP}]
+  resolution: DNS
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Apply(evs...); err != nil {
+		t.Fatal(err)
+	}
+	if shared := store.World().SharedHostnames(); len(shared) != 1 {
+		t.Fatalf("SharedHostnames = %v: the test shows nothing", shared)
+	}
+	for what, prev := range map[string]*ClassConfig{"fresh": nil, "regenerated": before} {
+		cc, err := g.Class(store.World(), p, prev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range cc.Sets[ClusterType].Names {
+			if strings.Contains(n, "|9999|") {
+				t.Errorf("%s: the squatting entry has a cluster: %s", what, n)
+			}
+		}
+	}
+}

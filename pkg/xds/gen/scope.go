@@ -1,6 +1,7 @@
 package gen
 
 import (
+	"slices"
 	"strings"
 
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
@@ -165,7 +166,10 @@ func chooseServices(w *view, p *model.Proxy) *visibleServices {
 	seen := w.ServicesWhere(func(u *view, s *model.Service) bool {
 		return exportedTo(serviceExportTo(u, s), s.Namespace, p.Namespace) && egress.allows(s)
 	})
-	own := ownHosts(seen, p.Namespace)
+	own := seen
+	if hostShared(seen, w.w.SharedHostnames()) {
+		own = ownHosts(seen, p.Namespace)
+	}
 	// Sized once: grown from empty, a map of a thousand services is
 	// rehashed seven times.
 	vis.visible = make(map[model.NamespacedName]bool, len(own))
@@ -374,6 +378,22 @@ func ownHosts(svcs []*model.Service, ns string) []*model.Service {
 		out = append(out, s)
 	}
 	return out
+}
+
+// hostShared reports whether one of svcs has a host name of shared, the
+// World's host names that several Services have: only then can ownHosts
+// leave one out. (Not a read: ownHosts's result depends on svcs alone,
+// which are read.)
+func hostShared(svcs []*model.Service, shared []string) bool {
+	if len(shared) == 0 {
+		return false
+	}
+	for _, s := range svcs {
+		if _, ok := slices.BinarySearch(shared, s.Hostname); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // aliasNames are the names of the ExternalName Services the class sees
