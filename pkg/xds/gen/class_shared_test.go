@@ -437,3 +437,64 @@ func TestEndpointsOfFoundBeforeBuilt(t *testing.T) {
 	}
 	runtime.KeepAlive(a)
 }
+
+// Classes that see the same services share what those services are made
+// into (chosen), also once regenerated after a service is added; a class
+// whose Sidecar sees fewer has its own.
+func TestClassesShareTheirChosenServices(t *testing.T) {
+	store := model.NewStore(model.StoreOptions{})
+	if _, err := store.Apply(worldtest.Mesh(12, 3, 2)...); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := worldtest.Decode([]byte(`apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {name: default, namespace: ns-2}
+spec:
+  egress: [{hosts: ["./*"]}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Apply(evs...); err != nil {
+		t.Fatal(err)
+	}
+	proxy := func(ns string) *model.Proxy {
+		p, err := model.ParseProxy(fmt.Sprintf("sidecar~10.9.0.1~web.%s~%s.svc.cluster.local", ns, ns), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	g, err := New(DefaultOptions(quietLog()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	chosenOf := func(cc *ClassConfig) *chosen { return cc.scope.vis.chosen }
+	check := func(when string, a, b, c *ClassConfig, services int) {
+		t.Helper()
+		if chosenOf(a) != chosenOf(b) {
+			t.Errorf("%s: two classes that see the same services made them into two indexes", when)
+		}
+		if chosenOf(c) == chosenOf(a) {
+			t.Errorf("%s: the class whose Sidecar sees its own namespace only shares the others' index", when)
+		}
+		if n := len(a.scope.Services); n != services {
+			t.Errorf("%s: the classes see %d services, want %d", when, n, services)
+		}
+		if n := len(c.scope.Services); n != services/3 {
+			t.Errorf("%s: the Sidecar's class sees %d services, want %d", when, n, services/3)
+		}
+	}
+	w := store.World()
+	a, b, c := mustClass(t, g, w, proxy("ns-0"), nil), mustClass(t, g, w, proxy("ns-1"), nil), mustClass(t, g, w, proxy("ns-2"), nil)
+	check("first", a, b, c, 12)
+	if _, err := store.Apply(worldtest.Service("ns-0", "added", "10.96.9.1"), worldtest.Service("ns-1", "added", "10.96.9.2"), worldtest.Service("ns-2", "added", "10.96.9.3")); err != nil {
+		t.Fatal(err)
+	}
+	w = store.World()
+	a2, b2, c2 := mustClass(t, g, w, proxy("ns-0"), a), mustClass(t, g, w, proxy("ns-1"), b), mustClass(t, g, w, proxy("ns-2"), c)
+	check("after services were added", a2, b2, c2, 15)
+	if chosenOf(a2) == chosenOf(a) {
+		t.Error("the services added did not make a new index")
+	}
+}
