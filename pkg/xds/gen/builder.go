@@ -63,6 +63,8 @@ type buildLog struct {
 	// put in, whether it was taken out since or not: the final contents
 	// of a name are then not those of the one operation that names it.
 	rewrites bool
+	// memo is the last edit of a pooled log (builder_log_pool.go).
+	memo *logMemo
 }
 
 // buildOp is one logged operation: resources put in (rs, as a unit's
@@ -147,16 +149,23 @@ func (b *builder) do(op buildOp) {
 // log, shared, or a copy with the substitutions.
 func (b *builder) followed() buildLog {
 	ops := b.replay.ops[:b.n]
-	switch {
-	case len(b.ins) > 0 || len(b.skips) > 0:
-		ops = b.edited()
-	case len(b.subs) > 0:
-		ops = slices.Clone(ops)
-		for k, i := range b.subs {
-			ops[i] = b.subOps[k]
-		}
+	if len(b.ins) > 0 || len(b.skips) > 0 || len(b.subs) > 0 {
+		ops = b.replay.memo.editOf(b)
 	}
 	return buildLog{ops: ops, rewrites: b.replay.rewrites}
+}
+
+// editedOps is the log of a builder that followed its previous one with
+// substitutions, insertions or skips.
+func (b *builder) editedOps() []buildOp {
+	if len(b.ins) > 0 || len(b.skips) > 0 {
+		return b.edited()
+	}
+	ops := slices.Clone(b.replay.ops[:b.n])
+	for k, i := range b.subs {
+		ops[i] = b.subOps[k]
+	}
+	return ops
 }
 
 // apply does op to out.

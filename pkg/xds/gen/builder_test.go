@@ -163,11 +163,13 @@ func TestEditsOfOneSetShareTheirResult(t *testing.T) {
 	b := newBuilder(RouteType)
 	script{"put A=1", "put B=1", "put C=1", "put D=1"}.run(t, b)
 	prev, _, _ := b.setFrom(nil)
-	log := b.log
-	edit := func(next script) *Set {
+	// A class's log is pooled (builder_log_pool.go), and keeps its last
+	// edit as the set does.
+	log := logsPool.of(b.log)
+	edit := func(next script) (*Set, []buildOp) {
 		t.Helper()
 		r := newBuilder(RouteType)
-		r.replaying(&log, prev)
+		r.replaying(log, prev)
 		next.run(t, r)
 		got, _, _ := r.setFrom(prev)
 		if r.out != nil {
@@ -180,13 +182,21 @@ func TestEditsOfOneSetShareTheirResult(t *testing.T) {
 		if got.Version != want.Version || !slices.Equal(contents(got), contents(want)) {
 			t.Errorf("%v: edited %v, fresh %v", next, contents(got), contents(want))
 		}
-		return got
+		if got, want := logOf(r.log), logOf(f.log); !slices.Equal(got, want) {
+			t.Errorf("%v: edited log %v, fresh %v", next, got, want)
+		}
+		return got, r.log.ops
 	}
 	inserted := script{"put A=1", "put X=1", "put B=1", "put C=1", "put D=1"}
-	first := edit(inserted)
-	// The script makes new resources each time: equal by name and hash.
-	if again := edit(inserted); again != first {
+	first, firstLog := edit(inserted)
+	// The script makes its resources again, found equal in the pool of
+	// resources (the same ones).
+	again, againLog := edit(inserted)
+	if again != first {
 		t.Error("the same edit again was made anew")
+	}
+	if &againLog[0] != &firstLog[0] {
+		t.Error("the same edit again made its log anew")
 	}
 	// A set keeps its last edit: each of these is compared with the one
 	// before it.
@@ -199,8 +209,60 @@ func TestEditsOfOneSetShareTheirResult(t *testing.T) {
 		{"put A=1", "put B=1", "put D=1"},                       // C skipped instead
 		{"put A=1", "put X=1", "put B=1", "put D=1"},            // put in and skipped
 	} {
-		if got := edit(next); got == first {
+		if got, _ := edit(next); got == first {
 			t.Errorf("%v: given the result of %v", next, inserted)
+		}
+	}
+}
+
+// Builders that follow a pooled log through the same edit of the same
+// resources are given the log the first made; an equal log is pooled
+// once.
+func TestEditsOfOneLogShareTheirResult(t *testing.T) {
+	a, bb, c, d, x, y := route("A", "1"), route("B", "1"), route("C", "1"), route("D", "1"), route("X", "1"), route("Y", "1")
+	build := func(ops ...[]*Resource) *builder {
+		b := newBuilder(RouteType)
+		for _, rs := range ops {
+			b.reuseAll(rs)
+		}
+		return b
+	}
+	b := build([]*Resource{a, bb}, []*Resource{c}, []*Resource{d})
+	prev, _, _ := b.setFrom(nil)
+	log := logsPool.of(b.log)
+	if again := logsPool.of(build([]*Resource{a, bb}, []*Resource{c}, []*Resource{d}).log); again != log {
+		t.Error("an equal log was pooled twice")
+	}
+	follow := func(ops ...[]*Resource) []buildOp {
+		t.Helper()
+		r := newBuilder(RouteType)
+		r.replaying(log, prev)
+		for _, rs := range ops {
+			r.reuseAll(rs)
+		}
+		r.setFrom(prev)
+		if r.out != nil {
+			t.Fatal("the builder filled a map, the test shows nothing")
+		}
+		return r.log.ops
+	}
+	xs := []*Resource{x}
+	first := follow([]*Resource{a, bb}, xs, []*Resource{c}, []*Resource{d})
+	if again := follow([]*Resource{a, bb}, xs, []*Resource{c}, []*Resource{d}); &again[0] != &first[0] {
+		t.Error("the same edit again made its log anew")
+	}
+	for what, ops := range map[string][][]*Resource{
+		"another put in":   {{a, bb}, {y}, {c}, {d}},
+		"put in elsewhere": {{a, bb}, {c}, xs, {d}},
+		"skipped":          {{a, bb}, {d}},
+	} {
+		got := follow(ops...)
+		fresh := build(ops...)
+		if !slices.Equal(logOf(buildLog{ops: got}), logOf(fresh.log)) {
+			t.Errorf("%s: log %v, fresh %v", what, logOf(buildLog{ops: got}), logOf(fresh.log))
+		}
+		if &got[0] == &first[0] {
+			t.Errorf("%s: given the first edit's log", what)
 		}
 	}
 }

@@ -267,10 +267,9 @@ func (g *Generator) publish(cc *ClassConfig, bs map[string]*builder, prev *Class
 		}
 		set, c, known := b.setFrom(prevSet)
 		cc.Sets[t] = setsPool.of(set)
-		// A copy: a pointer into the builder would keep it, and through
-		// its replay every previous generation's builder, alive.
-		log := b.log
-		cc.ops[t] = &log
+		// A copy (pooled): a pointer into the builder would keep it, and
+		// through its replay every previous generation's builder, alive.
+		cc.ops[t] = logsPool.of(b.log)
 		if known {
 			changed[t] = c
 		}

@@ -439,8 +439,8 @@ func TestEndpointsOfFoundBeforeBuilt(t *testing.T) {
 }
 
 // Classes that see the same services share what those services are made
-// into (chosen), also once regenerated after a service is added; a class
-// whose Sidecar sees fewer has its own.
+// into (chosen) and the log of their clusters, also once regenerated
+// after a service is added; a class whose Sidecar sees fewer has its own.
 func TestClassesShareTheirChosenServices(t *testing.T) {
 	store := model.NewStore(model.StoreOptions{})
 	if _, err := store.Apply(worldtest.Mesh(12, 3, 2)...); err != nil {
@@ -474,6 +474,10 @@ spec:
 		t.Helper()
 		if chosenOf(a) != chosenOf(b) {
 			t.Errorf("%s: two classes that see the same services made them into two indexes", when)
+		}
+		// Their clusters are the same units' (class_sibling.go): one log.
+		if a.ops[ClusterType] != b.ops[ClusterType] {
+			t.Errorf("%s: two classes that put in the same clusters keep two logs", when)
 		}
 		if chosenOf(c) == chosenOf(a) {
 			t.Errorf("%s: the class whose Sidecar sees its own namespace only shares the others' index", when)
