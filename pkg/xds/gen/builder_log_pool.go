@@ -52,6 +52,17 @@ func (p *logsShare) of(l buildLog) *buildLog {
 	return &l
 }
 
+// pooledLog is b's log, pooled: the pooled log b followed when b did
+// exactly what it logged (most of a class's logs after a VirtualService
+// edit), else logsPool's.
+func (b *builder) pooledLog() *buildLog {
+	if r := b.replay; r != nil && r.memo != nil && r.rewrites == b.log.rewrites && len(r.ops) == len(b.log.ops) &&
+		(len(r.ops) == 0 || &r.ops[0] == &b.log.ops[0]) {
+		return r
+	}
+	return logsPool.of(b.log)
+}
+
 // sameOp reports whether a and b are the same operation: the same name
 // taken out, or the same resources put in.
 func sameOp(a, b buildOp) bool {

@@ -269,7 +269,7 @@ func (g *Generator) publish(cc *ClassConfig, bs map[string]*builder, prev *Class
 		cc.Sets[t] = setsPool.of(set)
 		// A copy (pooled): a pointer into the builder would keep it, and
 		// through its replay every previous generation's builder, alive.
-		cc.ops[t] = logsPool.of(b.log)
+		cc.ops[t] = b.pooledLog()
 		if known {
 			changed[t] = c
 		}
