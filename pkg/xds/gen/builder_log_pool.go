@@ -64,12 +64,22 @@ func (b *builder) pooledLog() *buildLog {
 }
 
 // sameOp reports whether a and b are the same operation: the same name
-// taken out, or the same resources put in.
+// taken out, the same slice put in (a unit's, which sibling classes
+// share: class_sibling.go), or the same one resource. Equal resources in
+// another slice are not the same operation: a log pooled by them would
+// hold another generation's slices than its class's units, keep them
+// alive, and give the class other groups (Groups) than its siblings.
 func sameOp(a, b buildOp) bool {
 	if a.del != b.del || len(a.rs) != len(b.rs) {
 		return false
 	}
-	return len(a.rs) == 0 || &a.rs[0] == &b.rs[0] || slices.Equal(a.rs, b.rs)
+	switch len(a.rs) {
+	case 0:
+		return true
+	case 1:
+		return a.rs[0] == b.rs[0]
+	}
+	return &a.rs[0] == &b.rs[0]
 }
 
 // logMemo is the last edit made of a log, and the log it made.

@@ -190,7 +190,8 @@ func TestEditsOfOneSetShareTheirResult(t *testing.T) {
 	inserted := script{"put A=1", "put X=1", "put B=1", "put C=1", "put D=1"}
 	first, firstLog := edit(inserted)
 	// The script makes its resources again, found equal in the pool of
-	// resources (the same ones).
+	// resources (the same ones); what it puts in between is one resource
+	// (sameOp).
 	again, againLog := edit(inserted)
 	if again != first {
 		t.Error("the same edit again was made anew")
@@ -227,11 +228,15 @@ func TestEditsOfOneLogShareTheirResult(t *testing.T) {
 		}
 		return b
 	}
-	b := build([]*Resource{a, bb}, []*Resource{c}, []*Resource{d})
+	ab := []*Resource{a, bb} // a unit's slice
+	b := build(ab, []*Resource{c}, []*Resource{d})
 	prev, _, _ := b.setFrom(nil)
 	log := logsPool.of(b.log)
-	if again := logsPool.of(build([]*Resource{a, bb}, []*Resource{c}, []*Resource{d}).log); again != log {
+	if again := logsPool.of(build(ab, []*Resource{c}, []*Resource{d}).log); again != log {
 		t.Error("an equal log was pooled twice")
+	}
+	if other := logsPool.of(build([]*Resource{a, bb}, []*Resource{c}, []*Resource{d}).log); other == log {
+		t.Error("a log of the same resources in another slice was given the pooled one")
 	}
 	follow := func(ops ...[]*Resource) []buildOp {
 		t.Helper()
