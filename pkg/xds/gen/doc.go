@@ -102,6 +102,9 @@
 //     class.go (Class), builder.go (a type's resources collected, and
 //     the previous generation's log replayed), builder_edit.go (the log
 //     followed through a service added or removed),
+//     builder_edit_memo.go (a set's last edit and its result, given to
+//     the classes that make the same edit), builder_log_pool.go (equal
+//     logs shared, and a log's last edit),
 //     class_endpoints.go (UpdateEndpoints),
 //     class_history.go (what a class changed over its last steps),
 //     class_key.go (which proxies share a class; the World's index),
@@ -116,7 +119,8 @@
 //     rejected resource came from), warn.go and kinds.go (what is not
 //     supported, and reported), envoy_refusals.go (what Envoy would
 //     reject, refused before it is sent).
-//   - What a class sees: scope.go (visible services, VirtualServices and
+//   - What a class sees: scope.go (visible services, shared by the
+//     classes that see the same ones, VirtualServices and
 //     DestinationRules), scope_vs.go (VirtualService precedence),
 //     scope_sidecar.go (the Sidecar's egress), meshconfig.go,
 //     trust_domain.go.
