@@ -458,13 +458,7 @@ spec:
 	if _, err := store.Apply(evs...); err != nil {
 		t.Fatal(err)
 	}
-	proxy := func(ns string) *model.Proxy {
-		p, err := model.ParseProxy(fmt.Sprintf("sidecar~10.9.0.1~web.%s~%s.svc.cluster.local", ns, ns), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	proxy := func(ns string) *model.Proxy { return namespaceProxy(t, ns) }
 	g, err := New(DefaultOptions(quietLog()))
 	if err != nil {
 		t.Fatal(err)
