@@ -216,7 +216,8 @@ func (g *guardedStream[Req, Resp]) Context() context.Context { return g.ctx }
 func (g *guardedStream[Req, Resp]) Send(m *Resp) error { return g.SendMsg(m) }
 
 // SendMsg sends m, a *Resp or a message the codec writes as one
-// (deltaWire), giving up after the send timeout.
+// (deltaWire), giving up after the send timeout or when the stream is
+// killed.
 func (g *guardedStream[Req, Resp]) SendMsg(m any) error {
 	done := make(chan error, 1)
 	go func() { done <- g.BidiStreamingServer.SendMsg(m) }()
