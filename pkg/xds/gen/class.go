@@ -307,8 +307,9 @@ func diffNames(a, b *Set) []string {
 		return nil
 	}
 	var out []string
-	for i, n := range b.Names {
-		if old := a.Get(n); old == nil || old.Hash != b.rs[i].Hash {
+	for _, n := range b.Names {
+		h, _ := b.Hash(n)
+		if old, ok := a.Hash(n); !ok || old != h {
 			out = append(out, n)
 		}
 	}

@@ -152,10 +152,10 @@ func (g *Generator) Proxy(mw *model.World, p *model.Proxy, cls *ClassConfig) (ou
 	}
 	sec := inboundSecurity{
 		authz: g.authorization(w, p), mtls: g.peerAuthentication(w, p),
-		serverTLS: newMeshServerTLS(g.trustIn(w)), tel: cls.Scope().recording(reads).inTel(),
+		serverTLS: newMeshServerTLS(g.trustIn(w)),
 	}
 	ports := g.inbound(w, p, sec.mtls)
-	clusters, listeners := newBuilder(ClusterType), newBuilder(ListenerType)
+	clusters := newBuilder(ClusterType)
 	timeout := connectTimeout(w)
 	byPort := inboundServices(w, p)
 	for _, ip := range ports {
@@ -174,14 +174,27 @@ func (g *Generator) Proxy(mw *model.World, p *model.Proxy, cls *ClassConfig) (ou
 		}
 		clusters.add(ip.cluster.Name, ip.cluster)
 	}
-	in := inboundListener(ports, sec)
-	sniffingTimeouts(in, w)
-	listeners.add(VirtualInbound, in)
+	inbound := func(sc *Scope) *builder {
+		sec.tel = sc.recording(reads).inTel()
+		in := inboundListener(ports, sec)
+		sniffingTimeouts(in, w)
+		listeners := newBuilder(ListenerType)
+		listeners.add(VirtualInbound, in)
+		return listeners
+	}
+	var listeners *builder
+	if v := g.inboundVariant(w, p, cls); v != nil {
+		listeners = inbound(v.base.Scope())
+		pc.Own[ListenerType] = v.inboundView(listeners.set())
+	}
+	if pc.Own[ListenerType] == nil {
+		listeners = inbound(cls.Scope())
+		pc.Own[ListenerType] = listeners.set()
+	}
 	for _, err := range append(clusters.errs, listeners.errs...) {
 		g.report(cls.Scope().recording(reads), p.ID, err)
 	}
 	pc.Own[ClusterType] = clusters.set()
-	pc.Own[ListenerType] = listeners.set()
 	g.wasmOwn(w, p, pc)
 	g.patchOwn(w, p, pc)
 	return pc
