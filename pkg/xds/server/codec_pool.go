@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"unsafe"
+	"weak"
 
 	"google.golang.org/grpc/mem"
 )
@@ -85,17 +86,26 @@ const (
 )
 
 // idleBytes bounds the memory a class keeps between messages. Idle
-// messages are also dropped at every garbage collection: a pool the
-// collector finds holding them makes them live, and the heap grows to
-// twice what it finds live. A sync.Pool kept all 64 that M1's streams
-// had in flight when its proxies were configured, 55 MB.
+// messages are held weakly, and so are gone at the next garbage
+// collection: a pool the collector finds holding them makes them live,
+// and the heap grows to twice what it finds live. A sync.Pool kept all 64
+// that M1's streams had in flight when its proxies were configured, 55
+// MB; held strongly until the collection's end, M1's idle messages were
+// 33 of the 134 MB a collection found live after connecting
+// (BENCHMARKS.md).
 const idleBytes = 32 << 20
 
 // messagePool is a class's idle messages.
 type messagePool struct {
 	mu    sync.Mutex
-	idle  []*pooledMessage
+	idle  []idleMessage
 	bytes int
+}
+
+// idleMessage is an idle message, held weakly, and the memory it holds.
+type idleMessage struct {
+	m    weak.Pointer[pooledMessage]
+	size int
 }
 
 var messagePools [(maxPooledBits - minPooledBits + 1) * classesPerBit]messagePool
@@ -146,11 +156,12 @@ func getMessage(n, buffers int) *pooledMessage {
 	var m *pooledMessage
 	p := &messagePools[class]
 	p.mu.Lock()
-	if k := len(p.idle); k > 0 {
-		m = p.idle[k-1]
-		p.idle[k-1] = nil
+	for k := len(p.idle); m == nil && k > 0; k-- {
+		in := p.idle[k-1]
+		p.idle[k-1] = idleMessage{}
 		p.idle = p.idle[:k-1]
-		p.bytes -= m.size()
+		p.bytes -= in.size
+		m = in.m.Value() // nil when collected
 	}
 	p.mu.Unlock()
 	if m == nil {
@@ -177,7 +188,7 @@ func (m *pooledMessage) release() {
 	p := &messagePools[m.class]
 	p.mu.Lock()
 	if p.bytes+size <= idleBytes {
-		p.idle = append(p.idle, m)
+		p.idle = append(p.idle, idleMessage{weak.Make(m), size})
 		p.bytes += size
 	}
 	p.mu.Unlock()

@@ -11,6 +11,7 @@ import (
 	"runtime/debug"
 	"testing"
 	"time"
+	"weak"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
@@ -214,8 +215,11 @@ func TestIdleMessagesAreBounded(t *testing.T) {
 		t.Errorf("%d idle messages of %d bytes kept, want %d, at most %d bytes", len(p.idle), p.bytes, want, idleBytes)
 	}
 	sum := 0
-	for _, m := range p.idle {
-		sum += m.size()
+	for _, in := range p.idle {
+		if m := in.m.Value(); m == nil || m.size() != in.size {
+			t.Fatalf("an idle message was collected with collection off, or its size changed")
+		}
+		sum += in.size
 	}
 	if sum != p.bytes {
 		t.Errorf("the pool counts %d bytes, its messages hold %d", p.bytes, sum)
@@ -244,6 +248,20 @@ func TestIdleMessagesAreDroppedAtGC(t *testing.T) {
 		}
 		runtime.GC()
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// An idle message is not live to the collector: the first collection
+// after its release frees it, not the one after.
+func TestIdleMessagesAreNotLive(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(-1)) // only this test's collection
+	m := getMessage(minPooled, 10)
+	w := weak.Make(m)
+	m.release()
+	m = nil
+	runtime.GC()
+	if w.Value() != nil {
+		t.Error("an idle message survived a collection: the pool holds it strongly")
 	}
 }
 
