@@ -165,11 +165,15 @@ func (l *deltaLoop) handle(req *discovery.DeltaDiscoveryRequest, typeURL string)
 	if err := (callbacks{l.s}).OnStreamDeltaRequest(l.id, req); err != nil {
 		return err
 	}
-	if req.GetNode() != nil {
-		l.node = req.GetNode()
-	} else {
-		req.Node = l.node
+	// Only a stream's first node is read (callbacks.request registers the
+	// proxy from it); after that a request carries the ID and cluster
+	// alone. A watch holds its request until the next of its type, and
+	// the loop its node for the stream's life: Envoy's node lists every
+	// extension it was built with, tens of KB that each stream held.
+	if n := req.GetNode(); n != nil {
+		l.node = &corev3.Node{Id: n.GetId(), Cluster: n.GetCluster()}
 	}
+	req.Node = l.node
 	switch {
 	case typeURL != "":
 		if req.GetTypeUrl() == "" {
