@@ -228,15 +228,24 @@ func (w *sliceWriter) delta(m *discovery.DeltaDiscoveryResponse, whole *wholeSet
 	for _, r := range m.GetResources() {
 		n += 32 + len(r.GetName()) + len(r.GetVersion()) + len(r.GetResource().GetTypeUrl()) + inlined(r.GetResource())
 	}
-	for _, r := range send {
-		n += 32 + len(r.Name) + len(r.Hash) + len(typeURL) + len(r.Any.GetTypeUrl())
-		if size := r.Size(); size < inlineBelow {
-			n += size
-		}
-	}
 	// It reserved twice what a view and a composed set take, 0.3 MB per
 	// proxy's listeners at M1 (BENCHMARKS.md).
 	separate, adjacent := len(m.GetResources())+len(send)+1, 0
+	for _, r := range send {
+		n += 32 + len(r.Name) + len(r.Hash) + len(typeURL) + len(r.Any.GetTypeUrl())
+		switch {
+		case r.Lazy():
+			// Written in parts (resource): counted as they will be, or
+			// the lists grow after a whole set's thousands of buffers,
+			// a copy of them per message (a variant's own inbound
+			// listener: 0.6 MB per proxy at M1's connect).
+			copied, shared := r.WireShape(inlineBelow)
+			n += copied
+			separate += shared
+		case r.Size() < inlineBelow:
+			n += r.Size()
+		}
+	}
 	if whole != nil {
 		adjacent = len(whole.parts)
 	}

@@ -34,6 +34,9 @@ import (
 type pooledMessage struct {
 	refs  atomic.Int64
 	class int
+	// charged is what the message holds of the budget (codec_budget.go)
+	// while in use.
+	charged *charge
 	// buf is the header buffer with its full capacity; parts and out the
 	// buffer lists, as long as the largest message that used them.
 	buf   []byte
@@ -153,6 +156,8 @@ func getMessage(n, buffers int) *pooledMessage {
 	if !ok {
 		return nil
 	}
+	b := responseBudget.Load()
+	charged := b.take(messageCost(size, buffers))
 	var m *pooledMessage
 	p := &messagePools[class]
 	p.mu.Lock()
@@ -165,12 +170,16 @@ func getMessage(n, buffers int) *pooledMessage {
 	}
 	p.mu.Unlock()
 	if m == nil {
-		m = &pooledMessage{class: class, buf: make([]byte, size)}
+		m = &pooledMessage{class: class, buf: make([]byte, size), charged: new(charge)}
+		// A message gRPC never frees (an error path that drops it)
+		// gives its share back when collected.
+		runtime.AddCleanup(m, (*charge).give, m.charged)
 	}
 	if cap(m.parts) < buffers {
 		m.parts = make([]part, 0, buffers)
 		m.out = make(mem.BufferSlice, 0, buffers)
 	}
+	m.charged.hold(b, charged)
 	return m
 }
 
@@ -182,6 +191,7 @@ func (m *pooledMessage) size() int {
 // release clears m's lists, so that the pool holds no resource's bytes,
 // and gives m back to its pool if the pool has room.
 func (m *pooledMessage) release() {
+	m.charged.give()
 	clear(m.parts[:cap(m.parts)])
 	clear(m.out[:cap(m.out)])
 	size := m.size()

@@ -200,6 +200,7 @@ func TestIdleMessagesAreBounded(t *testing.T) {
 	// No collection (which drops idle messages) while it counts.
 	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	n := 1 << 20
+	withBudget(t, 1<<30, time.Minute) // every message made at once
 	class, _, _ := messageClass(n)
 	p := &messagePools[class]
 	var ms []*pooledMessage

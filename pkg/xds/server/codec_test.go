@@ -243,3 +243,30 @@ func TestCodecWritesLazyResourcesFromTheirParts(t *testing.T) {
 		t.Error("the response written from lazy parts does not read back as the made one")
 	}
 }
+
+// A response that writes a view whole and then lazy resources (a
+// variant's class listeners and its own inbound listener) reserves the
+// buffers the lazy ones are written in: its lists never grow, which
+// copied the view's thousands of buffers per message.
+func TestLazyResourcesAfterAViewAreReserved(t *testing.T) {
+	set := ratingsVariant(t, 8).Sets[gen.ListenerType]
+	var lazy []*gen.Resource
+	for _, n := range set.Names {
+		if r := set.Get(n); r.Lazy() {
+			lazy = append(lazy, r)
+		}
+	}
+	if len(lazy) == 0 {
+		t.Fatal("no lazy listener: the test shows nothing")
+	}
+	var w sliceWriter
+	if err := w.delta(&discovery.DeltaDiscoveryResponse{TypeUrl: gen.ListenerType, Nonce: "1"}, nil, set, lazy); err != nil {
+		t.Fatal(err)
+	}
+	if len(w.out) > w.reserved {
+		t.Errorf("%d buffers written, %d reserved: the lists grew", len(w.out), w.reserved)
+	}
+	if w.m != nil {
+		w.m.release()
+	}
+}
