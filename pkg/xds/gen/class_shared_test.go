@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"slices"
 	"testing"
+	"unsafe"
 
 	"github.com/meshplane/discovery/pkg/model"
 	"github.com/meshplane/discovery/pkg/xds/internal/worldtest"
@@ -495,4 +496,45 @@ spec:
 	if chosenOf(a2) == chosenOf(a) {
 		t.Error("the services added did not make a new index")
 	}
+}
+
+// The namespaces' classes of one World reference one list of EDS names
+// and one of RDS names, after a service is added too: a class's lists
+// follow its sibling's.
+func TestSiblingClassesShareTheirReferenceLists(t *testing.T) {
+	store := model.NewStore(model.StoreOptions{})
+	if _, err := store.Apply(worldtest.Mesh(12, 3, 2)...); err != nil {
+		t.Fatal(err)
+	}
+	g, err := New(DefaultOptions(quietLog()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	same := func(a, b []string) bool {
+		return len(a) > 0 && unsafe.SliceData(a) == unsafe.SliceData(b) && len(a) == len(b)
+	}
+	check := func(when string, a, b *ClassConfig) {
+		t.Helper()
+		if !slices.Equal(a.edsRefs, b.edsRefs) || !slices.Equal(a.routeRefs, b.routeRefs) {
+			t.Fatalf("%s: the classes reference different names: the test shows nothing", when)
+		}
+		if !same(a.edsRefs, b.edsRefs) || !same(a.routeRefs, b.routeRefs) {
+			t.Errorf("%s: two classes that reference the same names hold two lists", when)
+		}
+	}
+	w := store.World()
+	a, b := mustClass(t, g, w, namespaceProxy(t, "ns-0"), nil), mustClass(t, g, w, namespaceProxy(t, "ns-1"), nil)
+	check("first", a, b)
+	if _, err := store.Apply(worldtest.Service("ns-0", "added", "10.96.9.1")); err != nil {
+		t.Fatal(err)
+	}
+	w = store.World()
+	a2, b2 := mustClass(t, g, w, namespaceProxy(t, "ns-0"), a), mustClass(t, g, w, namespaceProxy(t, "ns-1"), b)
+	if len(a2.edsRefs) <= len(a.edsRefs) || len(a2.routeRefs) < len(a.routeRefs) {
+		t.Fatalf("the service added added no EDS names (%d -> %d)", len(a.edsRefs), len(a2.edsRefs))
+	}
+	check("after a service was added", a2, b2)
+	// Regenerated from itself in the same World, a class keeps its lists.
+	a3 := mustClass(t, g, w, namespaceProxy(t, "ns-0"), a2)
+	check("again", a2, a3)
 }
