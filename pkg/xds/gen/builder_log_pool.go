@@ -18,14 +18,11 @@ import (
 
 // logsPool finds a log equal to a builder's among those in use, held
 // weakly.
-var logsPool = logsShare{m: newWeakMap[uint64, buildLog](1024)}
+var logsPool = logsShare{weakPool[uint64, buildLog]{m: newWeakMap[uint64, buildLog](1024)}}
 
 var logsSeed = maphash.MakeSeed()
 
-type logsShare struct {
-	mu sync.Mutex
-	m  weakMap[uint64, buildLog]
-}
+type logsShare struct{ weakPool[uint64, buildLog] }
 
 // of returns the pooled log equal to l, pooling a copy of l if there is
 // none.
@@ -42,14 +39,14 @@ func (p *logsShare) of(l buildLog) *buildLog {
 		}
 	}
 	k := h.Sum64()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if old := p.m.get(k); old != nil && old.rewrites == l.rewrites && slices.EqualFunc(old.ops, l.ops, sameOp) {
+	same := func(old *buildLog) bool {
+		return old.rewrites == l.rewrites && slices.EqualFunc(old.ops, l.ops, sameOp)
+	}
+	if old := p.find(k, same); old != nil {
 		return old
 	}
 	l.memo = &logMemo{}
-	p.m.put(k, &l)
-	return &l
+	return p.keep(k, &l, same)
 }
 
 // pooledLog is b's log, pooled: the pooled log b followed when b did

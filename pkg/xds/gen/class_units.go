@@ -5,7 +5,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/meshplane/discovery/pkg/model"
 )
@@ -211,11 +210,10 @@ type endpointsIndex struct {
 }
 
 // endpointsPool finds the EndpointsOf in use by content, held weakly.
-var endpointsPool = endpointsShare{m: newWeakMap[uint64, endpointsIndex](64)}
+var endpointsPool = endpointsShare{weakPool[uint64, endpointsIndex]{m: newWeakMap[uint64, endpointsIndex](64)}}
 
 type endpointsShare struct {
-	mu sync.Mutex
-	m  weakMap[uint64, endpointsIndex]
+	weakPool[uint64, endpointsIndex]
 }
 
 // of returns the pooled index equal to m, pooling m if there is none.
@@ -254,10 +252,7 @@ func (p *endpointsShare) ofUnits(units []*unit) *endpointsIndex {
 		sum += h.Sum64()
 		n++
 	}
-	p.mu.Lock()
-	old := p.m.get(sum)
-	p.mu.Unlock()
-	if old != nil && listsUnits(old.m, units, n) {
+	if old := p.find(sum, func(ix *endpointsIndex) bool { return listsUnits(ix.m, units, n) }); old != nil {
 		return old
 	}
 	m := make(map[model.NamespacedName][]string, n)
@@ -272,14 +267,7 @@ func (p *endpointsShare) ofUnits(units []*unit) *endpointsIndex {
 // pooled returns the pooled index equal to m, whose entries' hashes sum
 // to sum, pooling m if there is none.
 func (p *endpointsShare) pooled(sum uint64, m map[model.NamespacedName][]string) *endpointsIndex {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if old := p.m.get(sum); old != nil && maps.EqualFunc(old.m, m, slices.Equal[[]string]) {
-		return old
-	}
-	ix := &endpointsIndex{m: m}
-	p.m.put(sum, ix)
-	return ix
+	return p.keep(sum, &endpointsIndex{m: m}, func(old *endpointsIndex) bool { return maps.EqualFunc(old.m, m, slices.Equal[[]string]) })
 }
 
 // listsUnits reports whether m, an index, lists exactly the endpoint

@@ -2,7 +2,6 @@ package gen
 
 import (
 	"slices"
-	"sync"
 	"weak"
 )
 
@@ -13,7 +12,7 @@ import (
 // their listeners are generated with placeholders (class_shared.go),
 // held 50 equal maps per type, 34 of the 324 MB of heap after the
 // changes. Held weakly and swept as it grows, like the resource pool.
-var versionsPool = versionsShare{m: newWeakMap[versionsKey, Versions](1024)}
+var versionsPool = versionsShare{weakPool[versionsKey, Versions]{m: newWeakMap[versionsKey, Versions](1024)}}
 
 type versionsKey struct {
 	typeURL, version string
@@ -21,8 +20,7 @@ type versionsKey struct {
 }
 
 type versionsShare struct {
-	mu sync.Mutex
-	m  weakMap[versionsKey, Versions]
+	weakPool[versionsKey, Versions]
 }
 
 // of returns the Versions of s, a builder's set: the pooled one of an
@@ -31,23 +29,15 @@ type versionsShare struct {
 // candidate but does not prove it.
 func (p *versionsShare) of(s *Set) *Versions {
 	k := versionsKey{s.TypeURL, s.Version, len(s.rs)}
-	p.mu.Lock()
-	old := p.m.get(k)
-	p.mu.Unlock()
-	if old != nil && old.equals(s) {
+	same := func(old *Versions) bool { return old.equals(s) }
+	if old := p.find(k, same); old != nil {
 		return old
 	}
 	v := &Versions{names: s.Names, hashes: make([]string, len(s.rs))}
 	for i, r := range s.rs {
 		v.hashes[i] = r.Hash
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if old := p.m.get(k); old != nil && old.equals(s) {
-		return old
-	}
-	p.m.put(k, v)
-	return v
+	return p.keep(k, v, same)
 }
 
 // equals reports whether v versions exactly the resources of s, a
@@ -71,30 +61,17 @@ func (v *Versions) equals(s *Set) bool {
 // publishes the pooled set when one equal to its own is in use (publish):
 // a Set is never changed once built, so sharing it is sharing its value.
 // Held weakly, like the Versions.
-var setsPool = setsShare{m: newWeakMap[versionsKey, Set](1024)}
+var setsPool = setsShare{weakPool[versionsKey, Set]{m: newWeakMap[versionsKey, Set](1024)}}
 
-type setsShare struct {
-	mu sync.Mutex
-	m  weakMap[versionsKey, Set]
-}
+type setsShare struct{ weakPool[versionsKey, Set] }
 
 // of returns the pooled set equal to s, a builder's set, if one is in
-// use; else s, pooled.
+// use; else s, pooled (in place of another of the same sum, if one is).
 func (p *setsShare) of(s *Set) *Set {
 	if s == nil || s.view != nil {
 		return s
 	}
-	k := versionsKey{s.TypeURL, s.Version, len(s.rs)}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if old := p.m.get(k); old != nil {
-		if old == s || old.equals(s) {
-			return old
-		}
-		return s // a sum's collision: s goes unshared
-	}
-	p.m.put(k, s)
-	return s
+	return p.keep(versionsKey{s.TypeURL, s.Version, len(s.rs)}, s, func(old *Set) bool { return old == s || old.equals(s) })
 }
 
 // equals reports whether builder sets s and o hold the same names with

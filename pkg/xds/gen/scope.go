@@ -4,7 +4,6 @@ import (
 	"hash/maphash"
 	"slices"
 	"strings"
-	"sync"
 
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 
@@ -190,14 +189,11 @@ func chooseServices(w *view, p *model.Proxy) *visibleServices {
 
 // chosenPool finds the chosen services in use by the services they are
 // made from, held weakly.
-var chosenPool = chosenShare{m: newWeakMap[uint64, chosen](64)}
+var chosenPool = chosenShare{weakPool[uint64, chosen]{m: newWeakMap[uint64, chosen](64)}}
 
 var chosenSeed = maphash.MakeSeed()
 
-type chosenShare struct {
-	mu sync.Mutex
-	m  weakMap[uint64, chosen]
-}
+type chosenShare struct{ weakPool[uint64, chosen] }
 
 // of returns the chosen services made from own, made now if none in use
 // are.
@@ -208,14 +204,11 @@ func (p *chosenShare) of(own []*model.Service) *chosen {
 		maphash.WriteComparable(&h, s)
 	}
 	k := h.Sum64()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if c := p.m.get(k); c != nil && slices.Equal(c.from, own) {
+	same := func(c *chosen) bool { return slices.Equal(c.from, own) }
+	if c := p.find(k, same); c != nil {
 		return c
 	}
-	c := choose(own)
-	p.m.put(k, c)
-	return c
+	return p.keep(k, choose(own), same)
 }
 
 // choose makes own, the services a class sees, into their index.

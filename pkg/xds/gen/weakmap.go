@@ -1,6 +1,9 @@
 package gen
 
-import "weak"
+import (
+	"sync"
+	"weak"
+)
 
 // weakMap maps keys to values it holds weakly, for the pools that find
 // what is in use by content (resource.go, class_variant_wire.go,
@@ -33,4 +36,37 @@ func (w *weakMap[K, V]) put(k K, v *V) {
 		w.live = len(w.m)
 	}
 	w.m[k] = weak.Make(v)
+}
+
+// weakPool is a weakMap behind its own lock, for the pools that find a
+// value in use by a key (a hash of what it is made of) and check that the
+// value found is the one wanted: sets, their Versions, logs, endpoint
+// indexes, chosen services. Pooled values are never changed, so a value
+// found is compared without the lock.
+type weakPool[K comparable, V any] struct {
+	mu sync.Mutex
+	m  weakMap[K, V]
+}
+
+// find returns the value of k in use for which same holds, or nil.
+func (p *weakPool[K, V]) find(k K, same func(*V) bool) *V {
+	p.mu.Lock()
+	v := p.m.get(k)
+	p.mu.Unlock()
+	if v != nil && same(v) {
+		return v
+	}
+	return nil
+}
+
+// keep returns the value of k for which same holds if one was pooled
+// meanwhile, else pools v, made after find found none, and returns it.
+func (p *weakPool[K, V]) keep(k K, v *V, same func(*V) bool) *V {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if old := p.m.get(k); old != nil && same(old) {
+		return old
+	}
+	p.m.put(k, v)
+	return v
 }
