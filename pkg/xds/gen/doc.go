@@ -111,7 +111,9 @@
 //     class_sibling.go (what a class takes from the class of another
 //     namespace),
 //     class_parts.go (clusters and endpoints shared between classes),
-//     proxy.go (one proxy's configuration), resource.go (Resource, Set),
+//     proxy.go (one proxy's configuration), proxy_inbound_shared.go (a
+//     variant's inbound listener, a view of one set its peers share),
+//     resource.go (Resource, Set),
 //     resource_all.go (a set written whole, and the groups a class's set
 //     was built from), resource_versions.go (equal sets and their
 //     Versions shared, and what is made of them: Memo),

@@ -20,7 +20,8 @@
 // written from the base's plans (delta_whole.go); responses are written from the generator's
 // marshaled bytes, shared, not copied (codec.go); a large response's own
 // bytes come from a pool they return to once gRPC has written them
-// (codec_pool.go), and a delta request's resource names are decoded into
+// (codec_pool.go), within a budget of memory in flight they wait for
+// (codec_budget.go), and a delta request's resource names are decoded into
 // one block (codec_request.go). A rejected response (NACK) is counted and logged;
 // the proxy keeps its last good configuration and is sent nothing more for
 // that type until the configuration changes.
