@@ -166,16 +166,7 @@ func (g *Generator) generate(mw *model.World, p *model.Proxy, prev *ClassConfig,
 	}
 	sib, done := g.siblings.take(family, p.Namespace, shared, mw)
 	defer done()
-	bs, edsRefs, routeRefs := prev.builders()
-	if sib != nil && (prev == nil || sib.cc.WorldVersion > prev.WorldVersion) {
-		// The lists follow the sibling's when it is of a later World
-		// than prev: the namespaces' classes reference the same names,
-		// and after a service is added each copied its own lists from
-		// the insertion on (57 MB of what ten services added and removed
-		// allocated at M1, and 10-13 MB of what the collector found
-		// live). Following the sibling's, a class keeps its list.
-		edsRefs.prev, routeRefs.prev = sib.cc.edsRefs, sib.cc.routeRefs
-	}
+	bs, edsRefs, routeRefs := prev.builders(sib)
 	g.addUnits(sc, cc, prev, reuse, cs, sib, bs, edsRefs, routeRefs)
 	switch {
 	case p.IsGRPC():
@@ -241,8 +232,13 @@ func (g *Generator) recovered(key string, v uint64, prev *ClassConfig, out **Cla
 
 // builders makes a builder per type, each following the log of the one
 // that built c's set, and lists of EDS and RDS names that follow c's (c
-// may be nil: nothing to follow).
-func (c *ClassConfig) builders() (bs map[string]*builder, edsRefs, routeRefs *followed[string]) {
+// may be nil: nothing to follow), or sib's when sib, the family's donor,
+// is of a later World than c: the namespaces' classes reference the
+// same names, and after a service is added each copied its own lists
+// from the insertion on (57 MB of what ten services added and removed
+// allocated at M1, and 10-13 MB of what the collector found live).
+// Following the sibling's, a class keeps its list.
+func (c *ClassConfig) builders(sib *sibling) (bs map[string]*builder, edsRefs, routeRefs *followed[string]) {
 	bs = make(map[string]*builder, len(TypeURLs))
 	edsRefs, routeRefs = &followed[string]{}, &followed[string]{}
 	for _, t := range TypeURLs {
@@ -251,7 +247,10 @@ func (c *ClassConfig) builders() (bs map[string]*builder, edsRefs, routeRefs *fo
 			bs[t].replaying(c.ops[t], c.baseSet(t))
 		}
 	}
-	if c != nil {
+	switch {
+	case sib != nil && (c == nil || sib.cc.WorldVersion > c.WorldVersion):
+		edsRefs.prev, routeRefs.prev = sib.cc.edsRefs, sib.cc.routeRefs
+	case c != nil:
 		edsRefs.prev, routeRefs.prev = c.edsRefs, c.routeRefs
 	}
 	return bs, edsRefs, routeRefs

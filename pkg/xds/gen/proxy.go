@@ -174,24 +174,9 @@ func (g *Generator) Proxy(mw *model.World, p *model.Proxy, cls *ClassConfig) (ou
 		}
 		clusters.add(ip.cluster.Name, ip.cluster)
 	}
-	inbound := func(sc *Scope) *builder {
-		sec.tel = sc.recording(reads).inTel()
-		in := inboundListener(ports, sec)
-		sniffingTimeouts(in, w)
-		listeners := newBuilder(ListenerType)
-		listeners.add(VirtualInbound, in)
-		return listeners
-	}
-	var listeners *builder
-	if v := g.inboundVariant(w, p, cls); v != nil {
-		listeners = inbound(v.base.Scope())
-		pc.Own[ListenerType] = v.inboundView(listeners.set())
-	}
-	if pc.Own[ListenerType] == nil {
-		listeners = inbound(cls.Scope())
-		pc.Own[ListenerType] = listeners.set()
-	}
-	for _, err := range append(clusters.errs, listeners.errs...) {
+	var errs []error
+	pc.Own[ListenerType], errs = g.inboundListeners(w, p, cls, reads, ports, sec)
+	for _, err := range append(clusters.errs, errs...) {
 		g.report(cls.Scope().recording(reads), p.ID, err)
 	}
 	pc.Own[ClusterType] = clusters.set()

@@ -28,6 +28,28 @@ import (
 // listener (a patch may read or write what a placeholder stands for), the
 // listener is built with the proxy's own telemetry as before.
 
+// inboundListeners builds p's virtualInbound listener, as a view of a
+// shared set where p's class is a variant that allows it, and returns
+// it with the errors building it met.
+func (g *Generator) inboundListeners(w *view, p *model.Proxy, cls *ClassConfig, reads *Reads, ports []ingressPort, sec inboundSecurity) (*Set, []error) {
+	build := func(sc *Scope) *builder {
+		sec.tel = sc.recording(reads).inTel()
+		in := inboundListener(ports, sec)
+		sniffingTimeouts(in, w)
+		listeners := newBuilder(ListenerType)
+		listeners.add(VirtualInbound, in)
+		return listeners
+	}
+	if v := g.inboundVariant(w, p, cls); v != nil {
+		listeners := build(v.base.Scope())
+		if view := v.inboundView(listeners.set()); view != nil {
+			return view, listeners.errs
+		}
+	}
+	listeners := build(cls.Scope())
+	return listeners.set(), listeners.errs
+}
+
 // inboundVariant returns the variant whose base's telemetry p's inbound
 // listener can be built with, or nil.
 func (g *Generator) inboundVariant(w *view, p *model.Proxy, cls *ClassConfig) *variant {
