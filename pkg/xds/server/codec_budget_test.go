@@ -4,6 +4,10 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+
+	"github.com/meshplane/discovery/pkg/xds/gen"
 )
 
 // withBudget makes the response budget size bytes with waits of wait
@@ -26,12 +30,12 @@ func TestLargeMessagesWaitForTheBudget(t *testing.T) {
 	const n = 1 << 20
 	cost := messageCost(n, 100)
 	b := withBudget(t, 2*cost+cost/2, time.Minute)
-	m1, m2 := getMessage(n, 100), getMessage(n, 100)
+	m1, m2 := getMessage(n, 100, b), getMessage(n, 100, b)
 	if got := held(b); got != 2*cost {
 		t.Fatalf("two messages hold %d of the budget, want %d", got, 2*cost)
 	}
 	made := make(chan *pooledMessage)
-	go func() { made <- getMessage(n, 100) }()
+	go func() { made <- getMessage(n, 100, b) }()
 	select {
 	case <-made:
 		t.Fatal("a third message was made with the budget spent")
@@ -53,7 +57,7 @@ func TestLargeMessagesWaitForTheBudget(t *testing.T) {
 		t.Errorf("%d of the budget held with every message released", got)
 	}
 	// Small messages are not pooled and take nothing.
-	if getMessage(minPooled-1, 10) != nil || held(b) != 0 {
+	if getMessage(minPooled-1, 10, b) != nil || held(b) != 0 {
 		t.Error("a small message was pooled or charged")
 	}
 }
@@ -63,8 +67,8 @@ func TestLargeMessagesWaitForTheBudget(t *testing.T) {
 func TestBudgetWaitIsBounded(t *testing.T) {
 	const n = 1 << 20
 	b := withBudget(t, messageCost(n, 100), 50*time.Millisecond)
-	m1 := getMessage(n, 100)
-	m2 := getMessage(n, 100) // waits 50 ms, then goes uncounted
+	m1 := getMessage(n, 100, b)
+	m2 := getMessage(n, 100, b) // waits 50 ms, then goes uncounted
 	if b.overruns.Load() != 1 {
 		t.Fatalf("%d overruns, want 1", b.overruns.Load())
 	}
@@ -73,7 +77,7 @@ func TestBudgetWaitIsBounded(t *testing.T) {
 		t.Errorf("%d of the budget held, want %d (the first message's)", got, b.size)
 	}
 	m1.release()
-	big := getMessage(4*n, 100) // more than the budget: takes all of it
+	big := getMessage(4*n, 100, b) // more than the budget: takes all of it
 	if got := held(b); got != b.size || b.overruns.Load() != 1 {
 		t.Errorf("a message larger than the budget: %d held, %d overruns", got, b.overruns.Load())
 	}
@@ -84,7 +88,7 @@ func TestBudgetWaitIsBounded(t *testing.T) {
 func TestDroppedMessageGivesItsShareBack(t *testing.T) {
 	const n = 1 << 20
 	b := withBudget(t, 4*messageCost(n, 100), time.Minute)
-	getMessage(n, 100).refs.Add(1) // referenced, never freed, dropped
+	getMessage(n, 100, b).refs.Add(1) // referenced, never freed, dropped
 	if held(b) == 0 {
 		t.Fatal("the message took nothing")
 	}
@@ -95,5 +99,39 @@ func TestDroppedMessageGivesItsShareBack(t *testing.T) {
 		}
 		runtime.GC()
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A large delta response takes its memory from the budget until gRPC
+// frees it; a state-of-the-world one, whose resources are made before it
+// is marshalled, takes nothing.
+func TestOnlyDeltaResponsesTakeTheBudget(t *testing.T) {
+	b := withBudget(t, 1<<30, time.Minute)
+	set := perAddressView(t)
+	delta, err := Codec().Marshal(&deltaWire{resp: &discovery.DeltaDiscoveryResponse{TypeUrl: gen.ListenerType, Nonce: "1"}, view: set})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held(b) == 0 {
+		t.Fatal("a large delta response took nothing of the budget")
+	}
+	delta.Free()
+	if held(b) != 0 {
+		t.Fatalf("%d of the budget held after the response was freed", held(b))
+	}
+	sotw := &discovery.DiscoveryResponse{TypeUrl: gen.ListenerType, VersionInfo: "v1", Nonce: "1"}
+	for _, n := range set.Names {
+		sotw.Resources = append(sotw.Resources, set.Get(n).Wire())
+	}
+	bs, err := Codec().Marshal(sotw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bs.Free()
+	if p, ok := bs[0].(*part); !ok || p.m == nil {
+		t.Fatal("the state-of-the-world response is not pooled: the test shows nothing")
+	}
+	if held(b) != 0 {
+		t.Errorf("a state-of-the-world response took %d of the budget", held(b))
 	}
 }

@@ -150,14 +150,16 @@ func messageClass(n int) (class, size int, ok bool) {
 
 // getMessage returns a pooled message whose header buffer holds n bytes
 // and whose lists hold buffers, or nil for a message too small or too
-// large to pool.
-func getMessage(n, buffers int) *pooledMessage {
+// large to pool; with b, it takes its memory from b first.
+func getMessage(n, buffers int, b *sendBudget) *pooledMessage {
 	class, size, ok := messageClass(n)
 	if !ok {
 		return nil
 	}
-	b := responseBudget.Load()
-	charged := b.take(messageCost(size, buffers))
+	var charged int64
+	if b != nil {
+		charged = b.take(messageCost(size, buffers))
+	}
 	var m *pooledMessage
 	p := &messagePools[class]
 	p.mu.Lock()

@@ -200,12 +200,11 @@ func TestIdleMessagesAreBounded(t *testing.T) {
 	// No collection (which drops idle messages) while it counts.
 	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	n := 1 << 20
-	withBudget(t, 1<<30, time.Minute) // every message made at once
 	class, _, _ := messageClass(n)
 	p := &messagePools[class]
 	var ms []*pooledMessage
 	for i := 0; i < 3*idleBytes/n; i++ {
-		ms = append(ms, getMessage(n, 1000))
+		ms = append(ms, getMessage(n, 1000, nil))
 	}
 	for _, m := range ms {
 		m.release()
@@ -231,7 +230,7 @@ func TestIdleMessagesAreBounded(t *testing.T) {
 func TestIdleMessagesAreDroppedAtGC(t *testing.T) {
 	class, _, _ := messageClass(minPooled)
 	p := &messagePools[class]
-	getMessage(minPooled, 10).release()
+	getMessage(minPooled, 10, nil).release()
 	idle := func() int {
 		p.mu.Lock()
 		defer p.mu.Unlock()
@@ -256,7 +255,7 @@ func TestIdleMessagesAreDroppedAtGC(t *testing.T) {
 // after its release frees it, not the one after.
 func TestIdleMessagesAreNotLive(t *testing.T) {
 	defer debug.SetGCPercent(debug.SetGCPercent(-1)) // only this test's collection
-	m := getMessage(minPooled, 10)
+	m := getMessage(minPooled, 10, nil)
 	w := weak.Make(m)
 	m.release()
 	m = nil
