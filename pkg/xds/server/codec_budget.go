@@ -24,11 +24,15 @@ import (
 // So a large message takes its memory from a budget before it is made
 // and gives it back when it is released. A message that finds the budget
 // spent waits, first come first served, for earlier ones to be written;
-// the wait is bounded (budgetWait), after which it is made anyway,
+// the wait is bounded (sendBudget.wait), after which it is made anyway,
 // uncounted: a proxy that does not read holds its message's share until
 // its stream's send timeout closes it, and no other proxy waits on it
-// longer than budgetWait. A message the budget cannot hold at all (larger
-// than it) waits for nothing in flight.
+// longer than that. A message larger than the whole budget takes all of
+// it: it waits until nothing else is in flight.
+//
+// Only delta responses take from it (sliceWriter.budget): a
+// state-of-the-world response's resources are made before it is
+// marshalled, and waiting held them longer than the budget saved.
 
 // sendBudget is a budget of bytes, taken first come first served.
 type sendBudget struct {
