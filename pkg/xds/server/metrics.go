@@ -74,13 +74,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "discovery_xds_response_memory_bytes", Help: "Memory of large xDS responses marshalled and not yet written (codec_budget.go); bounded at 24 MiB but for overruns.",
+			Name: "discovery_xds_response_memory_bytes", Help: "Memory of large delta xDS responses marshalled and not yet written (codec_budget.go); bounded at 24 MiB but for overruns.",
 		}, func() float64 { return float64(responseBudget.Load().used.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "discovery_xds_response_memory_waits_total", Help: "Large xDS responses that waited for earlier ones to be written before they were marshalled.",
+			Name: "discovery_xds_response_memory_waits_total", Help: "Large delta xDS responses that waited for earlier ones to be written before they were marshalled.",
 		}, func() float64 { return float64(responseBudget.Load().waits.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "discovery_xds_response_memory_overruns_total", Help: "Large xDS responses marshalled beyond the bound after waiting a second for it.",
+			Name: "discovery_xds_response_memory_overruns_total", Help: "Large delta xDS responses marshalled beyond the bound after waiting a second for it.",
 		}, func() float64 { return float64(responseBudget.Load().overruns.Load()) }),
 	)
 	reg.MustRegister(m.streamsWaiting, m.proxies, m.pushes, m.convergence, m.triggers, m.debounce, m.queueTime, m.pushTime,
