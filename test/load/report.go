@@ -113,7 +113,7 @@ func (r *Report) text(w io.Writer) {
 			p.Missed, p.Pushes, p.BytesPerProxyPerChange, p.NACKs, p.Server.CPUSeconds, p.Server.CPUCores, p.Server.PeakRSSMiB, p.Tool.CPUSeconds)
 	}
 	_ = tw.Flush()
-	fmt.Fprintf(w, "server over the run: %.1f CPU s, peak RSS %.0f MiB, end RSS %.0f MiB\n", r.Server.CPUSeconds, r.Server.PeakRSSMiB, r.Server.EndRSSMiB)
+	fmt.Fprintf(w, "server over the run: %.1f CPU s, peak RSS %.0f MiB (anonymous %.0f MiB), end RSS %.0f MiB\n", r.Server.CPUSeconds, r.Server.PeakRSSMiB, r.Server.PeakAnonMiB, r.Server.EndRSSMiB)
 	if r.Verify != nil {
 		fmt.Fprintf(w, "verify: %s\n", r.Verify)
 	}

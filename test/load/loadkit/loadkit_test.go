@@ -1,6 +1,8 @@
 package loadkit
 
 import (
+	"os"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -451,4 +453,28 @@ func TestLightCodecReadsResponsesAsTheProtoCodecDoes(t *testing.T) {
 			t.Fatal("accepted")
 		}
 	})
+}
+
+// The anonymous part of a process's RSS grows with what it allocates and
+// touches, and stays within its RSS.
+func TestReadProcSeparatesAnonymousMemory(t *testing.T) {
+	before, err := ReadProc(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before.Anon <= 0 || before.Anon > before.RSS {
+		t.Fatalf("anonymous %d bytes of RSS %d", before.Anon, before.RSS)
+	}
+	b := make([]byte, 64<<20)
+	for i := 0; i < len(b); i += 4096 {
+		b[i] = 1
+	}
+	after, err := ReadProc(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if grew := after.Anon - before.Anon; grew < 48<<20 {
+		t.Errorf("anonymous memory grew %d bytes after touching 64 MiB", grew)
+	}
+	runtime.KeepAlive(b)
 }

@@ -19,6 +19,12 @@ type ProcSample struct {
 	At  time.Time
 	CPU float64 // seconds of user + system time since the process started
 	RSS int64   // bytes
+	// Anon is the part of RSS that is the process's own memory (heap,
+	// stacks): RSS less its file-backed and shared pages, which for a Go
+	// server are mostly its binary's, as much of it as page faults (and
+	// the kernel's fault-around) mapped; 0 when /proc/PID/statm is
+	// unreadable.
+	Anon int64
 }
 
 // ReadProc reads a process's CPU time and resident set from /proc.
@@ -45,7 +51,27 @@ func ReadProc(pid int) (ProcSample, error) {
 	}
 	s.CPU = float64(utime+stime) / clockTicks
 	s.RSS = rssPages * int64(os.Getpagesize())
+	s.Anon = readAnon(pid)
 	return s, nil
+}
+
+// readAnon reads a process's anonymous resident memory in bytes from
+// /proc/PID/statm (resident less shared, both in pages); 0 if unreadable.
+func readAnon(pid int) int64 {
+	statm, err := os.ReadFile(fmt.Sprintf("/proc/%d/statm", pid))
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(statm))
+	if len(f) < 3 {
+		return 0
+	}
+	resident, err1 := strconv.ParseInt(f[1], 10, 64)
+	shared, err2 := strconv.ParseInt(f[2], 10, 64)
+	if err1 != nil || err2 != nil || shared > resident {
+		return 0
+	}
+	return (resident - shared) * int64(os.Getpagesize())
 }
 
 // Sampler reads a process every interval and keeps the samples.
@@ -97,6 +123,9 @@ type ProcWindow struct {
 	CPUCores   float64 `json:"cpuCores"`
 	PeakRSSMiB float64 `json:"peakRssMiB"`
 	EndRSSMiB  float64 `json:"endRssMiB"`
+	// PeakAnonMiB is the highest anonymous part of RSS (ProcSample.Anon)
+	// in the window: the server's own memory, without its binary's pages.
+	PeakAnonMiB float64 `json:"peakAnonMiB,omitempty"`
 }
 
 // Window summarises the samples between from and to (inclusive).
@@ -107,13 +136,13 @@ func (s *Sampler) Window(from, to ProcSample) ProcWindow {
 	if d := to.At.Sub(from.At).Seconds(); d > 0 {
 		w.CPUCores = w.CPUSeconds / d
 	}
-	peak := max(from.RSS, to.RSS)
+	peak, anon := max(from.RSS, to.RSS), max(from.Anon, to.Anon)
 	for _, x := range s.samples {
 		if !x.At.Before(from.At) && !x.At.After(to.At) {
-			peak = max(peak, x.RSS)
+			peak, anon = max(peak, x.RSS), max(anon, x.Anon)
 		}
 	}
-	w.PeakRSSMiB = MiB(peak)
+	w.PeakRSSMiB, w.PeakAnonMiB = MiB(peak), MiB(anon)
 	return w
 }
 
