@@ -73,6 +73,21 @@ func (c *conn) respondDelta(w *deltaWatch, dirty []string) bool {
 		}
 		return true
 	}
+	if ts.checked == version {
+		// The stream held the previous configuration whole (checked
+		// was its version) and dirty names every name that changed
+		// since: once this is sent, it holds the current one, which
+		// becomes its base as after a full comparison. Without this,
+		// each push left its names in the stream's map until the map
+		// reached maxDeltaOverrides: up to 512 names per type and
+		// stream under steady churn.
+		if !c.deliverResources(w, resp, map[string]string{}, whole{}, send) {
+			ts.synced = false
+			return false
+		}
+		ts.base = baseOf(c.cfg, t)
+		return true
+	}
 	if !c.deliverResources(w, resp, returned, whole{}, send) {
 		ts.synced = false
 		return false

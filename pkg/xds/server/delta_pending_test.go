@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -103,5 +104,59 @@ func TestDeltaResubscribingIsNotAResend(t *testing.T) {
 		t.Fatalf("stream ended: %v", err)
 	case <-time.After(10 * time.Second):
 		t.Fatalf("%s, subscribed again after being unsubscribed, was never sent", eds[0])
+	}
+}
+
+// TestDeltaPushRebasesAStreamHeldWhole: a push to a delta stream that held
+// the previous configuration whole leaves the stream's own map empty, with
+// the current configuration as its base, as a full comparison does: the
+// map no longer grows with every push until maxDeltaOverrides. What the
+// stream is sent after is still right.
+func TestDeltaPushRebasesAStreamHeldWhole(t *testing.T) {
+	store := meshStore(t, 2)
+	ts := startServer(t, store)
+	c := newDeltaClient(t, ts)
+	c.send(&discovery.DeltaDiscoveryRequest{Node: node(sidecarID, nil), TypeUrl: gen.ClusterType})
+	r := c.next()
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: gen.ClusterType, ResponseNonce: r.GetNonce()})
+	// overrides reports the stream's map once the watch for the next
+	// push is open (the ACK was handled), and whether its base holds name.
+	overrides := func(name string) (n int, inBase bool) {
+		t.Helper()
+		eventually(t, "the ACK to open the next watch", func() bool {
+			open := false
+			ts.s.conns.Range(func(_, v any) bool {
+				c := v.(*conn)
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				st := c.of(gen.ClusterType)
+				open = st.delta != nil
+				n, inBase = len(st.dsub.returned), st.base.has(name)
+				return false
+			})
+			return open
+		})
+		return n, inBase
+	}
+	for i, svc := range []string{"x", "y", "z"} {
+		apply(t, store, worldtest.Service("ns-0", svc, fmt.Sprintf("10.96.8.%d", i+1)))
+		r := c.next()
+		want := fmt.Sprintf("outbound|7070||%s.ns-0.svc.cluster.local,outbound|80||%s.ns-0.svc.cluster.local", svc, svc)
+		if got := joined(deltaNames(r)); got != want {
+			t.Fatalf("adding %s sent %q, want %q", svc, got, want)
+		}
+		c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: gen.ClusterType, ResponseNonce: r.GetNonce()})
+		n, inBase := overrides("outbound|80||" + svc + ".ns-0.svc.cluster.local")
+		if n != 0 || !inBase {
+			t.Fatalf("after adding %s the stream's map holds %d names, its base holds the new cluster: %v; want 0, true", svc, n, inBase)
+		}
+	}
+	apply(t, store, model.Event{Op: model.OpDelete, Key: model.Key{Kind: model.KindService, Namespace: "ns-0", Name: "y"}})
+	r = c.next()
+	if got := joined(r.GetRemovedResources()); got != "outbound|7070||y.ns-0.svc.cluster.local,outbound|80||y.ns-0.svc.cluster.local" {
+		t.Fatalf("removing y removed %q, want its two clusters", got)
+	}
+	if len(r.GetResources()) != 0 {
+		t.Fatalf("removing y sent %q too", joined(deltaNames(r)))
 	}
 }
