@@ -109,10 +109,7 @@ func (p *scriptedProxy) saw(max int) (time.Time, bool) {
 func runScriptedDelta(t *testing.T, ts *testServer, id string, decide func(p *scriptedProxy, max int) answer) *scriptedProxy {
 	t.Helper()
 	p := &scriptedProxy{id: id}
-	c := newDeltaClient(t, ts)
-	c.send(&discovery.DeltaDiscoveryRequest{Node: node(id, nil), TypeUrl: gen.ClusterType})
-	first := c.next()
-	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: gen.ClusterType, ResponseNonce: first.GetNonce()})
+	c, first := ackedDeltaCDS(t, ts, node(id, nil))
 	p.seen = append(p.seen, seenCap{deltaMaxConnections(t, first), time.Now()})
 	go func() {
 		for {

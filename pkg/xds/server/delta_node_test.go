@@ -5,7 +5,6 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
 	"github.com/meshplane/discovery/pkg/xds/gen"
 )
@@ -19,10 +18,7 @@ func TestDeltaStreamKeepsNoFullNode(t *testing.T) {
 	n := node(sidecarID, map[string]any{"NAMESPACE": "ns-0", "LABELS": map[string]any{"app": "a"}})
 	n.Cluster = "a.ns-0"
 	n.Extensions = []*corev3.Extension{{Name: "envoy.filters.http.router", Category: "envoy.filters.http"}}
-	c := newDeltaClient(t, ts)
-	c.send(&discovery.DeltaDiscoveryRequest{Node: n, TypeUrl: gen.ClusterType})
-	r := c.next()
-	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: gen.ClusterType, ResponseNonce: r.GetNonce()})
+	_, r := ackedDeltaCDS(t, ts, n)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		var held *corev3.Node

@@ -20,10 +20,7 @@ import (
 func TestDeltaChangesWhileUnanswered(t *testing.T) {
 	store := meshStore(t, 2)
 	ts := startServer(t, store)
-	c := newDeltaClient(t, ts)
-	c.send(&discovery.DeltaDiscoveryRequest{Node: node(sidecarID, nil), TypeUrl: gen.ClusterType})
-	r := c.next()
-	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: gen.ClusterType, ResponseNonce: r.GetNonce()})
+	c, _ := ackedDeltaCDS(t, ts, node(sidecarID, nil))
 
 	apply(t, store, worldtest.Service("ns-0", "x", "10.96.8.1"))
 	rx := c.next()
@@ -71,10 +68,7 @@ func TestDeltaChangesWhileUnanswered(t *testing.T) {
 func TestDeltaResubscribingIsNotAResend(t *testing.T) {
 	store := meshStore(t, 3)
 	ts := startServer(t, store)
-	c := newDeltaClient(t, ts)
-	c.send(&discovery.DeltaDiscoveryRequest{Node: node(sidecarID, nil), TypeUrl: gen.ClusterType})
-	r := c.next()
-	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: gen.ClusterType, ResponseNonce: r.GetNonce()})
+	c, r := ackedDeltaCDS(t, ts, node(sidecarID, nil))
 	var eds []string
 	for _, res := range r.GetResources() {
 		if strings.HasPrefix(res.GetName(), "outbound|") {
@@ -115,10 +109,7 @@ func TestDeltaResubscribingIsNotAResend(t *testing.T) {
 func TestDeltaPushRebasesAStreamHeldWhole(t *testing.T) {
 	store := meshStore(t, 2)
 	ts := startServer(t, store)
-	c := newDeltaClient(t, ts)
-	c.send(&discovery.DeltaDiscoveryRequest{Node: node(sidecarID, nil), TypeUrl: gen.ClusterType})
-	r := c.next()
-	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: gen.ClusterType, ResponseNonce: r.GetNonce()})
+	c, r := ackedDeltaCDS(t, ts, node(sidecarID, nil))
 	// overrides reports the stream's map once the watch for the next
 	// push is open (the ACK was handled), and whether its base holds name.
 	overrides := func(name string) (n int, inBase bool) {

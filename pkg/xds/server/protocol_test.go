@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -217,6 +218,17 @@ func newDeltaClientOn(t testing.TB, cc *grpc.ClientConn) *deltaClient {
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	return c
+}
+
+// ackedDeltaCDS opens a delta ADS stream as n, asks for clusters and
+// acknowledges the first response, which it returns.
+func ackedDeltaCDS(t testing.TB, ts *testServer, n *corev3.Node) (*deltaClient, *discovery.DeltaDiscoveryResponse) {
+	t.Helper()
+	c := newDeltaClient(t, ts)
+	c.send(&discovery.DeltaDiscoveryRequest{Node: n, TypeUrl: gen.ClusterType})
+	r := c.next()
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: gen.ClusterType, ResponseNonce: r.GetNonce()})
+	return c, r
 }
 
 func (c *deltaClient) send(req *discovery.DeltaDiscoveryRequest) {
