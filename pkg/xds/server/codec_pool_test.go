@@ -202,6 +202,7 @@ func TestIdleMessagesAreBounded(t *testing.T) {
 	n := 1 << 20
 	class, _, _ := messageClass(n)
 	p := &messagePools[class]
+	settleIdleDrops(t, p, n)
 	var ms []*pooledMessage
 	for i := 0; i < 3*idleBytes/n; i++ {
 		ms = append(ms, getMessage(n, 1000, nil))
@@ -347,5 +348,29 @@ func TestPooledResponsesOverGRPC(t *testing.T) {
 		if err := <-errs; err != nil {
 			t.Error(err)
 		}
+	}
+}
+
+// settleIdleDrops runs a collection and waits for the drop it causes
+// (dropIdleAtEachGC's cleanup, which runs after the collection, on its
+// own goroutine): a drop still due from an earlier test's collection
+// would otherwise empty p while a test counts it.
+func settleIdleDrops(t *testing.T, p *messagePool, n int) {
+	t.Helper()
+	m := getMessage(n, 1000, nil)
+	m.release()
+	runtime.GC()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		p.mu.Lock()
+		empty := len(p.idle) == 0
+		p.mu.Unlock()
+		if empty {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the collection's drop of idle messages never ran")
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

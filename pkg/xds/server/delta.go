@@ -23,9 +23,12 @@ import (
 // means it holds nothing of that name). Keeping a name -> version map of
 // every resource per stream was most of the server's memory at 1,000
 // proxies (a megabyte each); the base is shared by the proxies of a
-// class. The map is updated in place: the stream's loop sends every
-// handed response before it reads the next request (deltastream.go), so
-// none is dropped.
+// class. Every response brings the stream up to date and makes the
+// current configuration its base, with an empty map; between responses
+// the map holds what requests change (names subscribed anew or
+// unsubscribed: held nothing). The stream's loop sends every handed
+// response before it reads the next request (deltastream.go), so none
+// is dropped.
 func (c *conn) respondDelta(w *deltaWatch, dirty []string) bool {
 	if c.cfg == nil {
 		return false
@@ -59,41 +62,26 @@ func (c *conn) respondDelta(w *deltaWatch, dirty []string) bool {
 	sort.Slice(send, func(i, j int) bool { return send[i].Name < send[j].Name })
 	sort.Strings(removed)
 	resp := &discovery.DeltaDiscoveryResponse{SystemVersionInfo: version, TypeUrl: t, RemovedResources: removed}
-	if dirty == nil {
-		// Compared in full: once sent, every subscribed name holds the
-		// current version, so the current configuration becomes the base
-		// and the stream's map starts empty (deliverDelta installs it).
-		if !c.deliverResources(w, resp, map[string]string{}, wh, send) {
-			ts.synced = false
-			return false
-		}
-		ts.base = baseOf(c.cfg, t)
-		if sent {
-			c.s.wholeSent.Add(1)
-		}
-		return true
+	// Once sent, the stream holds the current version of every
+	// subscribed name: compared in full (dirty nil), or only dirty,
+	// which deltaNames gives only for a stream synced (right for every
+	// name but the pending ones, which dirty holds). So the current
+	// configuration becomes its base and its map starts empty (the
+	// response installs it), as after a full comparison. When pushes
+	// left their names in the map instead, it grew up to
+	// maxDeltaOverrides (512 names per type and stream) under churn.
+	wholeOrNone := wh
+	if dirty != nil {
+		wholeOrNone = whole{}
 	}
-	if ts.checked == version {
-		// The stream held the previous configuration whole (checked
-		// was its version) and dirty names every name that changed
-		// since: once this is sent, it holds the current one, which
-		// becomes its base as after a full comparison. Without this,
-		// each push left its names in the stream's map until the map
-		// reached maxDeltaOverrides: up to 512 names per type and
-		// stream under steady churn.
-		if !c.deliverResources(w, resp, map[string]string{}, whole{}, send) {
-			ts.synced = false
-			return false
-		}
-		ts.base = baseOf(c.cfg, t)
-		return true
-	}
-	if !c.deliverResources(w, resp, returned, whole{}, send) {
+	if !c.deliverResources(w, resp, map[string]string{}, wholeOrNone, send) {
 		ts.synced = false
 		return false
 	}
-	markReturned(returned, send)
-	markRemoved(returned, removed) // the base may hold them
+	ts.base = baseOf(c.cfg, t)
+	if dirty == nil && sent {
+		c.s.wholeSent.Add(1)
+	}
 	return true
 }
 
@@ -237,8 +225,8 @@ func (b typeBase) names() []string {
 }
 
 // maxDeltaOverrides is how many names a delta stream's own map may hold
-// (see respondDelta) before the next response compares in full and
-// starts again from an empty map.
+// (the marks of the requests since its last response; see respondDelta)
+// before the next response compares in full.
 const maxDeltaOverrides = 512
 
 // noteDeltaRequest remembers which names a delta request subscribes to

@@ -101,11 +101,12 @@ func TestDeltaResubscribingIsNotAResend(t *testing.T) {
 	}
 }
 
-// TestDeltaPushRebasesAStreamHeldWhole: a push to a delta stream that held
-// the previous configuration whole leaves the stream's own map empty, with
-// the current configuration as its base, as a full comparison does: the
-// map no longer grows with every push until maxDeltaOverrides. What the
-// stream is sent after is still right.
+// TestDeltaPushRebasesAStreamHeldWhole: a push to a delta stream leaves
+// the stream's own map empty, with the current configuration as its base,
+// as a full comparison does, and so does the ACK that sends what pushes
+// changed while the stream had not answered: the map no longer grows with
+// every push until maxDeltaOverrides. What the stream is sent after is
+// still right.
 func TestDeltaPushRebasesAStreamHeldWhole(t *testing.T) {
 	store := meshStore(t, 2)
 	ts := startServer(t, store)
@@ -141,6 +142,34 @@ func TestDeltaPushRebasesAStreamHeldWhole(t *testing.T) {
 		if n != 0 || !inBase {
 			t.Fatalf("after adding %s the stream's map holds %d names, its base holds the new cluster: %v; want 0, true", svc, n, inBase)
 		}
+	}
+	// Pushes that find no open watch (the last response not answered
+	// yet) are sent with the ACK, which rebases the stream too.
+	apply(t, store, worldtest.Service("ns-0", "v", "10.96.8.9"))
+	rv := c.next()
+	for i, svc := range []string{"p", "q"} {
+		apply(t, store, worldtest.Service("ns-0", svc, fmt.Sprintf("10.96.8.%d", 10+i)))
+		eventually(t, "the push adding "+svc+" to reach the stream", func() bool {
+			found := false
+			ts.s.conns.Range(func(_, v any) bool {
+				c := v.(*conn)
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				found = c.cfg != nil && c.cfg.Get(gen.ClusterType, "outbound|80||"+svc+".ns-0.svc.cluster.local") != nil
+				return false
+			})
+			return found
+		})
+	}
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: gen.ClusterType, ResponseNonce: rv.GetNonce()})
+	rw := c.next()
+	if got, want := joined(deltaNames(rw)), "outbound|7070||p.ns-0.svc.cluster.local,outbound|7070||q.ns-0.svc.cluster.local,"+
+		"outbound|80||p.ns-0.svc.cluster.local,outbound|80||q.ns-0.svc.cluster.local"; got != want {
+		t.Fatalf("the ACK after p and q were added sent %q, want %q", got, want)
+	}
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: gen.ClusterType, ResponseNonce: rw.GetNonce()})
+	if n, inBase := overrides("outbound|80||q.ns-0.svc.cluster.local"); n != 0 || !inBase {
+		t.Fatalf("after the ACK that sent p and q the stream's map holds %d names, its base holds q: %v; want 0, true", n, inBase)
 	}
 	apply(t, store, model.Event{Op: model.OpDelete, Key: model.Key{Kind: model.KindService, Namespace: "ns-0", Name: "y"}})
 	r = c.next()

@@ -40,14 +40,6 @@ func markReturned(returned map[string]string, rs []*gen.Resource) {
 	}
 }
 
-// markRemoved records, for a delta stream, that the response about to be
-// handed over removes names: "" overrides a base that holds them.
-func markRemoved(returned map[string]string, names []string) {
-	for _, n := range names {
-		returned[n] = ""
-	}
-}
-
 // forgetReturned records that the response about to be handed over
 // removes names, where no base holds them (Secrets).
 func forgetReturned(returned map[string]string, names []string) {
