@@ -70,16 +70,13 @@ func (c *conn) respondDelta(w *deltaWatch, dirty []string) bool {
 	// response installs it), as after a full comparison. When pushes
 	// left their names in the map instead, it grew up to
 	// maxDeltaOverrides (512 names per type and stream) under churn.
-	wholeOrNone := wh
-	if dirty != nil {
-		wholeOrNone = whole{}
-	}
-	if !c.deliverResources(w, resp, map[string]string{}, wholeOrNone, send) {
+	// (wholeOrDiff sends a class's set whole only for a full comparison.)
+	if !c.deliverResources(w, resp, map[string]string{}, wh, send) {
 		ts.synced = false
 		return false
 	}
 	ts.base = baseOf(c.cfg, t)
-	if dirty == nil && sent {
+	if sent {
 		c.s.wholeSent.Add(1)
 	}
 	return true
