@@ -29,22 +29,9 @@ func TestDeltaChangesWhileUnanswered(t *testing.T) {
 	}
 	// Not answered yet: these two pushes find no open watch.
 	apply(t, store, worldtest.Service("ns-0", "y", "10.96.8.2"))
-	holds := func(name string) func() bool {
-		return func() bool {
-			found := false
-			ts.s.conns.Range(func(_, v any) bool {
-				c := v.(*conn)
-				c.mu.Lock()
-				defer c.mu.Unlock()
-				found = c.cfg != nil && c.cfg.Get(gen.ClusterType, name) != nil
-				return false
-			})
-			return found
-		}
-	}
-	eventually(t, "the push adding y to reach the stream", holds("outbound|80||y.ns-0.svc.cluster.local"))
+	eventually(t, "the push adding y to reach the stream", streamHasCluster(ts, "outbound|80||y.ns-0.svc.cluster.local"))
 	apply(t, store, model.Event{Op: model.OpDelete, Key: model.Key{Kind: model.KindService, Namespace: "ns-0", Name: "x"}})
-	eventually(t, "the push removing x to reach the stream", func() bool { return !holds("outbound|80||x.ns-0.svc.cluster.local")() })
+	eventually(t, "the push removing x to reach the stream", func() bool { return !streamHasCluster(ts, "outbound|80||x.ns-0.svc.cluster.local")() })
 
 	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: gen.ClusterType, ResponseNonce: rx.GetNonce()})
 	select {
@@ -103,33 +90,12 @@ func TestDeltaResubscribingIsNotAResend(t *testing.T) {
 
 // TestDeltaPushRebasesAStreamHeldWhole: a push to a delta stream leaves
 // the stream's own map empty, with the current configuration as its base,
-// as a full comparison does, and so does the ACK that sends what pushes
-// changed while the stream had not answered: the map no longer grows with
-// every push until maxDeltaOverrides. What the stream is sent after is
-// still right.
+// as a full comparison does: the map no longer grows with every push
+// until maxDeltaOverrides. What the stream is sent after is still right.
 func TestDeltaPushRebasesAStreamHeldWhole(t *testing.T) {
 	store := meshStore(t, 2)
 	ts := startServer(t, store)
-	c, r := ackedDeltaCDS(t, ts, node(sidecarID, nil))
-	// overrides reports the stream's map once the watch for the next
-	// push is open (the ACK was handled), and whether its base holds name.
-	overrides := func(name string) (n int, inBase bool) {
-		t.Helper()
-		eventually(t, "the ACK to open the next watch", func() bool {
-			open := false
-			ts.s.conns.Range(func(_, v any) bool {
-				c := v.(*conn)
-				c.mu.Lock()
-				defer c.mu.Unlock()
-				st := c.of(gen.ClusterType)
-				open = st.delta != nil
-				n, inBase = len(st.dsub.returned), st.base.has(name)
-				return false
-			})
-			return open
-		})
-		return n, inBase
-	}
+	c, _ := ackedDeltaCDS(t, ts, node(sidecarID, nil))
 	for i, svc := range []string{"x", "y", "z"} {
 		apply(t, store, worldtest.Service("ns-0", svc, fmt.Sprintf("10.96.8.%d", i+1)))
 		r := c.next()
@@ -138,45 +104,78 @@ func TestDeltaPushRebasesAStreamHeldWhole(t *testing.T) {
 			t.Fatalf("adding %s sent %q, want %q", svc, got, want)
 		}
 		c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: gen.ClusterType, ResponseNonce: r.GetNonce()})
-		n, inBase := overrides("outbound|80||" + svc + ".ns-0.svc.cluster.local")
-		if n != 0 || !inBase {
+		if n, inBase := clusterOverrides(t, ts, "outbound|80||"+svc+".ns-0.svc.cluster.local"); n != 0 || !inBase {
 			t.Fatalf("after adding %s the stream's map holds %d names, its base holds the new cluster: %v; want 0, true", svc, n, inBase)
 		}
 	}
-	// Pushes that find no open watch (the last response not answered
-	// yet) are sent with the ACK, which rebases the stream too.
-	apply(t, store, worldtest.Service("ns-0", "v", "10.96.8.9"))
-	rv := c.next()
-	for i, svc := range []string{"p", "q"} {
-		apply(t, store, worldtest.Service("ns-0", svc, fmt.Sprintf("10.96.8.%d", 10+i)))
-		eventually(t, "the push adding "+svc+" to reach the stream", func() bool {
-			found := false
-			ts.s.conns.Range(func(_, v any) bool {
-				c := v.(*conn)
-				c.mu.Lock()
-				defer c.mu.Unlock()
-				found = c.cfg != nil && c.cfg.Get(gen.ClusterType, "outbound|80||"+svc+".ns-0.svc.cluster.local") != nil
-				return false
-			})
-			return found
-		})
-	}
-	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: gen.ClusterType, ResponseNonce: rv.GetNonce()})
-	rw := c.next()
-	if got, want := joined(deltaNames(rw)), "outbound|7070||p.ns-0.svc.cluster.local,outbound|7070||q.ns-0.svc.cluster.local,"+
-		"outbound|80||p.ns-0.svc.cluster.local,outbound|80||q.ns-0.svc.cluster.local"; got != want {
-		t.Fatalf("the ACK after p and q were added sent %q, want %q", got, want)
-	}
-	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: gen.ClusterType, ResponseNonce: rw.GetNonce()})
-	if n, inBase := overrides("outbound|80||q.ns-0.svc.cluster.local"); n != 0 || !inBase {
-		t.Fatalf("after the ACK that sent p and q the stream's map holds %d names, its base holds q: %v; want 0, true", n, inBase)
-	}
 	apply(t, store, model.Event{Op: model.OpDelete, Key: model.Key{Kind: model.KindService, Namespace: "ns-0", Name: "y"}})
-	r = c.next()
+	r := c.next()
 	if got := joined(r.GetRemovedResources()); got != "outbound|7070||y.ns-0.svc.cluster.local,outbound|80||y.ns-0.svc.cluster.local" {
 		t.Fatalf("removing y removed %q, want its two clusters", got)
 	}
 	if len(r.GetResources()) != 0 {
 		t.Fatalf("removing y sent %q too", joined(deltaNames(r)))
 	}
+}
+
+// TestDeltaACKAfterUnansweredPushesRebasesTheStream: the ACK that sends
+// what two pushes changed while the stream had not answered its last
+// response leaves the stream's map empty too.
+func TestDeltaACKAfterUnansweredPushesRebasesTheStream(t *testing.T) {
+	store := meshStore(t, 2)
+	ts := startServer(t, store)
+	c, _ := ackedDeltaCDS(t, ts, node(sidecarID, nil))
+	apply(t, store, worldtest.Service("ns-0", "v", "10.96.8.9"))
+	rv := c.next()
+	for i, svc := range []string{"p", "q"} {
+		apply(t, store, worldtest.Service("ns-0", svc, fmt.Sprintf("10.96.8.%d", 10+i)))
+		eventually(t, "the push adding "+svc+" to reach the stream", streamHasCluster(ts, "outbound|80||"+svc+".ns-0.svc.cluster.local"))
+	}
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: gen.ClusterType, ResponseNonce: rv.GetNonce()})
+	r := c.next()
+	if got, want := joined(deltaNames(r)), "outbound|7070||p.ns-0.svc.cluster.local,outbound|7070||q.ns-0.svc.cluster.local,"+
+		"outbound|80||p.ns-0.svc.cluster.local,outbound|80||q.ns-0.svc.cluster.local"; got != want {
+		t.Fatalf("the ACK after p and q were added sent %q, want %q", got, want)
+	}
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: gen.ClusterType, ResponseNonce: r.GetNonce()})
+	if n, inBase := clusterOverrides(t, ts, "outbound|80||q.ns-0.svc.cluster.local"); n != 0 || !inBase {
+		t.Fatalf("after the ACK that sent p and q the stream's map holds %d names, its base holds q: %v; want 0, true", n, inBase)
+	}
+}
+
+// streamHasCluster reports whether the configuration of ts's (only)
+// stream holds the cluster name.
+func streamHasCluster(ts *testServer, name string) func() bool {
+	return func() bool {
+		found := false
+		ts.s.conns.Range(func(_, v any) bool {
+			c := v.(*conn)
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			found = c.cfg != nil && c.cfg.Get(gen.ClusterType, name) != nil
+			return false
+		})
+		return found
+	}
+}
+
+// clusterOverrides reports the size of the CDS map of ts's (only) stream
+// once its watch for the next push is open (the last ACK was handled),
+// and whether its base holds name.
+func clusterOverrides(t *testing.T, ts *testServer, name string) (n int, inBase bool) {
+	t.Helper()
+	eventually(t, "the ACK to open the next watch", func() bool {
+		open := false
+		ts.s.conns.Range(func(_, v any) bool {
+			c := v.(*conn)
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			st := c.of(gen.ClusterType)
+			open = st.delta != nil
+			n, inBase = len(st.dsub.returned), st.base.has(name)
+			return false
+		})
+		return open
+	})
+	return n, inBase
 }
