@@ -120,8 +120,10 @@ type typeState struct {
 	sotw  *sotwWatch
 	delta *deltaWatch
 	req   any
-	// checked is the configuration version last compared in full;
-	// prevVersion the version before the latest setConfig.
+	// State of the world: checked is the configuration version last
+	// compared in full; prevVersion the version before the latest
+	// setConfig. (A delta stream needs neither: every response brings
+	// it up to date; see respondDelta.)
 	checked, prevVersion string
 
 	// State of the world: the names subscribed at the last request (a map

@@ -49,9 +49,6 @@ func (c *conn) respondDelta(w *deltaWatch, dirty []string) bool {
 	dirty = c.deltaNames(w, dirty, returned)
 	wh, sent, send, removed := c.wholeOrDiff(w, dirty, returned)
 	version := c.cfg.Version(t)
-	if dirty == nil || ts.checked == ts.prevVersion {
-		ts.checked = version
-	}
 	// From here the stream is right for every name but those the
 	// response carries, which it returns below.
 	ts.synced = true
