@@ -408,7 +408,7 @@ func setPatched(typeURL string, prev *Set, rs map[string]*Resource) (*Set, []str
 		}
 		names = append(names, n)
 	}
-	names = append(names, added[i:]...)
+	names = namesPool.of(append(names, added[i:]...))
 	all := make([]string, 0, len(added)+len(removed)+len(changed))
 	all = append(append(append(all, added...), changed...), removed...)
 	sort.Strings(all)

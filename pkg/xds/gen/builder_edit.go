@@ -228,7 +228,7 @@ func (b *builder) editedSet(prev *Set, changed []string) (*Set, []string, bool) 
 	// removed, each in name order.
 	slices.Sort(all)
 	all = slices.Clip(append(all, removed...))
-	e.set, e.all = newSetSorted(b.typeURL, out, names, sum), all
+	e.set, e.all = newSetSorted(b.typeURL, out, namesPool.of(names), sum), all
 	prev.edit.Store(e)
 	return e.set, all, true
 }

@@ -210,6 +210,7 @@ func NewSet(typeURL string, rs map[string]*Resource) *Set {
 		sum += entryHash(n, r)
 	}
 	sort.Strings(names)
+	names = namesPool.of(names)
 	return newSetSorted(typeURL, inOrder(rs, names), names, sum)
 }
 
