@@ -50,8 +50,8 @@ type ClassConfig struct {
 	raw map[string]*Set
 	// ops are, per type URL, what its builder put in and took out to
 	// build the set as built (baseSet): the next generation replays them
-	// (builder.go).
-	ops map[string]*buildLog
+	// (builder.go). Retire lets go of them (class_history.go).
+	logs *classLogs
 	// wasm holds the listeners with the WasmPlugin filters, before
 	// EnvoyFilters, and the plugins' key (wasm_apply.go): the next
 	// generation reuses a listener whose built form did not change.
@@ -226,6 +226,7 @@ func (g *Generator) recovered(key string, v uint64, prev *ClassConfig, out **Cla
 		// change may mend it.
 		c := *prev
 		c.reads = readsAll
+		c.logs = newClassLogs(prev.logs.all()) // prev is retired when c replaces it
 		*out = &c
 	}
 }
@@ -244,7 +245,7 @@ func (c *ClassConfig) builders(sib *sibling) (bs map[string]*builder, edsRefs, r
 	for _, t := range TypeURLs {
 		bs[t] = newBuilder(t)
 		if c != nil {
-			bs[t].replaying(c.ops[t], c.baseSet(t))
+			bs[t].replaying(c.logs.of(t), c.baseSet(t))
 		}
 	}
 	switch {
@@ -263,7 +264,8 @@ func (c *ClassConfig) builders(sib *sibling) (bs map[string]*builder, edsRefs, r
 func (g *Generator) publish(cc *ClassConfig, bs map[string]*builder, prev *ClassConfig, edsRefs, routeRefs []string) (*ClassConfig, error) {
 	var errs []error
 	cc.Sets = map[string]*Set{}
-	cc.ops = make(map[string]*buildLog, len(bs))
+	ops := make(map[string]*buildLog, len(bs))
+	cc.logs = newClassLogs(ops)
 	// changed holds, per type, the names setFrom found changed against
 	// the previous set when it could tell (same names, some contents).
 	changed := map[string][]string{}
@@ -277,7 +279,7 @@ func (g *Generator) publish(cc *ClassConfig, bs map[string]*builder, prev *Class
 		cc.Sets[t] = setsPool.of(set)
 		// A copy (pooled): a pointer into the builder would keep it, and
 		// through its replay every previous generation's builder, alive.
-		cc.ops[t] = b.pooledLog()
+		ops[t] = b.pooledLog()
 		if known {
 			changed[t] = c
 		}

@@ -22,8 +22,9 @@ func (g *Generator) UpdateEndpoints(prev *ClassConfig, mw *model.World, services
 	cc.ID = g.ids.Add(1)
 	cc.derive(prev)
 	// The endpoints' set is no longer the one its builder's log built.
-	cc.ops = maps.Clone(prev.ops)
-	delete(cc.ops, EndpointType)
+	ops := maps.Clone(prev.logs.all())
+	delete(ops, EndpointType)
+	cc.logs = newClassLogs(ops)
 	cc.units = slices.Clone(prev.units)
 	var fresh []*Resource
 	for _, nn := range services {

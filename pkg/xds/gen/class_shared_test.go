@@ -471,7 +471,7 @@ spec:
 			t.Errorf("%s: two classes that see the same services made them into two indexes", when)
 		}
 		// Their clusters are the same units' (class_sibling.go): one log.
-		if a.ops[ClusterType] != b.ops[ClusterType] {
+		if a.logs.of(ClusterType) != b.logs.of(ClusterType) {
 			t.Errorf("%s: two classes that put in the same clusters keep two logs", when)
 		}
 		if chosenOf(c) == chosenOf(a) {

@@ -157,7 +157,7 @@ func (g *Generator) Variant(base *ClassConfig, key string, p *model.Proxy, prev 
 	c.Sets = maps.Clone(base.Sets)
 	c.Sets[ListenerType] = set
 	c.variant = v
-	c.ops = nil // never a generation's previous configuration
+	c.logs = nil // never a generation's previous configuration
 	sc := *base.scope
 	sc.Proxy = p
 	if last != nil && last.base.scope.tel == base.scope.tel {

@@ -190,7 +190,7 @@ func (c *ClassConfig) Groups(typeURL string) [][]*Resource {
 		}
 		return nil
 	}
-	log := c.ops[typeURL]
+	log := c.logs.of(typeURL)
 	if set == nil || set.view != nil || log == nil || log.rewrites || set != c.baseSet(typeURL) {
 		return nil
 	}

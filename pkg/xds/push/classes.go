@@ -34,6 +34,20 @@ type classEntry struct {
 	served *gen.ClassConfig
 }
 
+// replace makes cfg, a generation's result, the entry's configuration
+// unless it is nil (no good configuration yet). The configuration it
+// replaces is retired: it is no generation's previous configuration
+// again, and lets go of its logs while proxies still hold it.
+func (e *classEntry) replace(cfg *gen.ClassConfig) {
+	if cfg == nil {
+		return
+	}
+	if e.cfg != cfg {
+		e.cfg.Retire()
+	}
+	e.cfg = cfg
+}
+
 // result is what the proxies of a variant's entry are served.
 func (e *classEntry) result() *gen.ClassConfig {
 	if e.own && e.cfg.Shared() {
@@ -81,25 +95,21 @@ func (cc *Classes) Full(g *gen.Generator, w *model.World, p *model.Proxy) *gen.C
 			if e.cfg != nil && e.cfg.WorldVersion >= w.Version {
 				return
 			}
-			if cfg, _ := g.Class(w, p, e.cfg); cfg != nil {
-				e.cfg = cfg
-			}
+			cfg, _ := g.Class(w, p, e.cfg)
+			e.replace(cfg)
 		})
 	}
 	b := cc.base(base, w, p, func(e *classEntry) {
 		cfg, _ := g.Class(w, e.rep, e.cfg)
-		if cfg != nil {
-			e.cfg = cfg
-		}
+		e.replace(cfg)
 	})
 	return cc.variant(g, w, p, key, b, func(e *classEntry) {
 		var prev *gen.ClassConfig
 		if e.own {
 			prev = e.cfg
 		}
-		if cfg, _ := g.Class(w, p, prev); cfg != nil {
-			e.cfg = cfg
-		}
+		cfg, _ := g.Class(w, p, prev)
+		e.replace(cfg)
 	})
 }
 
@@ -178,7 +188,8 @@ func (cc *Classes) Endpoints(g *gen.Generator, w *model.World, p *model.Proxy, s
 		case e.cfg == nil:
 			e.cfg, _ = g.Class(w, q, nil)
 		case e.cfg.WorldVersion < w.Version:
-			e.cfg, _ = g.UpdateEndpoints(e.cfg, w, svcs)
+			cfg, _ := g.UpdateEndpoints(e.cfg, w, svcs)
+			e.replace(cfg)
 		}
 	}
 	key := gen.ClassKey(w, p)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/meshplane/discovery/pkg/model"
 	"github.com/meshplane/discovery/pkg/xds/gen"
+	"github.com/meshplane/discovery/pkg/xds/internal/worldtest"
 )
 
 // Proxies of a namespace that differ in their canonical service (every
@@ -146,5 +147,56 @@ func serveVariantsAsTheirClasses(t *testing.T, shared bool) {
 	}
 	if variants == 0 {
 		t.Fatal("no variants: the proxies' classes lost their tags")
+	}
+}
+
+// A class's configuration replaced by a later generation, full or of
+// endpoints, lets go of its logs (gen.ClassConfig.Retire): Groups, which
+// reads them, has nothing of it any more, while the configuration that
+// replaced it has. A configuration a generation gives again is kept.
+func TestClassesRetireTheConfigurationsTheyReplace(t *testing.T) {
+	store := model.NewStore(model.StoreOptions{})
+	if _, err := store.Apply(worldtest.Mesh(6, 2, 2)...); err != nil {
+		t.Fatal(err)
+	}
+	g, err := gen.New(gen.DefaultOptions(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := planProxy(t, "sidecar", "10.9.0.1", "web-1", "ns-0", map[string]any{"app": "web"})
+	var cc Classes
+	first := cc.Full(g, store.World(), p)
+	if first == nil || first.Groups(gen.ClusterType) == nil {
+		t.Fatal("the first configuration has no groups of clusters: the test shows nothing")
+	}
+	if again := cc.Full(g, store.World(), p); again != first || first.Groups(gen.ClusterType) == nil {
+		t.Fatal("a configuration given again was retired")
+	}
+	if _, err := store.Apply(worldtest.Service("ns-1", "added", "10.96.9.1")); err != nil {
+		t.Fatal(err)
+	}
+	next := cc.Full(g, store.World(), p)
+	if next == first {
+		t.Fatal("a service added made no new configuration")
+	}
+	if first.Groups(gen.ClusterType) != nil {
+		t.Error("the configuration a service added replaced still holds its logs")
+	}
+	if next.Groups(gen.ClusterType) == nil {
+		t.Error("the configuration that replaced it has no groups of clusters")
+	}
+	if _, err := store.Apply(worldtest.Slice("ns-1", "svc-1", "10.1.1.9")); err != nil {
+		t.Fatal(err)
+	}
+	w := store.World()
+	last := cc.Endpoints(g, w, p, []model.NamespacedName{{Namespace: "ns-1", Name: "svc-1"}})
+	if last == next || last.WorldVersion != w.Version {
+		t.Fatal("an endpoint change made no new configuration")
+	}
+	if next.Groups(gen.ClusterType) != nil {
+		t.Error("the configuration an endpoint change replaced still holds its logs")
+	}
+	if last.Groups(gen.ClusterType) == nil {
+		t.Error("the configuration of the endpoint change has no groups of clusters")
 	}
 }
