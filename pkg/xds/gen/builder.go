@@ -120,6 +120,20 @@ func (b *builder) next(op *buildOp, names bool) bool {
 	return b.n < len(b.replay.ops) && op.same(&b.replay.ops[b.n], names && !b.replay.rewrites)
 }
 
+// nextEach reports whether the previous generation's next operations
+// put in rs, one each, with the same contents.
+func (b *builder) nextEach(rs []*Resource) bool {
+	if b.n+len(rs) > len(b.replay.ops) {
+		return false
+	}
+	for k := range rs {
+		if !b.replay.ops[b.n+k].same(&buildOp{rs: rs[k : k+1]}, false) {
+			return false
+		}
+	}
+	return true
+}
+
 // do applies op: logged, and put in out unless the builder follows its
 // previous log and op is that log's next operation or puts in the same
 // names (a substitution).
@@ -206,11 +220,18 @@ func (b *builder) diverge() {
 
 // has reports whether b holds a resource named name. Following a log
 // that puts every name in once and takes none out, b holds a name the
-// previous set lacks only if an operation put in between put it.
+// previous set lacks only if an operation put in between put it, and
+// one of the previous set's if the operation that put it in is done and
+// was not skipped (a substitution puts in the same names).
 func (b *builder) has(name string) bool {
 	if b.replay != nil && b.canEdit() {
-		if _, ok := b.prevSet.find(name); !ok {
+		i, ok := b.prevSet.find(name)
+		if !ok {
 			return b.inserted(name)
+		}
+		if at := b.replay.memo.opOf(b.replay, b.prevSet)[i]; at >= 0 {
+			_, skipped := slices.BinarySearch(b.skips, int(at))
+			return int(at) < b.n && !skipped
 		}
 	}
 	b.diverge()

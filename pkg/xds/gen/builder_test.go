@@ -76,7 +76,12 @@ func TestBuilderReplayEqualsFresh(t *testing.T) {
 		{"one fewer between", script{"put A=1 B=1", "put C=1 D=1", "put E=1", "add F=1"}, script{"put A=1 B=1", "put E=1", "add F=1"}, true},
 		{"one fewer first", script{"put A=1", "put B=1", "put C=1"}, script{"put B=1", "put C=1"}, true},
 		{"asked a name none has", script{"put A=1", "put B=1"}, script{"put A=1", "has X", "put B=1"}, true},
-		{"asked a name put between", script{"put A=1", "put C=1"}, script{"put A=1", "put B=1", "has B", "has C", "put C=1"}, false},
+		{"asked a name put between", script{"put A=1", "put C=1"}, script{"put A=1", "put B=1", "has B", "has C", "put C=1"}, true},
+		// A name of the previous set is held once the operation that
+		// put it in is done, unless it was skipped (logMemo.opOf).
+		{"asked a name not put yet", script{"put A=1", "put B=1"}, script{"has B", "put A=1", "has B", "put B=1", "has B"}, true},
+		{"asked a name of a skipped operation", script{"put A=1", "put B=1", "put C=1"}, script{"put A=1", "put C=1", "has B", "has C"}, true},
+		{"asked after a substitution", script{"put A=1 B=1", "put C=1"}, script{"put A=2 B=1", "has A", "has C", "put C=1"}, true},
 		{"several fewer", script{"put A=1", "put B=1", "put C=1", "put D=1", "put E=1"}, script{"put A=1", "put E=1"}, true},
 		{"more and fewer, contents", script{"put A=1", "put B=1", "put C=1", "add D=1"}, script{"put A=2", "put X=1", "put C=1", "put Y=1 Z=1", "add D=3", "add W=1"}, true},
 		// What an edit cannot follow: the builder fills its map.
@@ -90,7 +95,8 @@ func TestBuilderReplayEqualsFresh(t *testing.T) {
 		{"taken out in the log, put before", script{"put A=1", "put X=1", "del X"}, script{"put X=2", "put A=1", "put X=1", "del X"}, false},
 		{"rewrites in the log", script{"put A=1", "put A=2"}, script{"put X=1", "put A=1", "put A=2"}, false},
 		{"too far to skip", script{"put A=1", "put B=1", "put C=1", "put D=1", "put E=1", "put F=1", "put G=1", "put H=1", "put I=1", "put J=1", "put K=1"}, script{"put A=1", "put K=1"}, false},
-		{"asked", script{"put A=1", "has A", "put B=1"}, script{"put A=1", "has A", "put B=2"}, false},
+		{"asked", script{"put A=1", "has A", "put B=1"}, script{"put A=1", "has A", "put B=2"}, true},
+		{"asked, in a log that takes out", script{"put A=1", "del A", "put B=1"}, script{"put A=1", "has A", "del A", "put B=1"}, false},
 		{"added twice", script{"put A=1", "add B=1"}, script{"put A=1", "add A=2"}, false},
 		{"added where taken", script{"add A=1", "add B=1"}, script{"add A=1", "add A=1"}, false},
 		// A few names of many come and go: the set is patched from the

@@ -1,6 +1,11 @@
 package gen
 
-import "github.com/meshplane/discovery/pkg/model"
+import (
+	"slices"
+	"strings"
+
+	"github.com/meshplane/discovery/pkg/model"
+)
 
 // A port's outbound listener unit as sidecarOutbound makes it: built
 // whole, built split by address (listener_address.go), or derived from
@@ -28,6 +33,9 @@ type portUnit struct {
 	simple bool
 	// derived is set when it was derived, not built.
 	derived bool
+	// ls are its resources, made once when a class first takes the
+	// unit: classes and generations that take it log the same slices.
+	ls []*Resource
 }
 
 // sidecarOutbound adds the outbound listeners and the per-port routes for
@@ -58,8 +66,17 @@ func (g *Generator) sidecarOutbound(sc *Scope, bs map[string]*builder, cc, prev 
 			}
 		}
 		cc.reads.add(pu.reads)
+		if pu.ls == nil {
+			pu.ls = pu.resources() // made, not yet shared
+		}
 		cc.ports[port] = pu
-		lb.reuseAll(pu.resources())
+		// An operation per listener: a service added or removed is
+		// then one put in between or skipped (builder_edit.go), where
+		// the port's operation would change and the builder fill its
+		// map.
+		for i := range pu.ls {
+			lb.reuseAll(pu.ls[i : i+1 : i+1])
+		}
 		refs.add(pu.refs...)
 		for _, n := range pu.unclaimed {
 			bs[RouteType].remove(n)
@@ -81,10 +98,8 @@ func (g *Generator) sidecarOutbound(sc *Scope, bs map[string]*builder, cc, prev 
 // When lb replays the previous generation and pu's listeners are its next
 // operation, lb holds what pu was split or last judged against then.
 func splitStands(lb *builder, pu *portUnit) bool {
-	if lb.following() {
-		if op := (buildOp{rs: pu.resources()}); lb.next(&op, false) {
-			return !pu.split.sawTaken
-		}
+	if lb.following() && lb.nextEach(pu.resources()) {
+		return !pu.split.sawTaken
 	}
 	return pu.split.stands(lb.has)
 }
@@ -96,12 +111,20 @@ func (c *ClassConfig) port(p int32) *portUnit {
 	return c.ports[p]
 }
 
-// resources are the listeners of the unit as built.
+// resources are the listeners of the unit as built: the port's
+// listener, or its split's rest and then its address listeners in name
+// order (a derived split's come from a map), so that the next
+// generation's builder meets them in the order its log has them.
 func (pu *portUnit) resources() []*Resource {
-	if pu.split == nil {
+	switch {
+	case pu.ls != nil:
+		return pu.ls
+	case pu.split == nil:
 		return []*Resource{pu.listener}
 	}
-	return append([]*Resource{pu.split.rest}, pu.split.addrs...)
+	rs := append([]*Resource{pu.split.rest}, pu.split.addrs...)
+	slices.SortFunc(rs[1:], func(a, b *Resource) int { return strings.Compare(a.Name, b.Name) })
+	return rs
 }
 
 // presplit reports whether p's class builds its port listeners split by
