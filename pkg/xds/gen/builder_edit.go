@@ -192,13 +192,18 @@ func (b *builder) editedSet(prev *Set, changed []string) (*Set, []string, bool) 
 	if set, all, ok := e.madeOf(prev); ok {
 		return set, all, true
 	}
-	rs := slices.Clone(prev.rs)
-	for _, s := range e.subs {
-		rs[s.at] = s.r
+	// The substitutions in index order, applied as prev's resources are
+	// copied: no copy of prev's resources to put them in first.
+	subs := e.subs
+	if !slices.IsSortedFunc(subs, bySubstIndex) {
+		subs = slices.SortedFunc(slices.Values(subs), bySubstIndex)
 	}
-	sum := prev.replaced(rs, changed)
+	sum := prev.sum
+	for _, s := range subs {
+		sum += entryHash(s.r.Name, s.r) - entryHash(s.r.Name, prev.rs[s.at])
+	}
 	added, skipped := e.added, e.skipped
-	names := make([]string, 0, len(rs)+len(added)-len(skipped))
+	names := make([]string, 0, len(prev.rs)+len(added)-len(skipped))
 	out := make([]*Resource, 0, cap(names))
 	all := slices.Clone(changed)
 	var removed []string
@@ -213,14 +218,20 @@ func (b *builder) editedSet(prev *Set, changed []string) (*Set, []string, bool) 
 			all = append(all, added[ai].Name)
 		}
 	}
+	bi := 0
 	for i, n := range prev.Names {
 		addBefore(n, false)
+		r := prev.rs[i]
+		if bi < len(subs) && subs[bi].at == i {
+			r = subs[bi].r
+			bi++
+		}
 		if si == len(skipped) || skipped[si] != n {
-			put(rs[i])
+			put(r)
 			continue
 		}
 		si++
-		sum -= entryHash(n, rs[i])
+		sum -= entryHash(n, r)
 		removed = append(removed, n)
 	}
 	addBefore("", true)
@@ -264,3 +275,5 @@ func (b *builder) edit(prev *Set, changed []string) *setEdit {
 	slices.SortFunc(e.added, func(x, y *Resource) int { return strings.Compare(x.Name, y.Name) })
 	return e
 }
+
+func bySubstIndex(a, b subst) int { return a.at - b.at }
