@@ -49,12 +49,16 @@ func newSendBudget(size int64, wait time.Duration) *sendBudget {
 	return &sendBudget{sem: semaphore.NewWeighted(size), size: size, wait: wait}
 }
 
-// responseBudget bounds the memory of large messages in flight: 24 MB,
-// about fifteen proxies' listeners written whole at M1; a message waits
-// at most a second for it.
+// responseBudget bounds the memory of large messages in flight: 12 MiB,
+// about seven proxies' listeners written whole at M1; a message waits at
+// most a second for it. With 24 MiB the collector found 22 MB of
+// messages live at M1's connect peak, which the heap's goal doubled;
+// halved, the peak RSS while connecting fell by 20-30 MiB, and neither
+// connect's CPU nor the time to configure every proxy moved beyond the
+// machine's spread (BENCHMARKS.md, "Services added edit the listeners").
 var responseBudget atomic.Pointer[sendBudget]
 
-func init() { responseBudget.Store(newSendBudget(24<<20, time.Second)) }
+func init() { responseBudget.Store(newSendBudget(12<<20, time.Second)) }
 
 // charge is what a message holds of a budget (n 0: nothing). It is kept
 // apart from the message so that a message gRPC never frees gives its
