@@ -276,6 +276,17 @@ func (b *builder) reuseAll(rs []*Resource) {
 	}
 }
 
+// reuseEach puts rs in as an operation each; rs must not change after.
+// A builder without a log to follow grows its log once for them.
+func (b *builder) reuseEach(rs []*Resource) {
+	if b.replay == nil {
+		b.log.ops = slices.Grow(b.log.ops, len(rs))
+	}
+	for i := range rs {
+		b.reuseAll(rs[i : i+1 : i+1])
+	}
+}
+
 // remove takes the resource named name out, if b has one.
 func (b *builder) remove(name string) { b.do(buildOp{del: name}) }
 

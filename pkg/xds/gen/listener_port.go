@@ -74,9 +74,7 @@ func (g *Generator) sidecarOutbound(sc *Scope, bs map[string]*builder, cc, prev 
 		// then one put in between or skipped (builder_edit.go), where
 		// the port's operation would change and the builder fill its
 		// map.
-		for i := range pu.ls {
-			lb.reuseAll(pu.ls[i : i+1 : i+1])
-		}
+		lb.reuseEach(pu.ls)
 		refs.add(pu.refs...)
 		for _, n := range pu.unclaimed {
 			bs[RouteType].remove(n)
