@@ -14,12 +14,7 @@ import (
 // listeners asks whether each of its names is taken (builder.has). The
 // result is what generating afresh gives.
 func TestServiceChangesEditTheListeners(t *testing.T) {
-	store := model.NewStore(model.StoreOptions{})
-	if _, err := store.Apply(worldtest.Mesh(12, 3, 2)...); err != nil {
-		t.Fatal(err)
-	}
-	o := DefaultOptions(quietLog())
-	o.ListenersPerAddress = true
+	store, o := perAddressMesh(t)
 	g := newTestGenerator(t, o, false)
 	p := namespaceProxy(t, "ns-0")
 	check := func(when string, prev, next *ClassConfig) {
@@ -54,4 +49,17 @@ func TestServiceChangesEditTheListeners(t *testing.T) {
 	applyStep(t, store, "", "ns-1", "added")
 	c := mustClass(t, g, store.World(), p, b)
 	check("after it was removed", b, c)
+}
+
+// perAddressMesh is a store of twelve services in three namespaces, and
+// options for listeners per address.
+func perAddressMesh(t *testing.T) (*model.Store, Options) {
+	t.Helper()
+	store := model.NewStore(model.StoreOptions{})
+	if _, err := store.Apply(worldtest.Mesh(12, 3, 2)...); err != nil {
+		t.Fatal(err)
+	}
+	o := DefaultOptions(quietLog())
+	o.ListenersPerAddress = true
+	return store, o
 }

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/meshplane/discovery/pkg/model"
 	"github.com/meshplane/discovery/pkg/xds/internal/worldtest"
 )
 
@@ -15,12 +14,7 @@ import (
 // sets share one list of names, built afresh, after services are added
 // (each class edits its own set: editedSet) and after one is removed.
 func TestRouteSetsOfNamespacesShareTheirNames(t *testing.T) {
-	store := model.NewStore(model.StoreOptions{})
-	if _, err := store.Apply(worldtest.Mesh(12, 3, 2)...); err != nil {
-		t.Fatal(err)
-	}
-	o := DefaultOptions(quietLog())
-	o.ListenersPerAddress = true
+	store, o := perAddressMesh(t)
 	g := newTestGenerator(t, o, false)
 	nss := []string{"ns-0", "ns-1", "ns-2"}
 	check := func(when string, cs []*ClassConfig) {
