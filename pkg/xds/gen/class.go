@@ -48,7 +48,7 @@ type ClassConfig struct {
 	// raw holds, for the types WasmPlugins or EnvoyFilters patched, the
 	// sets as built (wasm_apply.go, envoyfilter.go); nil when none did.
 	raw map[string]*Set
-	// ops are, per type URL, what its builder put in and took out to
+	// logs are, per type URL, what its builder put in and took out to
 	// build the set as built (baseSet): the next generation replays them
 	// (builder.go). Retire lets go of them (class_history.go).
 	logs *classLogs
