@@ -104,16 +104,19 @@
 //     followed through a service added or removed),
 //     builder_edit_memo.go (a set's last edit and its result, given to
 //     the classes that make the same edit), builder_log_pool.go (equal
-//     logs shared, and a log's last edit),
+//     logs shared, a log's last edit, and which operation put in each
+//     name),
 //     class_endpoints.go (UpdateEndpoints),
-//     class_history.go (what a class changed over its last steps),
+//     class_history.go (what a class changed over its last steps; a
+//     replaced configuration's logs let go),
 //     class_key.go (which proxies share a class; the World's index),
 //     class_sibling.go (what a class takes from the class of another
 //     namespace),
 //     class_parts.go (clusters and endpoints shared between classes),
 //     proxy.go (one proxy's configuration), proxy_inbound_shared.go (a
 //     variant's inbound listener, a view of one set its peers share),
-//     resource.go (Resource, Set),
+//     resource.go (Resource, Set), resource_names.go (equal lists of
+//     names shared),
 //     resource_all.go (a set written whole, and the groups a class's set
 //     was built from), resource_versions.go (equal sets and their
 //     Versions shared, and what is made of them: Memo),
