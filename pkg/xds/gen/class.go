@@ -145,7 +145,13 @@ func (g *Generator) generate(mw *model.World, p *model.Proxy, prev *ClassConfig,
 	w := newView(mw, scopeReads)
 	defer g.recovered(key, w.Version, prev, &out, &err)
 	sc := newScope(w, p, prev.Scope())
-	sc.tel = g.classTelemetry(w.into(telReads), p, shared)
+	reuse, cs := reuseOf(prev, mw)
+	if t := reuse.telemetryFor(p, shared, sc, cs); t != nil {
+		sc.tel = t
+		scopeReads.add(t.reads)
+	} else {
+		sc.tel = g.classTelemetry(w.into(telReads), p, shared)
+	}
 	sc.w = sc.w.into(own)
 	// Once generated, the class's scope is read by provenance lookups
 	// and the planner: it records nothing more.
@@ -155,7 +161,6 @@ func (g *Generator) generate(mw *model.World, p *model.Proxy, prev *ClassConfig,
 			r.seal()
 		}
 	}()
-	reuse, cs := reuseOf(prev, mw)
 	cc := &ClassConfig{
 		Class: key, WorldVersion: w.Version, at: w.unrecorded(), scope: sc, reads: reads, own: own, prov: &provIndex{}, presplit: g.presplit(w, p),
 		shared: shared,

@@ -12,6 +12,23 @@ import (
 	"github.com/meshplane/discovery/pkg/model"
 )
 
+// telemetryFor returns c's telemetry for the next generation of its
+// class, when it stands there: it was made for the same proxy (a base's
+// representative), with placeholders or without them alike, and
+// nothing it read changed (cs, judged in sc, the next generation's
+// scope). c is what the next generation may reuse (reuseOf), nil for
+// nothing. Made afresh, every base's telemetry was a new one at each
+// generation, and each of its variants (1,000 at M1 with injected
+// labels, Variant) made its own again for it: 40 MB allocated in 13 s
+// of M1's service changes.
+func (c *ClassConfig) telemetryFor(p *model.Proxy, shared bool, sc *Scope, cs *changes) *classTelemetry {
+	if c == nil || c.scope == nil || c.scope.tel == nil || c.scope.Proxy != p || c.shared != shared ||
+		!c.scope.tel.reads.stands(sc, cs) {
+		return nil
+	}
+	return c.scope.tel
+}
+
 // classTelemetry decides and builds the telemetry of p's class in w: the
 // traffic classes of a sidecar (outbound, inbound) or of a gateway. It
 // reports, once per Telemetry version, the providers it cannot configure.
