@@ -51,6 +51,9 @@ type builder struct {
 	// edits caches whether the log may be followed with insertions and
 	// skips (canEdit): 0 not asked yet, 1 yes, 2 no.
 	edits int8
+	// opAt is which of the log's operations put in each of prevSet's
+	// names (logMemo.opOf), fetched once: has asks it name by name.
+	opAt []int32
 	// deleted are the names taken out of out, while they are not put in
 	// again (buildLog.rewrites).
 	deleted map[string]bool
@@ -212,7 +215,7 @@ func (b *builder) diverge() {
 	log := b.followed()
 	b.log.ops = append(make([]buildOp, 0, len(b.replay.ops)+8), log.ops...)
 	b.replay, b.prevSet, b.n, b.subs, b.subOps = nil, nil, 0, nil, nil
-	b.ins, b.skips, b.insNames, b.edits = nil, nil, nil, 0
+	b.ins, b.skips, b.insNames, b.edits, b.opAt = nil, nil, nil, 0, nil
 	for i := range b.log.ops {
 		b.apply(&b.log.ops[i])
 	}
@@ -229,7 +232,10 @@ func (b *builder) has(name string) bool {
 		if !ok {
 			return b.inserted(name)
 		}
-		if at := b.replay.memo.opOf(b.replay, b.prevSet)[i]; at >= 0 {
+		if b.opAt == nil {
+			b.opAt = b.replay.memo.opOf(b.replay, b.prevSet)
+		}
+		if at := b.opAt[i]; at >= 0 {
 			_, skipped := slices.BinarySearch(b.skips, int(at))
 			return int(at) < b.n && !skipped
 		}
