@@ -3,6 +3,7 @@ package server
 import (
 	"runtime"
 	"sync"
+	"time"
 	"weak"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -71,13 +72,23 @@ func composeWhole(s *gen.Set, groups [][]*gen.Resource) *wholeSet {
 }
 
 // groupWires holds the encodings of groups of resources (the slices a
-// class's builder was given: a unit's routes) for as long as the group
-// lives: an entry is made for a slice's backing array and dropped when
-// the array is collected (runtime.AddCleanup). A group's slice never
-// changes once given to a builder (gen's reuseAll).
+// class's builder was given: a unit's routes) while streams are being
+// sent them. An entry is made for a slice's backing array, and dropped
+// when the array is collected (runtime.AddCleanup); its encoding is
+// dropped sooner, once no stream asked for it for groupWiresIdle. A
+// group's slice never changes once given to a builder (gen's reuseAll).
+//
+// Held for the group's life, the encodings of M1's route groups were
+// 8.5 MB of the heap through every change after the proxies had
+// connected (a stream's first response is the only one that reads
+// them), which the collector's goal doubled. Made again, a class's
+// routes cost one encoding (1.1 MB, some milliseconds), once per
+// idle period, however many proxies of the class connect in it.
 type groupWires struct {
-	mu sync.Mutex
-	m  map[groupKey][]byte
+	mu       sync.Mutex
+	m        map[groupKey]*groupWire
+	idle     time.Duration // groupWiresIdle; shorter in tests
+	sweeping bool          // a sweep is due (time.AfterFunc)
 }
 
 type groupKey struct {
@@ -85,18 +96,32 @@ type groupKey struct {
 	n     int
 }
 
-var groupEncodings = groupWires{m: map[groupKey][]byte{}}
+// groupWire is a group's entry: its encoding, nil once dropped for
+// disuse (the entry stays for its cleanup, registered once).
+type groupWire struct {
+	b    []byte
+	used bool // asked for since the last sweep
+}
+
+// groupWiresIdle is how long a group's encoding stays unused before it is
+// dropped: a sweep every period clears the encodings asked for in the
+// last one, and drops the others, so an encoding goes between one and
+// two periods after its last use.
+const groupWiresIdle = 10 * time.Second
+
+var groupEncodings = groupWires{m: map[groupKey]*groupWire{}, idle: groupWiresIdle}
 
 // of returns the encoding of group rs of type typeURL, made once while
-// rs lives.
+// rs lives and streams keep asking for it.
 func (g *groupWires) of(typeURL string, rs []*gen.Resource) []byte {
 	k := groupKey{weak.Make(&rs[0]), len(rs)}
 	g.mu.Lock()
-	b, ok := g.m[k]
-	g.mu.Unlock()
-	if ok {
-		return b
+	if e := g.m[k]; e != nil && e.b != nil {
+		e.used = true
+		g.mu.Unlock()
+		return e.b
 	}
+	g.mu.Unlock()
 	n := 0
 	for _, r := range rs {
 		n += 32 + len(r.Name) + len(r.Hash) + len(typeURL) + r.Size()
@@ -108,12 +133,44 @@ func (g *groupWires) of(typeURL string, rs []*gen.Resource) []byte {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if old, ok := g.m[k]; ok {
-		return old
+	e := g.m[k]
+	switch {
+	case e == nil:
+		e = &groupWire{}
+		g.m[k] = e
+		runtime.AddCleanup(&rs[0], g.forget, k)
+	case e.b != nil:
+		e.used = true
+		return e.b
 	}
-	g.m[k] = bw.b
-	runtime.AddCleanup(&rs[0], g.forget, k)
+	e.b, e.used = bw.b, true
+	if !g.sweeping {
+		g.sweeping = true
+		time.AfterFunc(g.idle, g.sweep)
+	}
 	return bw.b
+}
+
+// sweep drops the encodings nobody asked for since the last sweep, and
+// comes again while some are held.
+func (g *groupWires) sweep() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	held := 0
+	for _, e := range g.m {
+		switch {
+		case e.b == nil:
+		case e.used:
+			e.used = false
+			held++
+		default:
+			e.b = nil
+		}
+	}
+	g.sweeping = held > 0
+	if g.sweeping {
+		time.AfterFunc(g.idle, g.sweep)
+	}
 }
 
 func (g *groupWires) forget(k groupKey) {
@@ -124,6 +181,19 @@ func (g *groupWires) forget(k groupKey) {
 
 // len is how many groups' encodings are held (for tests).
 func (g *groupWires) len() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := 0
+	for _, e := range g.m {
+		if e.b != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// entries is how many groups have an entry, held or dropped (for tests).
+func (g *groupWires) entries() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return len(g.m)

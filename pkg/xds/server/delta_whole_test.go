@@ -326,3 +326,63 @@ func TestComposedWholeIsTheSet(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// A group's encoding is dropped once streams stop asking for it, while
+// the group lives, and made again, equal, when one asks again; the
+// group keeps one entry (and one cleanup) through it all.
+func TestGroupEncodingsGoWhenUnused(t *testing.T) {
+	store := model.NewStore(model.StoreOptions{})
+	if _, err := store.Apply(worldtest.Mesh(30, 4, 2)...); err != nil {
+		t.Fatal(err)
+	}
+	p, err := model.ParseProxy("sidecar~10.9.0.1~client.ns-0~ns-0.svc.cluster.local", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cls, err := newGen(t).Class(store.World(), p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups := cls.Groups(gen.RouteType)
+	if len(groups) == 0 {
+		t.Fatal("the routes have no groups")
+	}
+	gw := &groupWires{m: map[groupKey]*groupWire{}, idle: 20 * time.Millisecond}
+	first := make([][]byte, len(groups))
+	for i, g := range groups {
+		first[i] = gw.of(gen.RouteType, g)
+	}
+	if gw.len() != len(groups) || gw.entries() != len(groups) {
+		t.Fatalf("%d encodings held in %d entries, want %d", gw.len(), gw.entries(), len(groups))
+	}
+	// Asked for within every period, an encoding stays, the same bytes.
+	for range 5 {
+		time.Sleep(10 * time.Millisecond)
+		if b := gw.of(gen.RouteType, groups[0]); &b[0] != &first[0][0] {
+			t.Fatal("an encoding in use was made again")
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for gw.len() > 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d unused encodings still held", gw.len(), len(groups))
+		}
+		gw.of(gen.RouteType, groups[0])
+		time.Sleep(5 * time.Millisecond)
+	}
+	for gw.len() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the last encoding is still held unused")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for i, g := range groups {
+		if b := gw.of(gen.RouteType, g); !bytes.Equal(b, first[i]) {
+			t.Errorf("group %d encoded again differs", i)
+		}
+	}
+	if gw.entries() != len(groups) {
+		t.Errorf("%d entries for %d groups", gw.entries(), len(groups))
+	}
+	runtime.KeepAlive(cls)
+}
