@@ -42,13 +42,25 @@ type xdsCodec struct{ fallback encoding.CodecV2 }
 func (xdsCodec) Name() string { return grpcproto.Name }
 
 func (c xdsCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	req, ok := v.(*discovery.DeltaDiscoveryRequest)
-	if !ok {
-		return c.fallback.Unmarshal(data, v)
+	switch m := v.(type) {
+	case *deltaRequestBytes:
+		m.buf = data.MaterializeToBuffer(mem.DefaultBufferPool())
+		return nil
+	case *discovery.DeltaDiscoveryRequest:
+		buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+		defer buf.Free()
+		return unmarshalDeltaRequest(buf.ReadOnlyData(), m)
 	}
-	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
-	defer buf.Free()
-	return unmarshalDeltaRequest(buf.ReadOnlyData(), req)
+	return c.fallback.Unmarshal(data, v)
+}
+
+// deltaRequestBytes receives a delta request undecoded: its bytes, in a
+// buffer of gRPC's pool that the receiver frees (decodeDelta). Under
+// another codec (a server that did not force this one) it is the request
+// it embeds, which that codec decodes as usual.
+type deltaRequestBytes struct {
+	*discovery.DeltaDiscoveryRequest
+	buf mem.Buffer
 }
 
 func (c xdsCodec) Marshal(v any) (mem.BufferSlice, error) {
