@@ -81,14 +81,16 @@ func (s *Server) serveDelta(st deltaStream, typeURL string, ctl *streamCtl) erro
 			if !ok {
 				return nil
 			}
-			req, err := decodeDelta(r)
-			if err != nil {
-				return err
-			}
 			if err := l.sendQueued(); err != nil {
 				return err
 			}
-			if err := l.handle(req, typeURL); err != nil {
+			if err := deep(func() error {
+				req, err := decodeDelta(r)
+				if err != nil {
+					return err
+				}
+				return l.handle(req, typeURL)
+			}); err != nil {
 				return err
 			}
 		}
@@ -96,12 +98,12 @@ func (s *Server) serveDelta(st deltaStream, typeURL string, ctl *streamCtl) erro
 }
 
 // readDelta passes st's requests to reqs, as received (deltaRequestBytes),
-// until the stream or the server ends, then closes reqs. The loop decodes
-// them: decoding a proxy's node (a Struct of Structs) is the deepest call
-// the reader made, and a goroutine's stack keeps the size its deepest
-// call grew it to. At M1 the readers' stacks were 7.4 of the server's 26
-// MiB of stacks, 8 KiB each for most; the loop's goroutine is that size
-// already (BENCHMARKS.md, "Requests decoded by the loop").
+// until the stream or the server ends, then closes reqs. The loop has
+// them decoded (deep): decoding a proxy's node (a Struct of Structs) was
+// the deepest call the reader made, and a goroutine's stack keeps the
+// size its deepest call grew it to. At M1 the readers' stacks were 7.4
+// of the server's 26 MiB of stacks, 8 KiB each for most; now 4 KiB
+// (BENCHMARKS.md, "Route encodings dropped when unused, stacks kept small").
 func readDelta(st deltaStream, reqs chan<- *deltaRequestBytes, stop <-chan struct{}) {
 	defer close(reqs)
 	for {
@@ -119,6 +121,21 @@ func readDelta(st deltaStream, reqs chan<- *deltaRequestBytes, stop <-chan struc
 			return
 		}
 	}
+}
+
+// deep runs f on a goroutine of its own and waits for it. A request's
+// handling goes deep (decoding a proxy's node, registering the proxy,
+// generating its class's configuration) and a goroutine's stack keeps
+// the size its deepest call grew it to; the loop's goroutine is parked
+// for the stream's life, at a depth (gRPC's frames and the loop's, some
+// 2.4 KiB) that fits the 4 KiB it would otherwise keep. At M1 the loops'
+// stacks were 8 KiB each, 8 of the server's 23 MiB of stacks. A goroutine
+// per request costs about a microsecond; the loop handled requests one
+// at a time before and still does.
+func deep(f func() error) error {
+	errc := make(chan error, 1)
+	go func() { errc <- f() }()
+	return <-errc
 }
 
 // decodeDelta decodes a request readDelta received, and frees its buffer.
@@ -140,8 +157,9 @@ func (r *deltaRequestBytes) free() {
 	}
 }
 
-// deltaLoop is the state of one delta stream's loop; only the loop's
-// goroutine touches it. (The subscriptions are the conn's: typeState.dsub.)
+// deltaLoop is the state of one delta stream's loop; only the loop
+// touches it, on its goroutine or, while it waits, on deep's. (The
+// subscriptions are the conn's: typeState.dsub.)
 type deltaLoop struct {
 	s     *Server
 	st    deltaStream
