@@ -103,7 +103,8 @@ func (s *Server) serveDelta(st deltaStream, typeURL string, ctl *streamCtl) erro
 // the deepest call the reader made, and a goroutine's stack keeps the
 // size its deepest call grew it to. At M1 the readers' stacks were 7.4
 // of the server's 26 MiB of stacks, 8 KiB each for most; now 4 KiB
-// (BENCHMARKS.md, "Route encodings dropped when unused, stacks kept small").
+// (BENCHMARKS.md, "Route encodings dropped when unused; stacks kept
+// small").
 func readDelta(st deltaStream, reqs chan<- *deltaRequestBytes, stop <-chan struct{}) {
 	defer close(reqs)
 	for {

@@ -7,7 +7,10 @@
 // ADS) and the per-type CDS, EDS, LDS and RDS services. State of the world
 // is served by go-control-plane's server/v3 with this package's own cache
 // behind it (see conn.go); delta streams by this package's own loop
-// (deltastream.go), which keeps go-control-plane's protocol rules but holds
+// (deltastream.go: a reader goroutine receives each request's bytes and
+// the loop has a goroutine of its own decode and handle it, so that the
+// two goroutines a stream keeps for its life keep small stacks), which
+// keeps go-control-plane's protocol rules but holds
 // each stream's subscribed names as a set shared with the streams that
 // subscribe to the same names (subscription.go). Updates go through
 // push.Debouncer; each proxy for which a change matters (push.Changes.For
@@ -16,8 +19,9 @@
 // the proxy already has. A stream's first response for a type sends
 // its class's set whole: encoded once and shared by the streams sent an
 // equal set (routes composed of their groups' encodings, each shared by
-// the classes that took the group), or, for a variant's listeners,
-// written from the base's plans (delta_whole.go); responses are written from the generator's
+// the classes that took the group, and dropped once no stream asked for
+// it for 10 s), or, for a variant's listeners, written from the base's
+// plans (delta_whole.go); responses are written from the generator's
 // marshaled bytes, shared, not copied (codec.go); a large response's own
 // bytes come from a pool they return to once gRPC has written them
 // (codec_pool.go), within a budget of memory in flight they wait for
