@@ -29,10 +29,12 @@ type fileState struct {
 	heldUntil time.Time
 }
 
-// claim is an object in force and the file it comes from.
+// claim is an object in force and the file it comes from (the slash path
+// relative to Dir, a key of Source.files). obj points into that file's
+// fileState.good, which is never written once made.
 type claim struct {
-	obj  Object
-	file string
+	obj *Object
+	rel string
 }
 
 // Status is what the last read of the directory found.
@@ -225,20 +227,26 @@ func (s *Source) readFile(rel string) *fileState {
 }
 
 // resolve lists the objects in force, the first definition of each key
-// winning, and reports the others as duplicates.
+// winning, and reports the others as duplicates. It runs on every reload,
+// also of one file among thousands: it allocates one map, sized once.
 func (s *Source) resolve() (map[model.Key]claim, []*DocError) {
-	desired := map[model.Key]claim{}
+	n := 0
+	for _, st := range s.files {
+		n += len(st.good)
+	}
+	desired := make(map[model.Key]claim, n)
 	var dups []*DocError
 	for _, rel := range slices.Sorted(maps.Keys(s.files)) {
-		file := s.abs(rel)
-		for _, o := range s.files[rel].good {
+		good := s.files[rel].good
+		for i := range good {
+			o := &good[i]
 			first, ok := desired[o.Key]
 			if !ok {
-				desired[o.Key] = claim{obj: o, file: file}
+				desired[o.Key] = claim{obj: o, rel: rel}
 				continue
 			}
-			dups = append(dups, &DocError{File: file, Doc: o.Doc, Item: o.Item, Line: o.Line, Err: &DuplicateError{
-				Key: o.Key, FirstFile: first.file, FirstLine: first.obj.Line, FirstDoc: first.obj.Doc,
+			dups = append(dups, &DocError{File: s.abs(rel), Doc: o.Doc, Item: o.Item, Line: o.Line, Err: &DuplicateError{
+				Key: o.Key, FirstFile: s.abs(first.rel), FirstLine: first.obj.Line, FirstDoc: first.obj.Doc,
 			}})
 		}
 	}
@@ -286,25 +294,27 @@ func compareEvents(a, b model.Event) int {
 }
 
 func (s *Source) buildStatus(dirErrs, dups []*DocError) Status {
+	rels := slices.Sorted(maps.Keys(s.files))
 	st := Status{
 		Dir: s.opts.Dir, Missing: s.missing, MissingSince: s.missingSince,
-		Files: []FileStatus{}, Errors: append([]*DocError{}, dirErrs...),
+		Files: make([]FileStatus, 0, len(rels)), Errors: append([]*DocError{}, dirErrs...),
 	}
-	perFile := map[string]int{}
-	for _, rel := range slices.Sorted(maps.Keys(s.files)) {
-		fs := s.files[rel]
-		st.Errors = append(st.Errors, fs.errs...)
-		perFile[s.abs(rel)] += len(fs.errs)
+	perFile := map[string]int{} // by absolute path, for the files with errors
+	for _, rel := range rels {
+		for _, e := range s.files[rel].errs {
+			st.Errors = append(st.Errors, e)
+			perFile[e.File]++
+		}
 	}
 	for _, d := range dups {
 		perFile[d.File]++
 	}
 	st.Errors = append(st.Errors, dups...)
 	slices.SortFunc(st.Errors, compareDocErrors)
-	for _, rel := range slices.Sorted(maps.Keys(s.files)) {
-		fs := s.files[rel]
+	for _, rel := range rels {
+		fs, path := s.files[rel], s.abs(rel)
 		st.Files = append(st.Files, FileStatus{
-			Path: s.abs(rel), Objects: len(fs.good), Stale: fs.stale, Errors: perFile[s.abs(rel)],
+			Path: path, Objects: len(fs.good), Stale: fs.stale, Errors: perFile[path],
 			Held: !fs.heldUntil.IsZero(), HeldUntil: fs.heldUntil,
 		})
 	}
