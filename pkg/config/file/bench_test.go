@@ -111,28 +111,3 @@ func BenchmarkReloadOneEdit(b *testing.B) {
 		}
 	}
 }
-
-// BenchmarkReloadChangedFile is what a watched edit of one file of 1,000
-// costs: that file read and parsed again, the objects in force worked out,
-// one event applied, the status updated.
-func BenchmarkReloadChangedFile(b *testing.B) {
-	src, w, dir := benchSource(b, 1000)
-	store := model.NewStore(model.StoreOptions{})
-	if err := src.reload(b.Context(), store, w); err != nil {
-		b.Fatal(err)
-	}
-	b.ReportAllocs()
-	version := 1
-	changed := map[string]bool{"svc-0500.yaml": true}
-	for b.Loop() {
-		version++
-		if err := os.WriteFile(filepath.Join(dir, "svc-0500.yaml"), []byte(serviceFile(500, version)), 0o644); err != nil {
-			b.Fatal(err)
-		}
-		before := store.World().Version
-		src.reloadFiles(b.Context(), store, changed)
-		if store.World().Version != before+1 {
-			b.Fatal("edit not applied")
-		}
-	}
-}
