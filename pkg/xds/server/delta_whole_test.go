@@ -347,7 +347,9 @@ func TestGroupEncodingsGoWhenUnused(t *testing.T) {
 	if len(groups) == 0 {
 		t.Fatal("the routes have no groups")
 	}
-	gw := &groupWires{m: map[groupKey]*groupWire{}, idle: 20 * time.Millisecond}
+	// A period long enough that a stalled test goroutine (a loaded
+	// machine, -race) does not miss one while it asks every 25 ms.
+	gw := &groupWires{m: map[groupKey]*groupWire{}, idle: 500 * time.Millisecond}
 	first := make([][]byte, len(groups))
 	for i, g := range groups {
 		first[i] = gw.of(gen.RouteType, g)
@@ -355,9 +357,10 @@ func TestGroupEncodingsGoWhenUnused(t *testing.T) {
 	if gw.len() != len(groups) || gw.entries() != len(groups) {
 		t.Fatalf("%d encodings held in %d entries, want %d", gw.len(), gw.entries(), len(groups))
 	}
-	// Asked for within every period, an encoding stays, the same bytes.
-	for range 5 {
-		time.Sleep(10 * time.Millisecond)
+	// Asked for within every period, through three sweeps, an encoding
+	// stays, the same bytes.
+	for range 60 {
+		time.Sleep(25 * time.Millisecond)
 		if b := gw.of(gen.RouteType, groups[0]); &b[0] != &first[0][0] {
 			t.Fatal("an encoding in use was made again")
 		}
@@ -368,13 +371,13 @@ func TestGroupEncodingsGoWhenUnused(t *testing.T) {
 			t.Fatalf("%d of %d unused encodings still held", gw.len(), len(groups))
 		}
 		gw.of(gen.RouteType, groups[0])
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(25 * time.Millisecond)
 	}
 	for gw.len() > 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("the last encoding is still held unused")
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(25 * time.Millisecond)
 	}
 	for i, g := range groups {
 		if b := gw.of(gen.RouteType, g); !bytes.Equal(b, first[i]) {
