@@ -146,7 +146,8 @@ func decodeDelta(r *deltaRequestBytes) (*discovery.DeltaDiscoveryRequest, error)
 	}
 	defer r.free()
 	if err := unmarshalDeltaRequest(r.buf.ReadOnlyData(), r.DeltaDiscoveryRequest); err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "decode the DeltaDiscoveryRequest: %v", err)
+		// What gRPC says when its codec fails, as istiod's streams do.
+		return nil, status.Errorf(codes.Internal, "grpc: failed to unmarshal the received message: %v", err)
 	}
 	return r.DeltaDiscoveryRequest, nil
 }
