@@ -389,3 +389,51 @@ func TestGroupEncodingsGoWhenUnused(t *testing.T) {
 	}
 	runtime.KeepAlive(cls)
 }
+
+// The sets last sent whole are held while streams keep being sent them,
+// and let go once none was for a sweep's period.
+func TestRecentWholesLetGoWhenUnused(t *testing.T) {
+	// A period long enough that a stalled test goroutine (a loaded
+	// machine, -race) does not miss one while it keeps every 25 ms.
+	r := &recentWholes{idle: 500 * time.Millisecond}
+	sets := make([]*wholeSet, 3)
+	for i := range sets {
+		sets[i] = &wholeSet{b: []byte{byte(i)}}
+		r.keep(sets[i])
+	}
+	if r.held() != len(sets) {
+		t.Fatalf("%d sets held, want %d", r.held(), len(sets))
+	}
+	// Kept within every period, through three sweeps, a set stays.
+	for range 60 {
+		time.Sleep(25 * time.Millisecond)
+		r.mu.Lock()
+		kept := r.ring[0] == sets[0]
+		r.mu.Unlock()
+		if !kept {
+			t.Fatal("a set in use was let go")
+		}
+		r.keep(sets[0])
+	}
+	if r.held() != 1 {
+		t.Fatalf("%d sets held, want the one in use", r.held())
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for r.held() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the last set is still held unused")
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	// Sent again, a set is held again, and the sweeps start again.
+	r.keep(sets[1])
+	if r.held() != 1 {
+		t.Fatalf("%d sets held after one was kept again, want 1", r.held())
+	}
+	for r.held() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("a set kept again is never let go")
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
