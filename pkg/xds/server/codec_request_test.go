@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"fmt"
 	"testing"
 
@@ -105,6 +106,54 @@ func TestDeltaRequestNamesOutliveTheBuffer(t *testing.T) {
 	}
 	if !proto.Equal(&got, want) {
 		t.Fatalf("after the buffer was written over: %v, want %v", &got, want)
+	}
+}
+
+// A request gRPC received in several buffers (a first request with a
+// large node) decodes as one, both as a request and as the bytes the
+// stream's reader takes; one in a single buffer is that buffer.
+func TestDeltaRequestInSeveralBuffers(t *testing.T) {
+	tried := 0
+	for _, b := range deltaRequestSeeds(t) {
+		if len(b) < 2 {
+			continue
+		}
+		want := new(discovery.DeltaDiscoveryRequest)
+		if err := proto.Unmarshal(b, want); err != nil {
+			continue
+		}
+		split := mem.BufferSlice{mem.SliceBuffer(b[:len(b)/2]), mem.SliceBuffer(b[len(b)/2:])}
+		var got discovery.DeltaDiscoveryRequest
+		if err := Codec().Unmarshal(split, &got); err != nil || !proto.Equal(&got, want) {
+			t.Fatalf("split in two: %v, %v; want %v", &got, err, want)
+		}
+		rb := &deltaRequestBytes{DeltaDiscoveryRequest: new(discovery.DeltaDiscoveryRequest)}
+		if err := Codec().Unmarshal(split, rb); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(rb.buf.ReadOnlyData(), b) {
+			t.Fatal("the reader's bytes of a request split in two differ from the request's")
+		}
+		// Copied into memory of its own, which goes with the request,
+		// not into a buffer of gRPC's pool, which keeps it.
+		if _, own := rb.buf.(mem.SliceBuffer); !own {
+			t.Fatalf("a request split in two was copied into a %T", rb.buf)
+		}
+		dec, err := decodeDelta(rb)
+		if err != nil || !proto.Equal(dec, want) {
+			t.Fatalf("decoded from the reader's bytes: %v, %v; want %v", dec, err, want)
+		}
+		one := &deltaRequestBytes{DeltaDiscoveryRequest: new(discovery.DeltaDiscoveryRequest)}
+		if err := Codec().Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, one); err != nil {
+			t.Fatal(err)
+		}
+		if d := one.buf.ReadOnlyData(); &d[0] != &b[0] {
+			t.Fatal("a request in one buffer was copied")
+		}
+		tried++
+	}
+	if tried == 0 {
+		t.Fatal("no seed request to split")
 	}
 }
 
