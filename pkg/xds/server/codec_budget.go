@@ -49,16 +49,20 @@ func newSendBudget(size int64, wait time.Duration) *sendBudget {
 	return &sendBudget{sem: semaphore.NewWeighted(size), size: size, wait: wait}
 }
 
-// responseBudget bounds the memory of large messages in flight: 12 MiB,
-// about seven proxies' listeners written whole at M1; a message waits at
+// responseBudget bounds the memory of large messages in flight: 8 MiB,
+// about five proxies' listeners written whole at M1; a message waits at
 // most a second for it. With 24 MiB the collector found 22 MB of
 // messages live at M1's connect peak, which the heap's goal doubled;
-// halved, the peak RSS while connecting fell by 20-30 MiB, and neither
-// connect's CPU nor the time to configure every proxy moved beyond the
-// machine's spread (BENCHMARKS.md, "Services added edit the listeners").
+// halved, the peak RSS while connecting fell by 20-30 MiB. At 12 MiB the
+// collection at the end of M1's connect still found 11 MB of them, and
+// its goal set the run's peak once the service changes held less; at 8
+// MiB the peak was 280-307 MiB in seven runs against 287-305 in eleven.
+// Neither step moved connect's CPU or the time to configure every proxy
+// beyond the machine's spread (BENCHMARKS.md, "Services added edit the
+// listeners" and "Write buffers held across a push").
 var responseBudget atomic.Pointer[sendBudget]
 
-func init() { responseBudget.Store(newSendBudget(12<<20, time.Second)) }
+func init() { responseBudget.Store(newSendBudget(8<<20, time.Second)) }
 
 // charge is what a message holds of a budget (n 0: nothing). It is kept
 // apart from the message so that a message gRPC never frees gives its

@@ -74,7 +74,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "discovery_xds_response_memory_bytes", Help: "Memory of large delta xDS responses marshalled and not yet written (codec_budget.go); bounded at 12 MiB but for overruns.",
+			Name: "discovery_xds_response_memory_bytes", Help: "Memory of large delta xDS responses marshalled and not yet written (codec_budget.go); bounded at 8 MiB but for overruns.",
 		}, func() float64 { return float64(responseBudget.Load().used.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "discovery_xds_response_memory_waits_total", Help: "Large delta xDS responses that waited for earlier ones to be written before they were marshalled.",
