@@ -14,13 +14,15 @@
 // each stream's subscribed names as a set shared with the streams that
 // subscribe to the same names (subscription.go). Updates go through
 // push.Debouncer; each proxy for which a change matters (push.Changes.For
-// decides) gets one merged item in a push.Queue; configuration is generated
+// decides) gets one merged item in a push.Queue, whose workers yield after
+// each proxy so that its connection's writer runs before the next
+// (push.go); configuration is generated
 // once per proxy class (push.Classes) and sent as the difference from what
 // the proxy already has. A stream's first response for a type sends
 // its class's set whole: encoded once and shared by the streams sent an
 // equal set (routes composed of their groups' encodings, each shared by
 // the classes that took the group, and dropped once no stream asked for
-// it for 10 s), or, for a variant's listeners, written from the base's
+// it for 10 s, as are the last sets sent whole), or, for a variant's listeners, written from the base's
 // plans (delta_whole.go); responses are written from the generator's
 // marshaled bytes, shared, not copied (codec.go); a large response's own
 // bytes come from a pool they return to once gRPC has written them
