@@ -169,15 +169,17 @@ func (s *Server) work(_ context.Context, c *conn, item *pushItem) {
 	for _, r := range item.records {
 		r.done()
 	}
-	// Let the stream's loop and its connection's writer run before the
-	// next proxy's push is prepared. gRPC's writer takes a pooled 16 KiB
-	// buffer for what it writes and, with under 1,000 bytes of it (most
-	// pushes after the first configuration), yields once holding it
-	// (loopyWriter.run), to the back of the global run queue. While the
-	// workers kept both cores busy preparing pushes, the writers of most
-	// of M1's 1,000 proxies waited there at once: the collections during
-	// the service changes found 3-12 MB of those buffers live, which the
-	// heap's goal doubled; 2.1-2.8 MB with the workers yielding
-	// (BENCHMARKS.md, "Write buffers held across a push").
-	runtime.Gosched()
+	letWritersRun()
 }
+
+// letWritersRun lets the proxy's stream and its connection's writer run
+// before the worker prepares the next proxy's push. gRPC's writer takes
+// a pooled 16 KiB buffer for what it writes and, with under 1,000 bytes
+// of it (most pushes after the first configuration), yields once holding
+// it (loopyWriter.run), to the back of the global run queue. While the
+// workers kept both cores busy preparing pushes, the writers of most of
+// M1's 1,000 proxies waited there at once: the collections during the
+// service changes found 3-12 MB of those buffers live, which the heap's
+// goal doubled; 2.1-2.8 MB with the workers yielding (BENCHMARKS.md,
+// "Write buffers held across a push; responses in flight 8 MiB").
+func letWritersRun() { runtime.Gosched() }
