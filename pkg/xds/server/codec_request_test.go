@@ -109,8 +109,8 @@ func TestDeltaRequestNamesOutliveTheBuffer(t *testing.T) {
 	}
 }
 
-// A request gRPC received in several buffers (a subscription to
-// thousands of names, a first request with a large node) decodes as one, both as a request and as the bytes the
+// A request gRPC received in several buffers (a first request with a
+// large node) decodes as one, both as a request and as the bytes the
 // stream's reader takes; one in a single buffer is that buffer.
 func TestDeltaRequestInSeveralBuffers(t *testing.T) {
 	tried := 0
@@ -133,6 +133,11 @@ func TestDeltaRequestInSeveralBuffers(t *testing.T) {
 		}
 		if !bytes.Equal(rb.buf.ReadOnlyData(), b) {
 			t.Fatal("the reader's bytes of a request split in two differ from the request's")
+		}
+		// Copied into memory of its own, which goes with the request,
+		// not into a buffer of gRPC's pool, which keeps it.
+		if _, own := rb.buf.(mem.SliceBuffer); !own {
+			t.Fatalf("a request split in two was copied into a %T", rb.buf)
 		}
 		dec, err := decodeDelta(rb)
 		if err != nil || !proto.Equal(dec, want) {
