@@ -109,8 +109,8 @@ func TestDeltaRequestNamesOutliveTheBuffer(t *testing.T) {
 	}
 }
 
-// A request gRPC received in several buffers (a first request with a
-// large node) decodes as one, both as a request and as the bytes the
+// A request gRPC received in several buffers (a subscription to
+// thousands of names, a first request with a large node) decodes as one, both as a request and as the bytes the
 // stream's reader takes; one in a single buffer is that buffer.
 func TestDeltaRequestInSeveralBuffers(t *testing.T) {
 	tried := 0
