@@ -44,33 +44,35 @@ func (xdsCodec) Name() string { return grpcproto.Name }
 func (c xdsCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	switch m := v.(type) {
 	case *deltaRequestBytes:
-		m.buf = oneBuffer(data)
+		m.buf, m.own = oneBuffer(data)
 		return nil
 	case *discovery.DeltaDiscoveryRequest:
-		buf := oneBuffer(data)
+		buf, own := oneBuffer(data)
 		defer buf.Free()
-		return unmarshalDeltaRequest(buf.ReadOnlyData(), m)
+		return unmarshalDeltaRequest(buf.ReadOnlyData(), m, own)
 	}
 	return c.fallback.Unmarshal(data, v)
 }
 
 // oneBuffer returns a request's bytes in one buffer: its only one (gRPC's
-// read buffer, referenced), else a copy that is not pooled. Requests in
-// several buffers are mostly a new stream's subscriptions to its routes
-// and endpoints (2,000 names each at M1) and its first, with the node.
-// Copied into buffers of gRPC's pool and freed after decoding, they left
-// the pool holding 2 MB that the collections at the end of M1's connect
-// found live (a sync.Pool keeps what it is given through the next
-// collection). Copied into memory of their own, M1's connect allocates
-// 105 MB more, and the peak RSS was lower: 280-297 MiB in ten runs with
-// an 8 MiB response budget, 284-304 in five without the copy
-// (BENCHMARKS.md, "Write buffers held across a push").
-func oneBuffer(data mem.BufferSlice) mem.Buffer {
+// read buffer, referenced), else a copy that is not pooled, which is the
+// request's own (own): its names are views of it rather than copied again
+// (unmarshalDeltaRequest). Requests in several buffers are mostly a new
+// stream's subscriptions to its routes and endpoints (2,000 names each at
+// M1) and its first, with the node. Copied into buffers of gRPC's pool
+// and freed after decoding, they left the pool holding 2 MB that the
+// collections at the end of M1's connect found live (a sync.Pool keeps
+// what it is given through the next collection). Copied into memory of
+// their own, M1's connect allocates 105 MB more, and the peak RSS was
+// lower: 280-297 MiB in ten runs with an 8 MiB response budget, 284-304
+// in five without the copy (BENCHMARKS.md, "Write buffers held across a
+// push").
+func oneBuffer(data mem.BufferSlice) (buf mem.Buffer, own bool) {
 	if len(data) == 1 {
 		data[0].Ref()
-		return data[0]
+		return data[0], false
 	}
-	return mem.SliceBuffer(data.Materialize())
+	return mem.SliceBuffer(data.Materialize()), true
 }
 
 // deltaRequestBytes receives a delta request undecoded: its bytes, in a
@@ -80,6 +82,7 @@ func oneBuffer(data mem.BufferSlice) mem.Buffer {
 type deltaRequestBytes struct {
 	*discovery.DeltaDiscoveryRequest
 	buf mem.Buffer
+	own bool // buf is the request's own copy (oneBuffer)
 }
 
 func (c xdsCodec) Marshal(v any) (mem.BufferSlice, error) {

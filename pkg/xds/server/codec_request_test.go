@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"testing"
+	"unsafe"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -69,17 +70,21 @@ func deltaRequestSeeds(t testing.TB) [][]byte {
 }
 
 // sameAsLibrary requires unmarshalDeltaRequest to decode b as the protobuf
-// library does: the same error or none, and an equal message.
+// library does, with the names copied and as views of b: the same error
+// or none, and an equal message.
 func sameAsLibrary(t *testing.T, b []byte) {
 	t.Helper()
-	var want, got discovery.DeltaDiscoveryRequest
+	var want discovery.DeltaDiscoveryRequest
 	werr := proto.Unmarshal(b, &want)
-	gerr := unmarshalDeltaRequest(b, &got)
-	if (werr == nil) != (gerr == nil) {
-		t.Fatalf("decoding %x: error %v, the library's %v", b, gerr, werr)
-	}
-	if werr == nil && !proto.Equal(&got, &want) {
-		t.Fatalf("decoding %x:\n got %v\nwant %v", b, &got, &want)
+	for _, own := range []bool{false, true} {
+		var got discovery.DeltaDiscoveryRequest
+		gerr := unmarshalDeltaRequest(b, &got, own)
+		if (werr == nil) != (gerr == nil) {
+			t.Fatalf("decoding %x (own %v): error %v, the library's %v", b, own, gerr, werr)
+		}
+		if werr == nil && !proto.Equal(&got, &want) {
+			t.Fatalf("decoding %x (own %v):\n got %v\nwant %v", b, own, &got, &want)
+		}
 	}
 }
 
@@ -139,9 +144,18 @@ func TestDeltaRequestInSeveralBuffers(t *testing.T) {
 		if _, own := rb.buf.(mem.SliceBuffer); !own {
 			t.Fatalf("a request split in two was copied into a %T", rb.buf)
 		}
+		own := rb.buf.ReadOnlyData()
 		dec, err := decodeDelta(rb)
 		if err != nil || !proto.Equal(dec, want) {
 			t.Fatalf("decoded from the reader's bytes: %v, %v; want %v", dec, err, want)
+		}
+		// The names are views of that copy, not copied again (a request
+		// with one name is left to the library).
+		names := append(dec.GetResourceNamesSubscribe(), dec.GetResourceNamesUnsubscribe()...)
+		for _, n := range names {
+			if len(names) > 1 && n != "" && !within(n, own) {
+				t.Fatalf("name %q of a request split in two is not a view of its copy", n)
+			}
 		}
 		one := &deltaRequestBytes{DeltaDiscoveryRequest: new(discovery.DeltaDiscoveryRequest)}
 		if err := Codec().Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, one); err != nil {
@@ -157,6 +171,12 @@ func TestDeltaRequestInSeveralBuffers(t *testing.T) {
 	}
 }
 
+// within reports whether s's bytes are inside b's.
+func within(s string, b []byte) bool {
+	p, start := uintptr(unsafe.Pointer(unsafe.StringData(s))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return p >= start && p+uintptr(len(s)) <= start+uintptr(len(b))
+}
+
 func FuzzDeltaRequest(f *testing.F) {
 	for _, b := range deltaRequestSeeds(f) {
 		f.Add(b)
@@ -166,7 +186,8 @@ func FuzzDeltaRequest(f *testing.F) {
 
 // BenchmarkDeltaRequest decodes a request subscribing to 2,000 routes, as
 // a proxy at M1 sends once it has its listeners, with the protobuf
-// library and with the codec.
+// library and with the codec, from a buffer gRPC reuses and from the
+// request's own copy (own).
 func BenchmarkDeltaRequest(b *testing.B) {
 	req := &discovery.DeltaDiscoveryRequest{TypeUrl: "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"}
 	for i := range 2000 {
@@ -178,7 +199,8 @@ func BenchmarkDeltaRequest(b *testing.B) {
 	}
 	for name, decode := range map[string]func([]byte, *discovery.DeltaDiscoveryRequest) error{
 		"library": func(w []byte, m *discovery.DeltaDiscoveryRequest) error { return proto.Unmarshal(w, m) },
-		"codec":   unmarshalDeltaRequest,
+		"codec":   func(w []byte, m *discovery.DeltaDiscoveryRequest) error { return unmarshalDeltaRequest(w, m, false) },
+		"own":     func(w []byte, m *discovery.DeltaDiscoveryRequest) error { return unmarshalDeltaRequest(w, m, true) },
 	} {
 		b.Run(name, func(b *testing.B) {
 			b.ReportAllocs()

@@ -145,7 +145,7 @@ func decodeDelta(r *deltaRequestBytes) (*discovery.DeltaDiscoveryRequest, error)
 		return r.DeltaDiscoveryRequest, nil
 	}
 	defer r.free()
-	if err := unmarshalDeltaRequest(r.buf.ReadOnlyData(), r.DeltaDiscoveryRequest); err != nil {
+	if err := unmarshalDeltaRequest(r.buf.ReadOnlyData(), r.DeltaDiscoveryRequest, r.own); err != nil {
 		// What gRPC says when its codec fails, as istiod's streams do.
 		return nil, status.Errorf(codes.Internal, "grpc: failed to unmarshal the received message: %v", err)
 	}
