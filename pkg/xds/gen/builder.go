@@ -107,10 +107,20 @@ func (b *builder) replaying(log *buildLog, set *Set) {
 		return
 	}
 	if log == nil {
-		b.out = make(map[string]*Resource, set.Len())
+		b.sizedLike(set)
 		return
 	}
 	b.replay, b.prevSet, b.out = log, set, nil
+}
+
+// sizedLike sizes b's map like set (nil: as it is), for a builder with
+// no log to follow: at M1 the maps of the classes made while the proxies
+// connected, grown as resources came, were 41 MB of the 392 MB connect
+// allocated.
+func (b *builder) sizedLike(set *Set) {
+	if set != nil {
+		b.out = make(map[string]*Resource, set.Len())
+	}
 }
 
 // following reports whether b is still replaying its previous log.

@@ -249,8 +249,13 @@ func (c *ClassConfig) builders(sib *sibling) (bs map[string]*builder, edsRefs, r
 	edsRefs, routeRefs = &followed[string]{}, &followed[string]{}
 	for _, t := range TypeURLs {
 		bs[t] = newBuilder(t)
-		if c != nil {
+		switch {
+		case c != nil:
 			bs[t].replaying(c.logs.of(t), c.baseSet(t))
+		case sib != nil:
+			// A new class has no set to follow; its family's donor's
+			// is its likely size.
+			bs[t].sizedLike(sib.cc.baseSet(t))
 		}
 	}
 	switch {
