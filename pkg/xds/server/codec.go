@@ -31,7 +31,8 @@ import (
 // accept fields in any order).
 //
 // Use it with grpc.ForceServerCodecV2. A delta request's resource names
-// are decoded into one block (unmarshalDeltaRequest); every other message
+// are views of one block, or of the request's own copy
+// (unmarshalDeltaRequest); every other message
 // goes through gRPC's proto codec unchanged.
 func Codec() encoding.CodecV2 {
 	return xdsCodec{fallback: encoding.GetCodecV2(grpcproto.Name)}

@@ -15,14 +15,16 @@ var (
 )
 
 // unmarshalDeltaRequest decodes b into req as proto.Unmarshal does, but
-// makes the request's resource names from one block of bytes rather than
-// a string each: a proxy subscribes to its routes and its endpoints by
+// makes the request's resource names views of one block of bytes rather
+// than a string each: a proxy subscribes to its routes and its endpoints by
 // the thousand (4,000 names per proxy at M1), and the protobuf library's
 // string per name, with the list grown as they came, was 367 of the 970
 // MB the server allocated while M1's proxies connected. The names' bytes
-// are copied when b may be reused (a pooled buffer of gRPC's); when b is
-// the request's own memory (own: a copy that nothing else holds or
-// writes), the names are views of it.
+// are copied into the block when b may be reused (a pooled buffer of
+// gRPC's); when b is the request's own memory (own: a copy that nothing
+// else holds or writes), the names are views of b itself, which keeps b
+// as long as a name is kept, as the block would be: at M1 that copying
+// was 114 of the 506 MB allocated while the proxies connected.
 //
 // Input that is not a well-formed request, or a name that is not UTF-8,
 // is left to proto.Unmarshal, so that its error is the library's.

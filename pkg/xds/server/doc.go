@@ -27,10 +27,11 @@
 // marshaled bytes, shared, not copied (codec.go); a large response's own
 // bytes come from a pool they return to once gRPC has written them
 // (codec_pool.go), within a budget of memory in flight they wait for
-// (codec_budget.go), and a delta request's resource names are decoded into
-// one block (codec_request.go). A rejected response (NACK) is counted and logged;
-// the proxy keeps its last good configuration and is sent nothing more for
-// that type until the configuration changes.
+// (codec_budget.go), and a delta request's resource names are decoded as
+// views of one block, or of the request's own copy (codec_request.go).
+// A rejected response (NACK) is counted and logged; the proxy keeps its
+// last good configuration and is sent nothing more for that type until
+// the configuration changes.
 //
 // An Observer (SetObserver; verdict.go) learns of every NACK, and of ACKs
 // while it asks for them, as a Verdict naming the proxy, Envoy's error and
