@@ -32,7 +32,9 @@ import (
 //
 // Use it with grpc.ForceServerCodecV2. A delta request's resource names
 // are views of one block, or of the request's own copy
-// (unmarshalDeltaRequest); every other message
+// (unmarshalDeltaRequest), or, for a subscription to exactly a set of
+// names the stream's pool holds, that set's list (matchShared); every
+// other message
 // goes through gRPC's proto codec unchanged.
 func Codec() encoding.CodecV2 {
 	return xdsCodec{fallback: encoding.GetCodecV2(grpcproto.Name)}
@@ -45,6 +47,13 @@ func (xdsCodec) Name() string { return grpcproto.Name }
 func (c xdsCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	switch m := v.(type) {
 	case *deltaRequestBytes:
+		if len(data) > 1 {
+			// Kept as received, for decodeDelta to match against the
+			// stream's shared names first (matchShared).
+			data.Ref()
+			m.data = slices.Clone(data)
+			return nil
+		}
 		m.buf, m.own = oneBuffer(data)
 		return nil
 	case *discovery.DeltaDiscoveryRequest:
@@ -76,14 +85,16 @@ func oneBuffer(data mem.BufferSlice) (buf mem.Buffer, own bool) {
 	return mem.SliceBuffer(data.Materialize()), true
 }
 
-// deltaRequestBytes receives a delta request undecoded: its bytes, in a
-// buffer of gRPC's pool that the receiver frees (decodeDelta). Under
-// another codec (a server that did not force this one) it is the request
-// it embeds, which that codec decodes as usual.
+// deltaRequestBytes receives a delta request undecoded: its bytes, in
+// gRPC's buffers that the receiver frees (decodeDelta): buf when they are
+// one, data when several. Under another codec (a server that did not
+// force this one) it is the request it embeds, which that codec decodes
+// as usual.
 type deltaRequestBytes struct {
 	*discovery.DeltaDiscoveryRequest
-	buf mem.Buffer
-	own bool // buf is the request's own copy (oneBuffer)
+	buf  mem.Buffer
+	own  bool // buf is the request's own copy (oneBuffer)
+	data mem.BufferSlice
 }
 
 func (c xdsCodec) Marshal(v any) (mem.BufferSlice, error) {

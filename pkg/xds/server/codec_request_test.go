@@ -115,8 +115,11 @@ func TestDeltaRequestNamesOutliveTheBuffer(t *testing.T) {
 }
 
 // A request gRPC received in several buffers (a subscription to
-// thousands of names, a first request with a large node) decodes as one, both as a request and as the bytes the
-// stream's reader takes; one in a single buffer is that buffer.
+// thousands of names, a first request with a large node) decodes as one,
+// both as a request and as the buffers the stream's reader keeps; copied
+// into memory of its own (oneBuffer), its names are views of that copy,
+// never of gRPC's buffers, which gRPC reuses. One in a single buffer is
+// that buffer.
 func TestDeltaRequestInSeveralBuffers(t *testing.T) {
 	tried := 0
 	for _, b := range deltaRequestSeeds(t) {
@@ -132,29 +135,39 @@ func TestDeltaRequestInSeveralBuffers(t *testing.T) {
 		if err := Codec().Unmarshal(split, &got); err != nil || !proto.Equal(&got, want) {
 			t.Fatalf("split in two: %v, %v; want %v", &got, err, want)
 		}
+		// Copied into memory of its own, which goes with the request,
+		// not into a buffer of gRPC's pool, which keeps it; the names are
+		// views of the copy (a request with one name is left to the
+		// library).
+		buf, own := oneBuffer(split)
+		if _, isSlice := buf.(mem.SliceBuffer); !own || !isSlice || !bytes.Equal(buf.ReadOnlyData(), b) {
+			t.Fatalf("a request split in two was copied into a %T (own %v)", buf, own)
+		}
+		var dec discovery.DeltaDiscoveryRequest
+		if err := unmarshalDeltaRequest(buf.ReadOnlyData(), &dec, own); err != nil || !proto.Equal(&dec, want) {
+			t.Fatalf("decoded from its copy: %v, %v; want %v", &dec, err, want)
+		}
+		names := append(dec.GetResourceNamesSubscribe(), dec.GetResourceNamesUnsubscribe()...)
+		for _, n := range names {
+			if len(names) > 1 && n != "" && !within(n, buf.ReadOnlyData()) {
+				t.Fatalf("name %q of a request split in two is not a view of its copy", n)
+			}
+		}
+		// The stream's reader keeps the buffers as received.
 		rb := &deltaRequestBytes{DeltaDiscoveryRequest: new(discovery.DeltaDiscoveryRequest)}
 		if err := Codec().Unmarshal(split, rb); err != nil {
 			t.Fatal(err)
 		}
-		if !bytes.Equal(rb.buf.ReadOnlyData(), b) {
-			t.Fatal("the reader's bytes of a request split in two differ from the request's")
+		if rb.buf != nil || !bytes.Equal(rb.data.Materialize(), b) {
+			t.Fatal("the reader's buffers of a request split in two differ from the request's")
 		}
-		// Copied into memory of its own, which goes with the request,
-		// not into a buffer of gRPC's pool, which keeps it.
-		if _, own := rb.buf.(mem.SliceBuffer); !own {
-			t.Fatalf("a request split in two was copied into a %T", rb.buf)
+		fromReader, err := decodeDelta(rb, nil)
+		if err != nil || !proto.Equal(fromReader, want) {
+			t.Fatalf("decoded from the reader's buffers: %v, %v; want %v", fromReader, err, want)
 		}
-		own := rb.buf.ReadOnlyData()
-		dec, err := decodeDelta(rb)
-		if err != nil || !proto.Equal(dec, want) {
-			t.Fatalf("decoded from the reader's bytes: %v, %v; want %v", dec, err, want)
-		}
-		// The names are views of that copy, not copied again (a request
-		// with one name is left to the library).
-		names := append(dec.GetResourceNamesSubscribe(), dec.GetResourceNamesUnsubscribe()...)
-		for _, n := range names {
-			if len(names) > 1 && n != "" && !within(n, own) {
-				t.Fatalf("name %q of a request split in two is not a view of its copy", n)
+		for _, n := range append(fromReader.GetResourceNamesSubscribe(), fromReader.GetResourceNamesUnsubscribe()...) {
+			if n != "" && within(n, b) {
+				t.Fatalf("name %q is a view of gRPC's buffers", n)
 			}
 		}
 		one := &deltaRequestBytes{DeltaDiscoveryRequest: new(discovery.DeltaDiscoveryRequest)}

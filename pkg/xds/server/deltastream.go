@@ -85,7 +85,7 @@ func (s *Server) serveDelta(st deltaStream, typeURL string, ctl *streamCtl) erro
 				return err
 			}
 			if err := deep(func() error {
-				req, err := decodeDelta(r)
+				req, err := decodeDelta(r, s.names)
 				if err != nil {
 					return err
 				}
@@ -139,12 +139,21 @@ func deep(f func() error) error {
 	return <-errc
 }
 
-// decodeDelta decodes a request readDelta received, and frees its buffer.
-func decodeDelta(r *deltaRequestBytes) (*discovery.DeltaDiscoveryRequest, error) {
-	if r.buf == nil { // decoded by another codec
+// decodeDelta decodes a request readDelta received, and frees its
+// buffers. One received in several buffers that subscribes to exactly a
+// set of names the pool holds is given that set's list (matchShared);
+// any other is decoded from one buffer.
+func decodeDelta(r *deltaRequestBytes, pool *namePool) (*discovery.DeltaDiscoveryRequest, error) {
+	if r.buf == nil && r.data == nil { // decoded by another codec
 		return r.DeltaDiscoveryRequest, nil
 	}
 	defer r.free()
+	if r.data != nil {
+		if pool != nil && matchShared(r.data, pool, r.DeltaDiscoveryRequest) {
+			return r.DeltaDiscoveryRequest, nil
+		}
+		r.buf, r.own = oneBuffer(r.data)
+	}
 	if err := unmarshalDeltaRequest(r.buf.ReadOnlyData(), r.DeltaDiscoveryRequest, r.own); err != nil {
 		// What gRPC says when its codec fails, as istiod's streams do.
 		return nil, status.Errorf(codes.Internal, "grpc: failed to unmarshal the received message: %v", err)
@@ -156,6 +165,10 @@ func (r *deltaRequestBytes) free() {
 	if r.buf != nil {
 		r.buf.Free()
 		r.buf = nil
+	}
+	if r.data != nil {
+		r.data.Free()
+		r.data = nil
 	}
 }
 

@@ -28,7 +28,9 @@
 // bytes come from a pool they return to once gRPC has written them
 // (codec_pool.go), within a budget of memory in flight they wait for
 // (codec_budget.go), and a delta request's resource names are decoded as
-// views of one block, or of the request's own copy (codec_request.go).
+// views of one block, or of the request's own copy (codec_request.go), or
+// are a shared set's own list when they are exactly its names
+// (codec_request_shared.go).
 // A rejected response (NACK) is counted and logged; the proxy keeps its
 // last good configuration and is sent nothing more for that type until
 // the configuration changes.

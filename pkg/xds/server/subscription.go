@@ -200,9 +200,12 @@ func (s *nameSet) settle(pool *namePool) {
 // so a set's hash follows from another's and the names that differ.
 type sharedNames struct {
 	// m numbers the names 0 to len-1 (find tells a list of names that
-	// repeats one from the set's).
-	m    map[string]int32
-	hash uint64
+	// repeats one from the set's); names lists them in that order, and
+	// is what a request that names exactly them is given
+	// (codec_request_shared.go). Neither is written after the set is made.
+	m     map[string]int32
+	names []string
+	hash  uint64
 	// cover is what covers last found (delta_whole.go).
 	cover atomic.Pointer[coverMemo]
 }
@@ -228,10 +231,15 @@ type namePool struct {
 	seed maphash.Seed
 	mu   sync.Mutex
 	sets map[uint64]weak.Pointer[sharedNames]
+	// lists finds a set by the address of its names' array: a request
+	// given a set's names (matchShared) is adopted without hashing them
+	// again. A live set keeps its array, so an address found with a
+	// live set is that set's.
+	lists map[*string]weak.Pointer[sharedNames]
 }
 
 func newNamePool() *namePool {
-	return &namePool{seed: maphash.MakeSeed(), sets: map[uint64]weak.Pointer[sharedNames]{}}
+	return &namePool{seed: maphash.MakeSeed(), sets: map[uint64]weak.Pointer[sharedNames]{}, lists: map[*string]weak.Pointer[sharedNames]{}}
 }
 
 func (p *namePool) hashOf(n string) uint64 { return maphash.String(p.seed, n) }
@@ -257,16 +265,29 @@ func (p *namePool) fold(s *nameSet) *sharedNames {
 	if cand != nil && sameNames(cand, s) {
 		return cand
 	}
-	m := make(map[string]int32, s.len())
+	m, names := make(map[string]int32, s.len()), make([]string, 0, s.len())
 	for n := range s.all() {
 		m[n] = int32(len(m))
+		names = append(names, n)
 	}
-	out := &sharedNames{m: m, hash: h}
+	out := &sharedNames{m: m, names: names, hash: h}
+	w := weak.Make(out)
 	p.mu.Lock()
-	p.sets[h] = weak.Make(out)
+	p.sets[h] = w
+	var first *string
+	if len(names) > 0 {
+		first = &names[0]
+		p.lists[first] = w
+	}
 	p.mu.Unlock()
-	runtime.AddCleanup(out, p.forget, h)
+	runtime.AddCleanup(out, p.forget, setKeys{h, first})
 	return out
+}
+
+// setKeys are a set's entries in the pool.
+type setKeys struct {
+	hash  uint64
+	first *string
 }
 
 // find returns the shared set of exactly names, if the pool holds one;
@@ -274,6 +295,9 @@ func (p *namePool) fold(s *nameSet) *sharedNames {
 // the candidate; the names are then checked one by one against it, each
 // a name of the set not seen before.
 func (p *namePool) find(names []string) *sharedNames {
+	if cand := p.listed(names); cand != nil {
+		return cand
+	}
 	var h uint64
 	for _, n := range names {
 		h += p.hashOf(n)
@@ -296,13 +320,30 @@ func (p *namePool) find(names []string) *sharedNames {
 	return cand
 }
 
-// forget drops the entry of a collected set, unless a live set has taken
-// its place.
-func (p *namePool) forget(h uint64) {
+// listed returns the set whose list of names names is, if any.
+func (p *namePool) listed(names []string) *sharedNames {
+	if len(names) == 0 {
+		return nil
+	}
+	p.mu.Lock()
+	cand := p.lists[&names[0]].Value()
+	p.mu.Unlock()
+	if cand == nil || len(cand.names) != len(names) {
+		return nil
+	}
+	return cand
+}
+
+// forget drops the entries of a collected set, unless a live set has
+// taken their place.
+func (p *namePool) forget(k setKeys) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if w, ok := p.sets[h]; ok && w.Value() == nil {
-		delete(p.sets, h)
+	if w, ok := p.sets[k.hash]; ok && w.Value() == nil {
+		delete(p.sets, k.hash)
+	}
+	if w, ok := p.lists[k.first]; ok && k.first != nil && w.Value() == nil {
+		delete(p.lists, k.first)
 	}
 }
 
