@@ -103,3 +103,34 @@ func (w *World) ChangesSince(old *World) ([]Key, bool) {
 	}
 	return w.log.between(old.Version, w.Version)
 }
+
+// ChangedSince reports whether the object of k differs between w and the
+// World of version v of w's Store, known by its version alone (a reader
+// need not keep an older World, and the copies of the Store's maps it
+// holds, only to ask this); known is false when w's log cannot tell: v
+// is newer than w, or older than the log remembers.
+func (w *World) ChangedSince(k Key, v uint64) (changed, known bool) {
+	switch {
+	case w.log == nil || v > w.Version:
+		return false, false
+	case v == w.Version:
+		return false, true
+	}
+	return w.log.changed(k, v, w.Version)
+}
+
+// changed reports whether a World after from, up to and including to,
+// changed k, and whether the log still holds them all.
+func (l *changeLog) changed(k Key, from, to uint64) (changed, known bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if from+1 < l.first || to >= l.first+uint64(len(l.entries)) {
+		return false, false
+	}
+	for _, keys := range l.entries[from+1-l.first : to+1-l.first] {
+		if slices.Contains(keys, k) {
+			return true, true
+		}
+	}
+	return false, true
+}

@@ -58,3 +58,42 @@ func TestChangeLogForgetsTheOldestBeyondItsBound(t *testing.T) {
 		t.Errorf("a status-only change was logged: %v, %v", got, ok)
 	}
 }
+
+// TestChangedSinceAsksByVersion: ChangedSince answers for one key what
+// ChangesSince answers for all, from the older World's version alone.
+func TestChangedSinceAsksByVersion(t *testing.T) {
+	s := NewStore(StoreOptions{})
+	a, b := Key{Kind: KindService, Namespace: "ns", Name: "a"}, Key{Kind: KindService, Namespace: "ns", Name: "b"}
+	mustApply(t, s, Event{Key: a, Op: OpUpsert, Object: svc("ns", "a", corev1.ServicePort{Name: "http", Port: 80})})
+	v1 := s.World().Version
+	mustApply(t, s, Event{Key: b, Op: OpUpsert, Object: svc("ns", "b", corev1.ServicePort{Name: "http", Port: 80})})
+	v2 := s.World().Version
+	mustApply(t, s, Event{Key: b, Op: OpUpsert, Object: svc("ns", "b", corev1.ServicePort{Name: "http", Port: 81})})
+	w3 := s.World()
+	for name, tc := range map[string]struct {
+		k              Key
+		v              uint64
+		changed, known bool
+	}{
+		"a key changed after v":          {b, v1, true, true},
+		"a key changed again after v":    {b, v2, true, true},
+		"a key changed only up to v":     {a, v1, false, true},
+		"nothing since the World itself": {b, w3.Version, false, true},
+		"not for a newer version":        {a, w3.Version + 1, false, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			changed, known := w3.ChangedSince(tc.k, tc.v)
+			if changed != tc.changed || known != tc.known {
+				t.Errorf("ChangedSince(%v, %d) = %v, %v; want %v, %v", tc.k, tc.v, changed, known, tc.changed, tc.known)
+			}
+		})
+	}
+	var l changeLog
+	one := []Change{{Key: a}}
+	for v := uint64(1); v <= changeLogKeys+10; v++ {
+		l.add(v, one)
+	}
+	if _, known := l.changed(a, 0, changeLogKeys+10); known {
+		t.Error("the log answered for versions it dropped")
+	}
+}

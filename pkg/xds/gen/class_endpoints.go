@@ -45,7 +45,7 @@ func (g *Generator) UpdateEndpoints(prev *ClassConfig, mw *model.World, services
 		// the server identities of gRPC clusters), the next full
 		// generation rebuilds them.
 		nu.stale = u.stale || !sameResources(pt.clusters, u.clusters)
-		nu.epsAt = w
+		nu.epsAt, nu.epsTaken = w.Version, true
 		fresh = append(fresh, nu.endpoints...)
 		cc.units[i] = &nu
 	}
@@ -96,14 +96,16 @@ func (c *ClassConfig) standsAfterEndpoints(cs *changes, cur *view) bool {
 		switch {
 		case u.stale:
 			// Rebuilt by the next generation whatever changed.
-		case u.epsAt == nil:
+		case !u.epsTaken:
 			if u.clusterReads.touchedBy(cs) {
 				return false
 			}
 		default:
 			// Its endpoints are those of epsAt's World: the change of
-			// them before does not touch it; nothing else may, nor
-			// anything after.
+			// them before does not touch it; nothing else may since the
+			// class's World (whether the clusters stand in cur depends
+			// on that World and cur's alone), nor the endpoints since
+			// epsAt's.
 			own := model.Key{Kind: model.KindEndpoints, Namespace: nn.Namespace, Name: nn.Name}
 			rest := make([]model.Key, 0, len(cs.keys))
 			for _, k := range cs.keys {
@@ -111,7 +113,7 @@ func (c *ClassConfig) standsAfterEndpoints(cs *changes, cur *view) bool {
 					rest = append(rest, k)
 				}
 			}
-			if u.clusterReads.touchedBy(changesOf(cs.old, cs.cur, rest)) || !standsBetween(u.clusterReads, u.epsAt, cur) {
+			if u.clusterReads.touchedBy(changesOf(cs.old, cs.cur, rest)) || !unchangedSince(cur.w, own, u.epsAt) {
 				return false
 			}
 		}

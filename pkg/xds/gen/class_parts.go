@@ -47,8 +47,9 @@ type part struct {
 	once sync.Once
 	// built is set once the fields below are (others read them after).
 	built atomic.Bool
-	// at is the World the part was built in.
-	at                  *view
+	// at is the World the part was built in (worldRef: the part does
+	// not keep it).
+	at                  worldRef
 	clusters, endpoints []*Resource
 	edsRefs             []string
 	// local is set when the endpoints depend on the class's proxies:
@@ -64,7 +65,7 @@ type part struct {
 type viewPart struct {
 	once      sync.Once
 	built     atomic.Bool
-	at        *view
+	at        worldRef
 	endpoints []*Resource
 	reads     *Reads
 }
@@ -89,7 +90,7 @@ func (pc *partCache) get(g *Generator, sc *Scope, svc *model.Service, eps *model
 		p.once.Do(func() {
 			// Every class sharing the part reads the same: the part
 			// holds what its resources read.
-			p.at, p.local, p.reads = w, !deps.empty(), newReads()
+			p.at, p.local, p.reads = refOf(w), !deps.empty(), newReads()
 			psc := sc.recording(p.reads)
 			psc.w.Service(svc.Namespace, svc.Name)
 			psc.w.Endpoints(svc.Namespace, svc.Name)
@@ -117,11 +118,11 @@ func (pc *partCache) get(g *Generator, sc *Scope, svc *model.Service, eps *model
 	}
 	pc.mu.Unlock()
 	build(p)
-	if !standsBetween(p.reads, p.at, w) {
+	if !p.at.standsIn(p.reads, w) {
 		np := &part{}
 		build(np)
 		pc.mu.Lock()
-		if cur := pc.m[k]; cur == p || cur == nil || !cur.built.Load() || cur.at.Version <= np.at.Version {
+		if cur := pc.m[k]; cur == p || cur == nil || !cur.built.Load() || cur.at.version <= np.at.version {
 			pc.m[k] = np
 		}
 		pc.mu.Unlock()
@@ -136,14 +137,14 @@ func (pc *partCache) get(g *Generator, sc *Scope, svc *model.Service, eps *model
 	vp := p.view(deps.view(&t), nil)
 	buildView := func(vp *viewPart) {
 		vp.once.Do(func() {
-			vp.at, vp.reads = w, newReads()
+			vp.at, vp.reads = refOf(w), newReads()
 			vp.endpoints = g.outboundEndpoints(sc.recording(vp.reads), svc, eps, p.edsRefs)
 			vp.reads.seal()
 			vp.built.Store(true)
 		})
 	}
 	buildView(vp)
-	if !standsBetween(vp.reads, vp.at, w) {
+	if !vp.at.standsIn(vp.reads, w) {
 		nvp := &viewPart{}
 		buildView(nvp)
 		vp = p.view(deps.view(&t), nvp)
@@ -167,7 +168,7 @@ func (p *part) view(name string, replacement *viewPart) *viewPart {
 		vp = &viewPart{}
 		p.views[name] = vp
 	case replacement != nil:
-		if vp == nil || !vp.built.Load() || vp.at.Version <= replacement.at.Version {
+		if vp == nil || !vp.built.Load() || vp.at.version <= replacement.at.version {
 			p.views[name] = replacement
 		}
 		vp = replacement
@@ -182,7 +183,7 @@ func (pc *partCache) sweepLocked(w *model.World) {
 		if !p.built.Load() {
 			continue // being built
 		}
-		if !standsBetween(p.reads, p.at, v) {
+		if !p.at.standsIn(p.reads, v) {
 			delete(pc.m, k)
 		}
 	}

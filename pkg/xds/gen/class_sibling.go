@@ -171,7 +171,7 @@ func (s *sibling) unit(sc *Scope, svc *model.Service, routes, clusters bool) (u 
 	}
 	u = units[s.next]
 	routesStand = routes && u.reads != nil && u.reads.stands(sc, s.cs)
-	clustersStand = clusters && !u.stale && u.epsAt == nil && u.clusterReads != nil && u.clusterReads.stands(sc, s.cs)
+	clustersStand = clusters && !u.stale && !u.epsTaken && u.clusterReads != nil && u.clusterReads.stands(sc, s.cs)
 	return u, routesStand, clustersStand
 }
 

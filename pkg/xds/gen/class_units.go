@@ -25,9 +25,14 @@ type unit struct {
 	// stale marks clusters that UpdateEndpoints kept although the new
 	// endpoints change them: the next generation rebuilds them.
 	stale bool
-	// epsAt is the World UpdateEndpoints took the endpoints from, if it
-	// did (ClassConfig.standsAfterEndpoints).
-	epsAt              *view
+	// epsAt is the version of the World UpdateEndpoints took the
+	// endpoints from, if it did (epsTaken; ClassConfig.standsAfterEndpoints).
+	// A version, not the World: a unit kept its World, and with it that
+	// World's copies of the Store's maps, until the class's next full
+	// generation, one World per service whose endpoints changed
+	// (BenchmarkEndpointChurn).
+	epsAt              uint64
+	epsTaken           bool
 	edsRefs, routeRefs []string
 	svc                *model.Service
 	// localEndpoints makes outboundClusters leave the endpoints out: they
@@ -181,7 +186,7 @@ func (cc *ClassConfig) endpointsOf(prev *ClassConfig, units, olds []*unit) {
 	}()
 	for i, u := range units {
 		old := olds[i]
-		if u.epsAt == nil && old.epsAt == nil && sameSlice(u.endpoints, old.endpoints) {
+		if !u.epsTaken && !old.epsTaken && sameSlice(u.endpoints, old.endpoints) {
 			continue
 		}
 		key := u.svc.Key()

@@ -2,6 +2,7 @@ package gen
 
 import (
 	"slices"
+	"weak"
 
 	"github.com/meshplane/discovery/pkg/model"
 )
@@ -203,4 +204,43 @@ func standsBetween(r *Reads, at, w *view) bool {
 		cs = changesSince(w, at.w)
 	}
 	return !r.touchedBy(cs)
+}
+
+// worldRef is the World a shared part was built in, without keeping it
+// alive. A part judges whether it stands in a newer World from the
+// changes since its own (standsBetween), which needs that World; held
+// strongly, every part whose service last changed in a different World
+// kept that World's copies of the Store's maps: under endpoint changes
+// to one service after another, one World per service, a thousand at
+// M1's size (BenchmarkEndpointChurn). The Worlds classes are generated
+// in are held by the classes' configurations and the Store; a part whose
+// World nothing else holds any more is built again once, in the World
+// that asks for it, and shared from then on.
+type worldRef struct {
+	w       weak.Pointer[model.World]
+	version uint64
+}
+
+func refOf(v *view) worldRef {
+	return worldRef{w: weak.Make(v.w), version: v.w.Version}
+}
+
+// standsIn reports whether what was generated from r in the World of
+// ref stands in w's; false when that World is gone.
+func (ref worldRef) standsIn(r *Reads, w *view) bool {
+	switch at := ref.w.Value(); at {
+	case w.w:
+		return true
+	case nil:
+		return false
+	default:
+		return standsBetween(r, newView(at, nil), w)
+	}
+}
+
+// unchangedSince reports whether the object of k is the same in w as in
+// its Store's World of version v; false when w's change log cannot tell.
+func unchangedSince(w *model.World, k model.Key, v uint64) bool {
+	changed, known := w.ChangedSince(k, v)
+	return known && !changed
 }
