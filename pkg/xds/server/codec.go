@@ -34,8 +34,7 @@ import (
 // are views of one block, or of the request's own copy
 // (unmarshalDeltaRequest), or, for a subscription to exactly a set of
 // names the stream's pool holds, that set's list (matchShared); every
-// other message
-// goes through gRPC's proto codec unchanged.
+// other message goes through gRPC's proto codec unchanged.
 func Codec() encoding.CodecV2 {
 	return xdsCodec{fallback: encoding.GetCodecV2(grpcproto.Name)}
 }
@@ -69,14 +68,16 @@ func (c xdsCodec) Unmarshal(data mem.BufferSlice, v any) error {
 // request's own (own): its names are views of it rather than copied again
 // (unmarshalDeltaRequest). Requests in several buffers are mostly a new
 // stream's subscriptions to its routes and endpoints (2,000 names each at
-// M1) and its first, with the node. Copied into buffers of gRPC's pool
-// and freed after decoding, they left the pool holding 2 MB that the
-// collections at the end of M1's connect found live (a sync.Pool keeps
-// what it is given through the next collection). Copied into memory of
-// their own, M1's connect allocates 105 MB more, and the peak RSS was
-// lower: 280-297 MiB in ten runs with an 8 MiB response budget, 284-304
-// in five without the copy (BENCHMARKS.md, "Write buffers held across a
-// push").
+// M1) and its first, with the node; a subscription to exactly a set the
+// pool holds is not copied at all (matchShared, tried first by
+// decodeDelta), so what is copied here is the rest. Copied into buffers
+// of gRPC's pool and freed after decoding, they left the pool holding 2
+// MB that the collections at the end of M1's connect found live (a
+// sync.Pool keeps what it is given through the next collection). Copied
+// into memory of their own (before matchShared), M1's connect allocated
+// 105 MB more, and the peak RSS was lower: 280-297 MiB in ten runs with
+// an 8 MiB response budget, 284-304 in five without the copy
+// (BENCHMARKS.md, "Write buffers held across a push").
 func oneBuffer(data mem.BufferSlice) (buf mem.Buffer, own bool) {
 	if len(data) == 1 {
 		data[0].Ref()
