@@ -107,13 +107,7 @@ func (c *ClassConfig) standsAfterEndpoints(cs *changes, cur *view) bool {
 			// on that World and cur's alone), nor the endpoints since
 			// epsAt's.
 			own := model.Key{Kind: model.KindEndpoints, Namespace: nn.Namespace, Name: nn.Name}
-			rest := make([]model.Key, 0, len(cs.keys))
-			for _, k := range cs.keys {
-				if k != own {
-					rest = append(rest, k)
-				}
-			}
-			if u.clusterReads.touchedBy(changesOf(cs.old, cs.cur, rest)) || !unchangedSince(cur.w, own, u.epsAt) {
+			if u.clusterReads.touchedBy(cs.without(own)) || !unchangedSince(cur.w, own, u.epsAt) {
 				return false
 			}
 		}

@@ -14,19 +14,30 @@ import (
 type changes struct {
 	old, cur *model.World
 	keys     []model.Key
-	mesh     bool
+	// except is a key of keys that these changes leave out, when
+	// excepting is set (changes.without): has, hasKind, hasIn and the
+	// resolved objects pass it over.
+	except    model.Key
+	excepting bool
+	mesh      bool
 	// mask has the kindBit of every changed kind (Reads.skips).
 	mask uint64
 	// unknown is set when what changed is not known (the change log no
 	// longer reaches back): every read is touched.
 	unknown bool
-	// set, kinds and inNS index keys when there are many.
+	// set, kinds and inNS index keys when there are many; kinds and inNS
+	// count them.
 	set   map[model.Key]bool
-	kinds map[model.Kind]bool
-	inNS  map[kindNS]bool
+	kinds map[model.Kind]int32
+	inNS  map[kindNS]int32
 
-	// The changed objects in old ([0]) and cur ([1]), and the hostnames
-	// of the changed services, resolved on first need.
+	*resolution
+}
+
+// resolution is the changed objects in old ([0]) and cur ([1]), and the
+// hostnames of the changed services, found on first need; changes that
+// differ by a key no object stands for share it.
+type resolution struct {
 	resolved bool
 	hosts    []string
 	hostSet  map[string]bool // hosts, when there are many
@@ -40,19 +51,19 @@ const indexAbove = 8
 
 // changesOf is the set of changes keys that made cur out of old.
 func changesOf(old, cur *model.World, keys []model.Key) *changes {
-	cs := &changes{old: old, cur: cur, keys: keys}
+	cs := &changes{old: old, cur: cur, keys: keys, resolution: &resolution{}}
 	cs.mesh = slices.Contains(keys, model.MeshKey)
 	for _, k := range keys {
 		cs.mask |= kindBit(k.Kind)
 	}
 	if len(keys) > indexAbove {
 		cs.set = make(map[model.Key]bool, len(keys))
-		cs.kinds = map[model.Kind]bool{}
-		cs.inNS = map[kindNS]bool{}
+		cs.kinds = map[model.Kind]int32{}
+		cs.inNS = map[kindNS]int32{}
 		for _, k := range keys {
 			cs.set[k] = true
-			cs.kinds[k.Kind] = true
-			cs.inNS[kindNS{k.Kind, k.Namespace}] = true
+			cs.kinds[k.Kind]++
+			cs.inNS[kindNS{k.Kind, k.Namespace}]++
 		}
 	}
 	return cs
@@ -70,7 +81,53 @@ func changesSince(old *view, cur *model.World) *changes {
 	return cs
 }
 
+// without is cs leaving k out: what changed but k. It shares cs's
+// indexes, and its resolved objects when k stands for none (an
+// endpoints key), so that asking whether a unit stands but for its own
+// endpoints (ClassConfig.standsAfterEndpoints) allocates one struct, not
+// a copy of every key and its indexes.
+func (cs *changes) without(k model.Key) *changes {
+	if cs.unknown || !cs.has(k) {
+		return cs
+	}
+	if cs.excepting {
+		rest := make([]model.Key, 0, len(cs.keys))
+		for _, o := range cs.keys {
+			if o != k && o != cs.except {
+				rest = append(rest, o)
+			}
+		}
+		return changesOf(cs.old, cs.cur, rest)
+	}
+	o := *cs
+	o.except, o.excepting = k, true
+	o.mesh = cs.mesh && k != model.MeshKey
+	if standsForObject(cs.old, k) || standsForObject(cs.cur, k) {
+		o.resolution = &resolution{}
+	}
+	return &o
+}
+
+// standsForObject reports whether k names an object resolve finds in w.
+func standsForObject(w *model.World, k model.Key) bool {
+	if w == nil {
+		return false
+	}
+	if k.Kind == model.KindService {
+		return w.Service(k.Namespace, k.Name) != nil
+	}
+	return w.Config(k.Kind, k.Namespace, k.Name) != nil
+}
+
+// left reports whether k is one of the keys cs has (its except is not).
+func (cs *changes) left(k model.Key) bool {
+	return !cs.excepting || k != cs.except
+}
+
 func (cs *changes) has(k model.Key) bool {
+	if !cs.left(k) {
+		return false
+	}
 	if cs.set != nil {
 		return cs.set[k]
 	}
@@ -79,10 +136,14 @@ func (cs *changes) has(k model.Key) bool {
 
 func (cs *changes) hasKind(kind model.Kind) bool {
 	if cs.kinds != nil {
-		return cs.kinds[kind]
+		n := cs.kinds[kind]
+		if cs.excepting && cs.except.Kind == kind {
+			n--
+		}
+		return n > 0
 	}
 	for _, k := range cs.keys {
-		if k.Kind == kind {
+		if k.Kind == kind && cs.left(k) {
 			return true
 		}
 	}
@@ -91,10 +152,14 @@ func (cs *changes) hasKind(kind model.Kind) bool {
 
 func (cs *changes) hasIn(kn kindNS) bool {
 	if cs.inNS != nil {
-		return cs.inNS[kn]
+		n := cs.inNS[kn]
+		if cs.excepting && cs.except.Kind == kn.kind && cs.except.Namespace == kn.ns {
+			n--
+		}
+		return n > 0
 	}
 	for _, k := range cs.keys {
-		if k.Kind == kn.kind && k.Namespace == kn.ns {
+		if k.Kind == kn.kind && k.Namespace == kn.ns && cs.left(k) {
 			return true
 		}
 	}
@@ -113,6 +178,9 @@ func (cs *changes) resolve() {
 		}
 		cs.views[i] = newView(w, nil)
 		for _, k := range cs.keys {
+			if !cs.left(k) {
+				continue
+			}
 			if k.Kind == model.KindService {
 				if s := w.Service(k.Namespace, k.Name); s != nil {
 					cs.svcs[i] = append(cs.svcs[i], s)
