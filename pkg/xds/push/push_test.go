@@ -141,6 +141,52 @@ func TestQueueMergesAndBoundsConcurrency(t *testing.T) {
 	}
 }
 
+// The queue calls its idle hook once per drain, from the last worker, and
+// not while a key waits or is worked on; Quiet's count tells a drain from
+// the next.
+func TestQueueReportsEachDrain(t *testing.T) {
+	release := make(chan struct{})
+	q := NewQueue(2, func(a, b int) int { return a + b }, func(context.Context, int, int) { <-release })
+	var drains atomic.Int32
+	var busyAtDrain atomic.Bool
+	q.OnIdle(func() {
+		if quiet, _ := q.Quiet(); !quiet {
+			busyAtDrain.Store(true)
+		}
+		drains.Add(1)
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- q.Start(ctx) }()
+	defer func() { cancel(); <-done }()
+	if quiet, n := q.Quiet(); !quiet || n != 0 {
+		t.Fatalf("a new queue: quiet %v, %d handled; want quiet, 0", quiet, n)
+	}
+	for k := range 5 {
+		q.Push(k, 1)
+	}
+	if quiet, _ := q.Quiet(); quiet {
+		t.Fatal("quiet with five keys pushed")
+	}
+	for range 5 {
+		release <- struct{}{}
+	}
+	waitFor(t, "the queue to drain", func() bool { return drains.Load() == 1 })
+	_, first := q.Quiet()
+	if first != 5 {
+		t.Errorf("%d handled after five keys, want 5", first)
+	}
+	q.Push(9, 1)
+	release <- struct{}{}
+	waitFor(t, "the queue to drain again", func() bool { return drains.Load() == 2 })
+	if _, n := q.Quiet(); n != first+1 {
+		t.Errorf("%d handled after one more key, want %d", n, first+1)
+	}
+	if busyAtDrain.Load() {
+		t.Error("the idle hook ran while a key waited or was worked on")
+	}
+}
+
 // collect runs d and returns a function that reads the Requests so far.
 func collect(t *testing.T, quiet, max, epQuiet time.Duration, cfgQuiet ...time.Duration) (*Debouncer, func() []*Request) {
 	t.Helper()

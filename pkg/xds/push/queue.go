@@ -12,6 +12,9 @@ type Queue[K comparable, V any] struct {
 	merge   func(old, new V) V
 	handle  func(context.Context, K, V)
 	workers int
+	// idle, when set, is called each time the queue drains: a worker
+	// finished and no key is waiting or being worked on.
+	idle func()
 
 	mu      sync.Mutex
 	cond    *sync.Cond
@@ -19,6 +22,9 @@ type Queue[K comparable, V any] struct {
 	order   []K
 	active  map[K]bool
 	closed  bool
+	// handled counts the items handled, so that one that saw the queue
+	// drain can tell whether it has worked since (Quiet).
+	handled uint64
 }
 
 // NewQueue returns a Queue that runs handle on at most workers keys at once.
@@ -57,6 +63,19 @@ func (q *Queue[K, V]) Len() int {
 	return len(q.pending)
 }
 
+// OnIdle makes the queue call f each time it drains, from the worker that
+// finished last; f must not block. Call it before Start.
+func (q *Queue[K, V]) OnIdle(f func()) { q.idle = f }
+
+// Quiet reports whether no key is waiting or being worked on, and how
+// many items the queue has handled: a caller that finds the same count
+// later, and the queue quiet again, knows it did nothing in between.
+func (q *Queue[K, V]) Quiet() (bool, uint64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.pending) == 0 && len(q.active) == 0, q.handled
+}
+
 // Start runs the workers until ctx ends.
 func (q *Queue[K, V]) Start(ctx context.Context) error {
 	var wg sync.WaitGroup
@@ -85,11 +104,16 @@ func (q *Queue[K, V]) work(ctx context.Context) {
 		q.handle(ctx, k, v)
 		q.mu.Lock()
 		delete(q.active, k)
+		q.handled++
 		if _, again := q.pending[k]; again {
 			q.order = append(q.order, k)
 			q.cond.Signal()
 		}
+		drained := len(q.pending) == 0 && len(q.active) == 0
 		q.mu.Unlock()
+		if drained && q.idle != nil {
+			q.idle()
+		}
 	}
 }
 

@@ -79,6 +79,10 @@ type Options struct {
 	// MaxUnknownNames bounds the subscribed names of a type that the
 	// proxy's configuration does not hold.
 	MaxUnknownNames int
+	// IdleGC collects garbage when the push queue drains and the heap has
+	// used half its room to the next collection (idlegc.go), so that
+	// collections land between pushes rather than on a fan-out.
+	IdleGC bool
 
 	// Istio's debug types over xDS (debugxds.go).
 	// SystemNamespace is the control plane's namespace (the serve
@@ -136,6 +140,7 @@ func DefaultOptions() Options {
 		// ports each and no Sidecar scoping is 20,000; five times that.
 		MaxNames:        100000,
 		MaxUnknownNames: 10000,
+		IdleGC:          true,
 	}
 }
 
@@ -158,6 +163,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.MaxNodeBytes, "xds-max-node-bytes", d.MaxNodeBytes, "largest node (ID and metadata) an xDS request may carry; a larger one ends the stream (0: no limit)")
 	fs.IntVar(&o.MaxNodeIDBytes, "xds-max-node-id-bytes", d.MaxNodeIDBytes, "longest node ID an xDS request may carry (0: no limit)")
 	fs.IntVar(&o.MaxNames, "xds-max-names", d.MaxNames, "resource names of one type an xDS stream may subscribe to (0: no limit)")
+	fs.BoolVar(&o.IdleGC, "xds-idle-gc", d.IdleGC, "collect garbage once pushes have been idle for 20ms, when the heap has used half its room to the next collection, so that collections land between pushes rather than on a fan-out (false: only when Go's pacer starts one)")
 	fs.IntVar(&o.MaxUnknownNames, "xds-max-unknown-names", d.MaxUnknownNames, "subscribed names of one type that the proxy's configuration does not hold, at most (0: no limit)")
 	fs.Float64Var(&o.TraceSampling, "trace-sampling", d.TraceSampling, "percentage of requests traced where neither a Telemetry nor the proxy's defaultConfig.tracing.sampling says, 0 to 100 (istiod's PILOT_TRACE_SAMPLING)")
 	fs.BoolVar(&o.ListenersPerAddress, "xds-listeners-per-address", d.ListenersPerAddress, "give each service address on a sidecar's outbound port a listener of its own (ADDRESS_PORT, handed over by original destination, istiod's shape for TCP services) instead of a filter chain on the port's listener 0.0.0.0_PORT: a service added or removed sends each proxy one small listener instead of the port's whole listener, for more listeners per proxy")

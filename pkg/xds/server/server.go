@@ -128,6 +128,16 @@ func New(opts Options, world World, log *slog.Logger, reg prometheus.Registerer)
 	s.debouncer.SetConfigQuiet(opts.DebounceConfig)
 	s.warming = newWarming(opts.WarmingStreams, opts.WarmingTimeout)
 	s.queue = push.NewQueue(opts.PushConcurrency, mergeItems, s.work)
+	if opts.IdleGC {
+		ig := newIdleGC(ctx, s.queue.Quiet)
+		s.queue.OnIdle(ig.drained)
+		if err := reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "discovery_xds_idle_collections_total",
+			Help: "Garbage collections run because the push queue drained with the heap past half its room to the next collection (--xds-idle-gc).",
+		}, func() float64 { return float64(ig.runs.Load()) })); err != nil {
+			return nil, fmt.Errorf("xds metrics: %w", err)
+		}
+	}
 	world.Subscribe(s.debouncer.Enqueue)
 	s.m.services.Set(float64(world.World().ServiceCount()))
 	return s, nil
