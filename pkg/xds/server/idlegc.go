@@ -15,8 +15,9 @@ import (
 // cores for its workers and makes allocating goroutines assist. At M1
 // (1,000 proxies, 2 cores shared with the load tool), the endpoint
 // changes whose fan-out a collection overlapped reached their last proxy
-// in 105-160 ms, the others in 60-97 ms, and those few set the p99
-// (BENCHMARKS.md, "Collections while idle").
+// in 108 ms on average, the others in 68 ms, and those few set the p99
+// (BENCHMARKS.md, "Collections while the pushes are idle"). istiod
+// leaves collections to Go's pacer; this is discovery's own.
 //
 // So when the push queue drains and stays drained for idleGCQuiet, and
 // the heap has used at least half its room (from what the last
